@@ -1,0 +1,108 @@
+//! minRTT: the default scheduler of Linux MPTCP (`mptcp_sched.c`, "default" scheduler) and of
+//! most multipath QUIC stacks: among the paths whose congestion window has room for the packet,
+//! the one with the lowest smoothed RTT; wait when none has room.
+
+use crate::decision::Decision;
+use crate::packet::PacketMeta;
+use crate::path::PathView;
+use crate::scheduler::{Scheduler, SchedulerInfo, SchedulerKind};
+use crate::tier::TierGate;
+use crate::time::Timestamp;
+
+/// Configuration of [`MinRtt`] (it has no parameters).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MinRttConfig {}
+
+/// The lowest-RTT path with window headroom.
+#[derive(Clone, Debug, Default)]
+pub struct MinRtt {}
+
+impl MinRtt {
+    /// Catalogue entry.
+    pub const INFO: SchedulerInfo = SchedulerInfo {
+        kind: SchedulerKind::MinRtt,
+        summary: "lowest smoothed RTT among paths whose window has room; waits when none has",
+        source: "Linux MPTCP v0.95 default scheduler (mptcp_sched.c)",
+        params: &[],
+    };
+
+    /// Builds the scheduler.
+    pub fn new(_config: &MinRttConfig) -> Self {
+        MinRtt {}
+    }
+}
+
+/// The path with the lowest srtt among those that can take `len` bytes now and whose tier is
+/// admitted; ties go to the lower id. Shared by schedulers that fall back to minRTT.
+pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
+    let gate = TierGate::new(paths, len);
+    paths
+        .iter()
+        .filter(|p| p.can_send(len) && gate.admits(p))
+        .min_by_key(|p| (p.srtt_us, p.id))
+}
+
+impl Scheduler for MinRtt {
+    #[inline]
+    fn select(&mut self, paths: &[PathView], packet: &PacketMeta, _now: Timestamp) -> Decision {
+        match lowest_rtt_with_room(paths, packet.len) {
+            Some(p) => Decision::Send(p.id),
+            None => Decision::Wait,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::{PathId, PathState};
+
+    fn paths() -> [PathView; 3] {
+        [
+            PathView::new(PathId(0), 40_000, 20_000),
+            PathView::new(PathId(1), 10_000, 20_000),
+            PathView::new(PathId(2), 25_000, 20_000),
+        ]
+    }
+
+    #[test]
+    fn picks_lowest_rtt_with_room() {
+        let mut s = MinRtt::default();
+        let mut p = paths();
+        let pkt = PacketMeta::bulk(1_200);
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(1))
+        );
+        p[1].bytes_in_flight = 19_000;
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(2))
+        );
+        p[2].state = PathState::Failed;
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(0))
+        );
+        p[0].rate_limited = true;
+        assert_eq!(s.select(&p, &pkt, Timestamp::ZERO), Decision::Wait);
+    }
+
+    #[test]
+    fn backup_only_on_overflow() {
+        let mut s = MinRtt::default();
+        let mut p = paths();
+        p[1].state = PathState::Backup;
+        let pkt = PacketMeta::bulk(1_200);
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(2))
+        );
+        p[0].bytes_in_flight = 20_000;
+        p[2].bytes_in_flight = 20_000;
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(1))
+        );
+    }
+}

@@ -1,0 +1,4 @@
+//! The built-in schedulers, one module each.
+
+pub mod minrtt;
+pub mod rr;

@@ -1,0 +1,355 @@
+//! The scheduler contract: the [`Scheduler`] trait, its feedback types, the name-selectable
+//! [`SchedulerKind`], per-scheduler configuration and the statically dispatched
+//! [`AnyScheduler`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::decision::Decision;
+use crate::packet::PacketMeta;
+use crate::path::{PathId, PathState, PathView};
+use crate::sched::minrtt::{MinRtt, MinRttConfig};
+use crate::sched::rr::{RoundRobin, RoundRobinConfig};
+use crate::time::Timestamp;
+
+/// What the session learns when a packet sent on a path is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AckInfo {
+    /// Payload bytes newly acknowledged by this ACK on this path.
+    pub bytes: u64,
+    /// The RTT sample the ACK yielded, µs (ACK delay already subtracted).
+    pub rtt_us: u32,
+    /// The one-way delay estimate after this ACK, µs (see [`PathView::owd_us`]).
+    pub owd_us: u32,
+}
+
+/// The receiver's periodic report, carried back in ACK frames: what actually arrived and how
+/// useful it was. Learning schedulers turn it into rewards (EdAR's G − αV_w − βV_o, DaMPS's
+/// deadline meeting ratio).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReceiverReport {
+    /// Length of the interval the report covers, µs.
+    pub interval_us: u32,
+    /// Flow bytes delivered in order to the application in the interval (goodput).
+    pub delivered_bytes: u64,
+    /// Bytes that arrived more than once (wasted redundancy).
+    pub duplicate_bytes: u64,
+    /// Packets that arrived out of order.
+    pub ooo_packets: u32,
+    /// Deadline-carrying packets that arrived within their budget.
+    pub deadline_met: u32,
+    /// Deadline-carrying packets received or known dropped in the interval.
+    pub deadline_total: u32,
+}
+
+/// A packet scheduler: picks the path(s) for each packet and learns from feedback.
+///
+/// Implementations must not allocate, log, read a clock or block in any method.
+pub trait Scheduler {
+    /// Decides where the packet goes. `paths` holds one view per joined path.
+    fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision;
+
+    /// Decides for a batch of packets at once (DaMPS); `decisions[i]` answers `packets[i]`.
+    /// The default decides packet by packet on the same views.
+    fn select_batch(
+        &mut self,
+        paths: &[PathView],
+        packets: &[PacketMeta],
+        decisions: &mut [Decision],
+        now: Timestamp,
+    ) {
+        for (packet, decision) in packets.iter().zip(decisions.iter_mut()) {
+            *decision = self.select(paths, packet, now);
+        }
+    }
+
+    /// A packet was handed to `path` (once per copy).
+    fn on_sent(&mut self, _path: PathId, _packet: &PacketMeta, _now: Timestamp) {}
+
+    /// Packets on `path` were acknowledged.
+    fn on_ack(&mut self, _path: PathId, _ack: &AckInfo, _now: Timestamp) {}
+
+    /// `bytes` sent on `path` were declared lost.
+    fn on_loss(&mut self, _path: PathId, _bytes: u64, _now: Timestamp) {}
+
+    /// `path` joined, failed, came back or changed tier.
+    fn on_path_state(&mut self, _path: PathId, _state: PathState, _now: Timestamp) {}
+
+    /// The receiver's periodic report arrived.
+    fn on_report(&mut self, _report: &ReceiverReport, _now: Timestamp) {}
+}
+
+/// One tunable parameter of a scheduler, for `braid schedulers` and config validation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParamInfo {
+    /// Name as written in config.
+    pub name: &'static str,
+    /// Default value.
+    pub default: f64,
+    /// What it does, with its unit.
+    pub description: &'static str,
+}
+
+/// A scheduler's entry in the catalogue.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SchedulerInfo {
+    /// The scheduler.
+    pub kind: SchedulerKind,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// Where the algorithm comes from.
+    pub source: &'static str,
+    /// Its parameters (empty when it has none).
+    pub params: &'static [ParamInfo],
+}
+
+/// A parameter name or value a scheduler does not accept.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ParamError {
+    /// The scheduler has no parameter of this name.
+    #[error("scheduler `{scheduler}` has no parameter `{name}` (known: {known})")]
+    Unknown {
+        /// The scheduler.
+        scheduler: &'static str,
+        /// The offending name.
+        name: String,
+        /// The accepted names, comma-separated.
+        known: String,
+    },
+    /// The value is outside the parameter's range.
+    #[error("scheduler parameter `{name}` = {value}: {expected}")]
+    OutOfRange {
+        /// The parameter.
+        name: &'static str,
+        /// The offending value.
+        value: f64,
+        /// What is accepted.
+        expected: &'static str,
+    },
+}
+
+/// The built-in schedulers, selectable by name (case-insensitive) in config and on the CLI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SchedulerKind {
+    /// Lowest smoothed RTT among paths with window headroom.
+    MinRtt,
+    /// Round-robin over paths with window headroom.
+    RoundRobin,
+}
+
+impl SchedulerKind {
+    /// Every built-in scheduler, in catalogue order.
+    pub const ALL: &'static [SchedulerKind] = &[SchedulerKind::MinRtt, SchedulerKind::RoundRobin];
+
+    /// The name used in config and on the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulerKind::MinRtt => "minrtt",
+            SchedulerKind::RoundRobin => "rr",
+        }
+    }
+
+    /// The scheduler's catalogue entry.
+    pub fn info(self) -> SchedulerInfo {
+        match self {
+            SchedulerKind::MinRtt => MinRtt::INFO,
+            SchedulerKind::RoundRobin => RoundRobin::INFO,
+        }
+    }
+}
+
+impl fmt::Display for SchedulerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A scheduler name that is not built in.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheduler `{name}` (expected one of: {known})")]
+pub struct UnknownScheduler {
+    /// The offending name.
+    pub name: String,
+    /// The accepted names, comma-separated.
+    pub known: String,
+}
+
+impl FromStr for SchedulerKind {
+    type Err = UnknownScheduler;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim();
+        SchedulerKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name().eq_ignore_ascii_case(wanted))
+            .ok_or_else(|| UnknownScheduler {
+                name: s.to_owned(),
+                known: known_names(),
+            })
+    }
+}
+
+fn known_names() -> String {
+    SchedulerKind::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Configuration of one scheduler; builds it with [`SchedulerConfig::build`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum SchedulerConfig {
+    /// See [`MinRtt`].
+    MinRtt(MinRttConfig),
+    /// See [`RoundRobin`].
+    RoundRobin(RoundRobinConfig),
+}
+
+impl SchedulerConfig {
+    /// The default configuration of `kind`.
+    pub fn new(kind: SchedulerKind) -> Self {
+        match kind {
+            SchedulerKind::MinRtt => SchedulerConfig::MinRtt(MinRttConfig::default()),
+            SchedulerKind::RoundRobin => SchedulerConfig::RoundRobin(RoundRobinConfig::default()),
+        }
+    }
+
+    /// Which scheduler this configures.
+    pub fn kind(&self) -> SchedulerKind {
+        match self {
+            SchedulerConfig::MinRtt(_) => SchedulerKind::MinRtt,
+            SchedulerConfig::RoundRobin(_) => SchedulerKind::RoundRobin,
+        }
+    }
+
+    /// Sets the parameter `name` (as listed in [`SchedulerInfo::params`]) to `value`.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<(), ParamError> {
+        let info = self.kind().info();
+        let unknown = || ParamError::Unknown {
+            scheduler: info.kind.name(),
+            name: name.to_owned(),
+            known: info
+                .params
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        match self {
+            SchedulerConfig::MinRtt(_) | SchedulerConfig::RoundRobin(_) => {
+                let _ = value;
+                Err(unknown())
+            }
+        }
+    }
+
+    /// Builds the scheduler. Allocation happens here, never per packet.
+    pub fn build(&self) -> AnyScheduler {
+        match self {
+            SchedulerConfig::MinRtt(c) => AnyScheduler::MinRtt(MinRtt::new(c)),
+            SchedulerConfig::RoundRobin(c) => AnyScheduler::RoundRobin(RoundRobin::new(c)),
+        }
+    }
+}
+
+/// Every built-in scheduler behind one enum, so the per-packet call is a `match`, not a
+/// virtual call.
+#[derive(Clone, Debug)]
+pub enum AnyScheduler {
+    /// See [`MinRtt`].
+    MinRtt(MinRtt),
+    /// See [`RoundRobin`].
+    RoundRobin(RoundRobin),
+}
+
+impl AnyScheduler {
+    /// Builds `kind` with its default configuration.
+    pub fn with_defaults(kind: SchedulerKind) -> Self {
+        SchedulerConfig::new(kind).build()
+    }
+
+    /// Which scheduler this is.
+    pub fn kind(&self) -> SchedulerKind {
+        match self {
+            AnyScheduler::MinRtt(_) => SchedulerKind::MinRtt,
+            AnyScheduler::RoundRobin(_) => SchedulerKind::RoundRobin,
+        }
+    }
+}
+
+/// Forwards one `Scheduler` method to whichever variant is inside.
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            AnyScheduler::MinRtt($s) => $call,
+            AnyScheduler::RoundRobin($s) => $call,
+        }
+    };
+}
+
+impl Scheduler for AnyScheduler {
+    #[inline]
+    fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision {
+        dispatch!(self, s => s.select(paths, packet, now))
+    }
+
+    fn select_batch(
+        &mut self,
+        paths: &[PathView],
+        packets: &[PacketMeta],
+        decisions: &mut [Decision],
+        now: Timestamp,
+    ) {
+        dispatch!(self, s => s.select_batch(paths, packets, decisions, now))
+    }
+
+    fn on_sent(&mut self, path: PathId, packet: &PacketMeta, now: Timestamp) {
+        dispatch!(self, s => s.on_sent(path, packet, now))
+    }
+
+    fn on_ack(&mut self, path: PathId, ack: &AckInfo, now: Timestamp) {
+        dispatch!(self, s => s.on_ack(path, ack, now))
+    }
+
+    fn on_loss(&mut self, path: PathId, bytes: u64, now: Timestamp) {
+        dispatch!(self, s => s.on_loss(path, bytes, now))
+    }
+
+    fn on_path_state(&mut self, path: PathId, state: PathState, now: Timestamp) {
+        dispatch!(self, s => s.on_path_state(path, state, now))
+    }
+
+    fn on_report(&mut self, report: &ReceiverReport, now: Timestamp) {
+        dispatch!(self, s => s.on_report(report, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_case_insensitively() {
+        for &kind in SchedulerKind::ALL {
+            assert_eq!(kind.name().parse::<SchedulerKind>(), Ok(kind));
+            assert_eq!(
+                kind.name().to_uppercase().parse::<SchedulerKind>(),
+                Ok(kind)
+            );
+            assert_eq!(kind.info().kind, kind);
+            assert_eq!(SchedulerConfig::new(kind).build().kind(), kind);
+        }
+        let err = "fastest".parse::<SchedulerKind>().unwrap_err();
+        assert!(err.to_string().contains("fastest"));
+        assert!(err.to_string().contains("minrtt"));
+    }
+
+    #[test]
+    fn unknown_parameter_is_named() {
+        let mut config = SchedulerConfig::new(SchedulerKind::MinRtt);
+        let err = config.set("beta", 0.25).unwrap_err();
+        assert!(err.to_string().contains("beta"));
+    }
+}
