@@ -1,3 +1,13 @@
 //! braid's testbed: the deterministic simulator, the real-time link emulator, scenario files
 //! and comparison reports.
 #![warn(missing_docs)]
+
+pub mod link;
+pub mod scenario;
+pub mod trace;
+
+pub use link::{Capacity, DropReason, JitterDistribution, Link, LinkConfig, LinkStats, Verdict};
+pub use scenario::{
+    App, Objective, ObjectiveKind, PathSpec, Scenario, ScenarioError, ScenarioFile,
+};
+pub use trace::{Trace, TraceError};
