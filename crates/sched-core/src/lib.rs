@@ -24,6 +24,7 @@ pub mod packet;
 pub mod path;
 pub mod sched;
 pub mod scheduler;
+pub mod testing;
 pub mod tier;
 pub mod time;
 

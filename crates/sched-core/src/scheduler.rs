@@ -8,8 +8,14 @@ use std::str::FromStr;
 use crate::decision::Decision;
 use crate::packet::PacketMeta;
 use crate::path::{PathId, PathState, PathView};
+use crate::sched::blest::{Blest, BlestConfig};
+use crate::sched::ecf::{Ecf, EcfConfig};
+use crate::sched::edf::{Edf, EdfConfig};
 use crate::sched::minrtt::{MinRtt, MinRttConfig};
+use crate::sched::peekaboo::{Peekaboo, PeekabooConfig};
+use crate::sched::redundant::{Redundant, RedundantConfig};
 use crate::sched::rr::{RoundRobin, RoundRobinConfig};
+use crate::sched::wrr::{WeightedRoundRobin, WeightedRoundRobinConfig};
 use crate::time::Timestamp;
 
 /// What the session learns when a packet sent on a path is acknowledged.
@@ -135,17 +141,44 @@ pub enum SchedulerKind {
     MinRtt,
     /// Round-robin over paths with window headroom.
     RoundRobin,
+    /// Smooth weighted round-robin by each link's configured weight.
+    WeightedRoundRobin,
+    /// Earliest Completion First (Linux MPTCP v0.95 `mptcp_ecf.c`).
+    Ecf,
+    /// Blocking estimation (Linux MPTCP v0.95 `mptcp_blest.c`).
+    Blest,
+    /// Every packet on every path with room (ReMP).
+    Redundant,
+    /// Tightest deadline first on the lowest-RTT path that meets it.
+    Edf,
+    /// LinUCB wait-or-send bandit with stochastic adjustment (Peekaboo).
+    Peekaboo,
 }
 
 impl SchedulerKind {
     /// Every built-in scheduler, in catalogue order.
-    pub const ALL: &'static [SchedulerKind] = &[SchedulerKind::MinRtt, SchedulerKind::RoundRobin];
+    pub const ALL: &'static [SchedulerKind] = &[
+        SchedulerKind::MinRtt,
+        SchedulerKind::RoundRobin,
+        SchedulerKind::WeightedRoundRobin,
+        SchedulerKind::Ecf,
+        SchedulerKind::Blest,
+        SchedulerKind::Redundant,
+        SchedulerKind::Edf,
+        SchedulerKind::Peekaboo,
+    ];
 
     /// The name used in config and on the CLI.
     pub fn name(self) -> &'static str {
         match self {
             SchedulerKind::MinRtt => "minrtt",
             SchedulerKind::RoundRobin => "rr",
+            SchedulerKind::WeightedRoundRobin => "wrr",
+            SchedulerKind::Ecf => "ecf",
+            SchedulerKind::Blest => "blest",
+            SchedulerKind::Redundant => "redundant",
+            SchedulerKind::Edf => "edf",
+            SchedulerKind::Peekaboo => "peekaboo",
         }
     }
 
@@ -154,6 +187,12 @@ impl SchedulerKind {
         match self {
             SchedulerKind::MinRtt => MinRtt::INFO,
             SchedulerKind::RoundRobin => RoundRobin::INFO,
+            SchedulerKind::WeightedRoundRobin => WeightedRoundRobin::INFO,
+            SchedulerKind::Ecf => Ecf::INFO,
+            SchedulerKind::Blest => Blest::INFO,
+            SchedulerKind::Redundant => Redundant::INFO,
+            SchedulerKind::Edf => Edf::INFO,
+            SchedulerKind::Peekaboo => Peekaboo::INFO,
         }
     }
 }
@@ -205,6 +244,18 @@ pub enum SchedulerConfig {
     MinRtt(MinRttConfig),
     /// See [`RoundRobin`].
     RoundRobin(RoundRobinConfig),
+    /// See [`WeightedRoundRobin`].
+    WeightedRoundRobin(WeightedRoundRobinConfig),
+    /// See [`Ecf`].
+    Ecf(EcfConfig),
+    /// See [`Blest`].
+    Blest(BlestConfig),
+    /// See [`Redundant`].
+    Redundant(RedundantConfig),
+    /// See [`Edf`].
+    Edf(EdfConfig),
+    /// See [`Peekaboo`].
+    Peekaboo(PeekabooConfig),
 }
 
 impl SchedulerConfig {
@@ -213,6 +264,14 @@ impl SchedulerConfig {
         match kind {
             SchedulerKind::MinRtt => SchedulerConfig::MinRtt(MinRttConfig::default()),
             SchedulerKind::RoundRobin => SchedulerConfig::RoundRobin(RoundRobinConfig::default()),
+            SchedulerKind::WeightedRoundRobin => {
+                SchedulerConfig::WeightedRoundRobin(WeightedRoundRobinConfig::default())
+            }
+            SchedulerKind::Ecf => SchedulerConfig::Ecf(EcfConfig::default()),
+            SchedulerKind::Blest => SchedulerConfig::Blest(BlestConfig::default()),
+            SchedulerKind::Redundant => SchedulerConfig::Redundant(RedundantConfig::default()),
+            SchedulerKind::Edf => SchedulerConfig::Edf(EdfConfig::default()),
+            SchedulerKind::Peekaboo => SchedulerConfig::Peekaboo(PeekabooConfig::default()),
         }
     }
 
@@ -221,6 +280,12 @@ impl SchedulerConfig {
         match self {
             SchedulerConfig::MinRtt(_) => SchedulerKind::MinRtt,
             SchedulerConfig::RoundRobin(_) => SchedulerKind::RoundRobin,
+            SchedulerConfig::WeightedRoundRobin(_) => SchedulerKind::WeightedRoundRobin,
+            SchedulerConfig::Ecf(_) => SchedulerKind::Ecf,
+            SchedulerConfig::Blest(_) => SchedulerKind::Blest,
+            SchedulerConfig::Redundant(_) => SchedulerKind::Redundant,
+            SchedulerConfig::Edf(_) => SchedulerKind::Edf,
+            SchedulerConfig::Peekaboo(_) => SchedulerKind::Peekaboo,
         }
     }
 
@@ -237,12 +302,62 @@ impl SchedulerConfig {
                 .collect::<Vec<_>>()
                 .join(", "),
         };
-        match self {
-            SchedulerConfig::MinRtt(_) | SchedulerConfig::RoundRobin(_) => {
-                let _ = value;
-                Err(unknown())
+        match (self, name) {
+            (SchedulerConfig::Ecf(c), "beta") => {
+                c.beta = in_range("beta", value, 0.0, 1.0, "a fraction in [0, 1]")?;
             }
+            (SchedulerConfig::Blest(c), "lambda") => {
+                c.lambda = in_range("lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
+            }
+            (SchedulerConfig::Blest(c), "min_lambda") => {
+                c.min_lambda = in_range("min_lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
+            }
+            (SchedulerConfig::Blest(c), "max_lambda") => {
+                c.max_lambda = in_range("max_lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
+            }
+            (SchedulerConfig::Blest(c), "lambda_decrease") => {
+                c.lambda_decrease =
+                    in_range("lambda_decrease", value, 0.0, 1.0, "a step in [0, 1]")?;
+            }
+            (SchedulerConfig::Blest(c), "lambda_increase") => {
+                c.lambda_increase =
+                    in_range("lambda_increase", value, 0.0, 1.0, "a step in [0, 1]")?;
+            }
+            (SchedulerConfig::Peekaboo(c), "alpha") => {
+                c.alpha = in_range("alpha", value, 0.0, 100.0, "a weight in [0, 100]")?;
+            }
+            (SchedulerConfig::Peekaboo(c), "margin") => {
+                c.margin = in_range("margin", value, 0.0, 10.0, "a score gap in [0, 10]")?;
+            }
+            (SchedulerConfig::Peekaboo(c), "reward_interval_ms") => {
+                c.reward_interval_ms = in_range(
+                    "reward_interval_ms",
+                    value,
+                    0.001,
+                    3_600_000.0,
+                    "milliseconds in [0.001, 3600000]",
+                )?;
+            }
+            (SchedulerConfig::Peekaboo(c), "seed") => {
+                let seed = in_range(
+                    "seed",
+                    value,
+                    0.0,
+                    9_007_199_254_740_992.0,
+                    "an integer in [0, 2^53]",
+                )?;
+                if seed.fract() != 0.0 {
+                    return Err(ParamError::OutOfRange {
+                        name: "seed",
+                        value,
+                        expected: "an integer in [0, 2^53]",
+                    });
+                }
+                c.seed = seed as u64;
+            }
+            _ => return Err(unknown()),
         }
+        Ok(())
     }
 
     /// Builds the scheduler. Allocation happens here, never per packet.
@@ -250,7 +365,34 @@ impl SchedulerConfig {
         match self {
             SchedulerConfig::MinRtt(c) => AnyScheduler::MinRtt(MinRtt::new(c)),
             SchedulerConfig::RoundRobin(c) => AnyScheduler::RoundRobin(RoundRobin::new(c)),
+            SchedulerConfig::WeightedRoundRobin(c) => {
+                AnyScheduler::WeightedRoundRobin(WeightedRoundRobin::new(c))
+            }
+            SchedulerConfig::Ecf(c) => AnyScheduler::Ecf(Ecf::new(c)),
+            SchedulerConfig::Blest(c) => AnyScheduler::Blest(Blest::new(c)),
+            SchedulerConfig::Redundant(c) => AnyScheduler::Redundant(Redundant::new(c)),
+            SchedulerConfig::Edf(c) => AnyScheduler::Edf(Edf::new(c)),
+            SchedulerConfig::Peekaboo(c) => AnyScheduler::Peekaboo(Box::new(Peekaboo::new(c))),
         }
+    }
+}
+
+/// `value` when it is finite and within `[low, high]`, else the error naming `name`.
+fn in_range(
+    name: &'static str,
+    value: f64,
+    low: f64,
+    high: f64,
+    expected: &'static str,
+) -> Result<f64, ParamError> {
+    if value.is_finite() && (low..=high).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ParamError::OutOfRange {
+            name,
+            value,
+            expected,
+        })
     }
 }
 
@@ -262,6 +404,19 @@ pub enum AnyScheduler {
     MinRtt(MinRtt),
     /// See [`RoundRobin`].
     RoundRobin(RoundRobin),
+    /// See [`WeightedRoundRobin`].
+    WeightedRoundRobin(WeightedRoundRobin),
+    /// See [`Ecf`].
+    Ecf(Ecf),
+    /// See [`Blest`].
+    Blest(Blest),
+    /// See [`Redundant`].
+    Redundant(Redundant),
+    /// See [`Edf`].
+    Edf(Edf),
+    /// See [`Peekaboo`] (boxed: its learned matrices and pending decisions are a few kB, and
+    /// the box is allocated once when the scheduler is built).
+    Peekaboo(Box<Peekaboo>),
 }
 
 impl AnyScheduler {
@@ -275,6 +430,12 @@ impl AnyScheduler {
         match self {
             AnyScheduler::MinRtt(_) => SchedulerKind::MinRtt,
             AnyScheduler::RoundRobin(_) => SchedulerKind::RoundRobin,
+            AnyScheduler::WeightedRoundRobin(_) => SchedulerKind::WeightedRoundRobin,
+            AnyScheduler::Ecf(_) => SchedulerKind::Ecf,
+            AnyScheduler::Blest(_) => SchedulerKind::Blest,
+            AnyScheduler::Redundant(_) => SchedulerKind::Redundant,
+            AnyScheduler::Edf(_) => SchedulerKind::Edf,
+            AnyScheduler::Peekaboo(_) => SchedulerKind::Peekaboo,
         }
     }
 }
@@ -285,6 +446,12 @@ macro_rules! dispatch {
         match $self {
             AnyScheduler::MinRtt($s) => $call,
             AnyScheduler::RoundRobin($s) => $call,
+            AnyScheduler::WeightedRoundRobin($s) => $call,
+            AnyScheduler::Ecf($s) => $call,
+            AnyScheduler::Blest($s) => $call,
+            AnyScheduler::Redundant($s) => $call,
+            AnyScheduler::Edf($s) => $call,
+            AnyScheduler::Peekaboo($s) => $call,
         }
     };
 }

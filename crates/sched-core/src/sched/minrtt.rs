@@ -42,6 +42,37 @@ pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
         .min_by_key(|p| (p.srtt_us, p.id))
 }
 
+/// The two paths ECF, BLEST and Peekaboo compare, found in one pass over the admitted tier:
+/// `fastest` is the usable path with the lowest srtt whether or not its window has room (the
+/// kernel schedulers' `minsk`), `best` is what minRTT would pick (their `bestsk`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FastAndBest<'a> {
+    /// Lowest srtt among usable, admitted paths, ignoring window headroom.
+    pub fastest: Option<&'a PathView>,
+    /// Lowest srtt among usable, admitted paths with room for the packet.
+    pub best: Option<&'a PathView>,
+}
+
+/// Finds [`FastAndBest`] for a packet of `len` bytes; ties go to the lower id.
+pub fn fastest_and_best(paths: &[PathView], len: u32) -> FastAndBest<'_> {
+    let gate = TierGate::new(paths, len);
+    let mut fastest: Option<&PathView> = None;
+    let mut best: Option<&PathView> = None;
+    for p in paths {
+        if !p.is_usable() || !gate.admits(p) {
+            continue;
+        }
+        let key = (p.srtt_us, p.id);
+        if fastest.is_none_or(|f| key < (f.srtt_us, f.id)) {
+            fastest = Some(p);
+        }
+        if p.headroom() >= u64::from(len) && best.is_none_or(|b| key < (b.srtt_us, b.id)) {
+            best = Some(p);
+        }
+    }
+    FastAndBest { fastest, best }
+}
+
 impl Scheduler for MinRtt {
     #[inline]
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, _now: Timestamp) -> Decision {

@@ -1,4 +1,11 @@
 //! The built-in schedulers, one module each.
 
+pub mod blest;
+pub mod ecf;
+pub mod edf;
+pub mod linucb;
 pub mod minrtt;
+pub mod peekaboo;
+pub mod redundant;
 pub mod rr;
+pub mod wrr;
