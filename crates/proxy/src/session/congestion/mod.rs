@@ -1,0 +1,427 @@
+//! Per-path congestion control for the session core: one authoritative controller per path.
+//!
+//! quinn-proto's controllers cannot be driven from outside quinn (its `RttEstimator::new` is
+//! `pub(crate)`), so braid carries its own, shaped the same way: a small [`Controller`] trait of
+//! `on_*` hooks with no-op defaults, a [`CongestionConfig`] that builds an [`AnyController`]
+//! (one enum, static dispatch per packet), and the algorithm chosen by name through
+//! [`CongestionAlgorithm`]. Everything is sans-IO: time is a `now: Timestamp` argument, nothing
+//! allocates. See `docs/congestion.md`.
+//!
+//! - [`RttEstimator`]: RFC 9002 §5 (min, smoothed and variation of the RTT, ACK delay).
+//! - [`NewReno`]: RFC 9002 §7 and Appendix B (slow start, congestion avoidance, recovery).
+//! - [`Cubic`]: RFC 9438 §4 (W_cubic, Reno-friendly region, fast convergence, β = 0.7).
+//! - [`Pacer`]: RFC 9002 §7.7 (rate `1.25 * cwnd / srtt`, bounded bursts).
+//! - [`TokenBucket`]: a configured rate cap per path, independent of congestion control.
+//!
+//! Call order for one path: [`Controller::on_sent`] for every packet sent; for every newly
+//! acknowledged packet, first [`RttEstimator::update`] (once per ACK frame) then
+//! [`Controller::on_ack`]; for every loss batch [`Controller::on_congestion_event`] with the send
+//! time of the newest lost packet. [`Controller::window`] bounds the bytes in flight.
+
+mod cubic;
+mod new_reno;
+mod pacer;
+mod rtt;
+mod token_bucket;
+
+#[cfg(test)]
+mod model_tests;
+
+use std::fmt;
+use std::str::FromStr;
+
+use braid_sched_core::Timestamp;
+
+pub use cubic::{BETA as CUBIC_BETA, C as CUBIC_C, Cubic};
+pub use new_reno::NewReno;
+pub use pacer::Pacer;
+pub use rtt::{GRANULARITY, RttEstimator};
+pub use token_bucket::TokenBucket;
+
+/// The default maximum datagram size the windows are counted in (bytes).
+pub const DEFAULT_MAX_DATAGRAM_SIZE: u64 = 1200;
+
+/// A congestion controller: the session reports sends, ACKs and losses of one path; the
+/// controller answers with the number of bytes that may be in flight on it.
+pub trait Controller {
+    /// A packet of `bytes` bytes was sent.
+    #[allow(unused_variables)]
+    fn on_sent(&mut self, now: Timestamp, bytes: u64) {}
+
+    /// A packet of `bytes` bytes sent at `sent_time` was acknowledged. `app_limited` is true
+    /// when the path was not using its window (the sender had nothing to send, or was held back
+    /// by something other than this controller) before the ACK; the window does not grow then.
+    fn on_ack(
+        &mut self,
+        now: Timestamp,
+        sent_time: Timestamp,
+        bytes: u64,
+        rtt: &RttEstimator,
+        app_limited: bool,
+    );
+
+    /// Packets were declared lost (or ECN-CE marked); `sent_time` is the send time of the newest
+    /// of them. `persistent` means RFC 9002 §7.6 persistent congestion was established.
+    fn on_congestion_event(
+        &mut self,
+        now: Timestamp,
+        sent_time: Timestamp,
+        persistent: bool,
+        lost_bytes: u64,
+    );
+
+    /// Bytes that may be in flight (the congestion window).
+    fn window(&self) -> u64;
+}
+
+/// The congestion control algorithms braid implements, selectable by name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CongestionAlgorithm {
+    /// NewReno, RFC 9002 §7.
+    NewReno,
+    /// CUBIC, RFC 9438.
+    #[default]
+    Cubic,
+}
+
+impl CongestionAlgorithm {
+    /// Every algorithm, in the order they are listed to users.
+    pub const ALL: [CongestionAlgorithm; 2] =
+        [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic];
+
+    /// The canonical name used in config files and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CongestionAlgorithm::NewReno => "newreno",
+            CongestionAlgorithm::Cubic => "cubic",
+        }
+    }
+}
+
+impl fmt::Display for CongestionAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A congestion control algorithm name that braid does not implement.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown congestion algorithm `{name}` (expected `newreno` or `cubic`)")]
+pub struct UnknownCongestionAlgorithm {
+    /// The offending name.
+    pub name: String,
+}
+
+impl FromStr for CongestionAlgorithm {
+    type Err = UnknownCongestionAlgorithm;
+
+    /// Case-insensitive; `new_reno`, `new-reno` and `reno` are accepted for NewReno.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim();
+        let is = |name: &str| wanted.eq_ignore_ascii_case(name);
+        if is("newreno") || is("new_reno") || is("new-reno") || is("reno") {
+            Ok(CongestionAlgorithm::NewReno)
+        } else if is("cubic") {
+            Ok(CongestionAlgorithm::Cubic)
+        } else {
+            Err(UnknownCongestionAlgorithm { name: s.to_owned() })
+        }
+    }
+}
+
+/// A [`CongestionConfig`] whose values cannot work together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CongestionConfigError {
+    /// `max_datagram_size` is zero.
+    #[error("congestion max_datagram_size must be at least 1 byte, got {0}")]
+    ZeroDatagramSize(u64),
+    /// `minimum_window` is smaller than one datagram.
+    #[error(
+        "congestion minimum_window {minimum_window} is below one datagram ({max_datagram_size} bytes)"
+    )]
+    MinimumBelowDatagram {
+        /// The offending minimum window.
+        minimum_window: u64,
+        /// The datagram size it is compared with.
+        max_datagram_size: u64,
+    },
+    /// `initial_window` is smaller than `minimum_window`.
+    #[error("congestion initial_window {initial_window} is below minimum_window {minimum_window}")]
+    InitialBelowMinimum {
+        /// The offending initial window.
+        initial_window: u64,
+        /// The minimum window it is compared with.
+        minimum_window: u64,
+    },
+}
+
+/// How a path's congestion controller is built; its own factory ([`CongestionConfig::build`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CongestionConfig {
+    /// Which algorithm.
+    pub algorithm: CongestionAlgorithm,
+    /// Window at start, bytes.
+    pub initial_window: u64,
+    /// Window floor after persistent congestion, bytes.
+    pub minimum_window: u64,
+    /// The datagram size windows are counted in, bytes (one "segment").
+    pub max_datagram_size: u64,
+}
+
+impl CongestionConfig {
+    /// RFC 9002 §7.2 defaults for `algorithm` and datagrams of `max_datagram_size` bytes:
+    /// initial window `min(10 * mds, max(14720, 2 * mds))`, minimum window `2 * mds`.
+    pub fn with_datagram_size(algorithm: CongestionAlgorithm, max_datagram_size: u64) -> Self {
+        let mds = max_datagram_size;
+        CongestionConfig {
+            algorithm,
+            initial_window: mds
+                .saturating_mul(10)
+                .min(mds.saturating_mul(2).max(14_720)),
+            minimum_window: mds.saturating_mul(2),
+            max_datagram_size: mds,
+        }
+    }
+
+    /// Checks that the values can work together; config loaders call this to report bad input.
+    pub fn validate(&self) -> Result<(), CongestionConfigError> {
+        if self.max_datagram_size == 0 {
+            return Err(CongestionConfigError::ZeroDatagramSize(0));
+        }
+        if self.minimum_window < self.max_datagram_size {
+            return Err(CongestionConfigError::MinimumBelowDatagram {
+                minimum_window: self.minimum_window,
+                max_datagram_size: self.max_datagram_size,
+            });
+        }
+        if self.initial_window < self.minimum_window {
+            return Err(CongestionConfigError::InitialBelowMinimum {
+                initial_window: self.initial_window,
+                minimum_window: self.minimum_window,
+            });
+        }
+        Ok(())
+    }
+
+    /// Builds a controller. Values that [`validate`](Self::validate) would reject are clamped
+    /// (datagram size and minimum window at least 1 byte, initial window at least the minimum)
+    /// so that building never fails or panics.
+    pub fn build(&self) -> AnyController {
+        let params = WindowParams::from_config(self);
+        match self.algorithm {
+            CongestionAlgorithm::NewReno => AnyController::NewReno(NewReno::new(params)),
+            CongestionAlgorithm::Cubic => AnyController::Cubic(Cubic::new(params)),
+        }
+    }
+}
+
+impl Default for CongestionConfig {
+    /// CUBIC with 1200-byte datagrams: initial window 12000 bytes, minimum 2400 bytes.
+    fn default() -> Self {
+        CongestionConfig::with_datagram_size(CongestionAlgorithm::Cubic, DEFAULT_MAX_DATAGRAM_SIZE)
+    }
+}
+
+/// The sanitised window parameters every controller starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowParams {
+    pub(crate) initial_window: u64,
+    pub(crate) minimum_window: u64,
+    pub(crate) max_datagram_size: u64,
+}
+
+impl WindowParams {
+    fn from_config(config: &CongestionConfig) -> Self {
+        let max_datagram_size = config.max_datagram_size.max(1);
+        let minimum_window = config.minimum_window.max(1);
+        WindowParams {
+            initial_window: config.initial_window.max(minimum_window),
+            minimum_window,
+            max_datagram_size,
+        }
+    }
+}
+
+/// One of braid's controllers; the session holds one per path and dispatches statically.
+#[derive(Clone, Debug)]
+pub enum AnyController {
+    /// NewReno.
+    NewReno(NewReno),
+    /// CUBIC.
+    Cubic(Cubic),
+}
+
+impl AnyController {
+    /// Which algorithm this is.
+    pub fn algorithm(&self) -> CongestionAlgorithm {
+        match self {
+            AnyController::NewReno(_) => CongestionAlgorithm::NewReno,
+            AnyController::Cubic(_) => CongestionAlgorithm::Cubic,
+        }
+    }
+
+    /// The slow-start threshold, bytes (`u64::MAX` until the first congestion event).
+    pub fn ssthresh(&self) -> u64 {
+        match self {
+            AnyController::NewReno(c) => c.ssthresh(),
+            AnyController::Cubic(c) => c.ssthresh(),
+        }
+    }
+
+    /// Whether an ACK for a packet sent at `sent_time` falls in the current recovery period
+    /// (and so neither grows nor shrinks the window).
+    pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
+        match self {
+            AnyController::NewReno(c) => c.in_recovery(sent_time),
+            AnyController::Cubic(c) => c.in_recovery(sent_time),
+        }
+    }
+
+    /// The window floor this controller was built with, bytes.
+    pub fn minimum_window(&self) -> u64 {
+        match self {
+            AnyController::NewReno(c) => c.minimum_window(),
+            AnyController::Cubic(c) => c.minimum_window(),
+        }
+    }
+}
+
+impl Controller for AnyController {
+    fn on_sent(&mut self, now: Timestamp, bytes: u64) {
+        match self {
+            AnyController::NewReno(c) => c.on_sent(now, bytes),
+            AnyController::Cubic(c) => c.on_sent(now, bytes),
+        }
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Timestamp,
+        sent_time: Timestamp,
+        bytes: u64,
+        rtt: &RttEstimator,
+        app_limited: bool,
+    ) {
+        match self {
+            AnyController::NewReno(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+            AnyController::Cubic(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+        }
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Timestamp,
+        sent_time: Timestamp,
+        persistent: bool,
+        lost_bytes: u64,
+    ) {
+        match self {
+            AnyController::NewReno(c) => {
+                c.on_congestion_event(now, sent_time, persistent, lost_bytes)
+            }
+            AnyController::Cubic(c) => {
+                c.on_congestion_event(now, sent_time, persistent, lost_bytes)
+            }
+        }
+    }
+
+    fn window(&self) -> u64 {
+        match self {
+            AnyController::NewReno(c) => c.window(),
+            AnyController::Cubic(c) => c.window(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algorithm_names_parse_case_insensitively_and_round_trip() {
+        for algorithm in CongestionAlgorithm::ALL {
+            assert_eq!(algorithm.to_string().parse(), Ok(algorithm));
+            assert_eq!(algorithm.name().to_uppercase().parse(), Ok(algorithm));
+        }
+        assert_eq!(" NewReno ".parse(), Ok(CongestionAlgorithm::NewReno));
+        assert_eq!("new-reno".parse(), Ok(CongestionAlgorithm::NewReno));
+        assert_eq!("CUBIC".parse(), Ok(CongestionAlgorithm::Cubic));
+    }
+
+    #[test]
+    fn unknown_algorithm_error_names_the_input() {
+        let err = "bbr2".parse::<CongestionAlgorithm>().unwrap_err();
+        assert_eq!(err.name, "bbr2");
+        assert!(err.to_string().contains("`bbr2`"), "{err}");
+        assert!(err.to_string().contains("cubic"), "{err}");
+    }
+
+    #[test]
+    fn defaults_follow_rfc_9002() {
+        let config = CongestionConfig::default();
+        assert_eq!(config.algorithm, CongestionAlgorithm::Cubic);
+        assert_eq!(config.max_datagram_size, 1200);
+        assert_eq!(config.initial_window, 12_000);
+        assert_eq!(config.minimum_window, 2_400);
+        assert_eq!(config.validate(), Ok(()));
+        // Large datagrams: the 14720-byte cap wins over 10 * mds.
+        let jumbo = CongestionConfig::with_datagram_size(CongestionAlgorithm::NewReno, 1500);
+        assert_eq!(jumbo.initial_window, 14_720);
+        assert_eq!(jumbo.minimum_window, 3_000);
+        // Huge datagrams: 2 * mds wins.
+        let huge = CongestionConfig::with_datagram_size(CongestionAlgorithm::NewReno, 9000);
+        assert_eq!(huge.initial_window, 18_000);
+    }
+
+    #[test]
+    fn build_picks_the_algorithm_and_starts_at_the_initial_window() {
+        for algorithm in CongestionAlgorithm::ALL {
+            let config = CongestionConfig::with_datagram_size(algorithm, 1200);
+            let controller = config.build();
+            assert_eq!(controller.algorithm(), algorithm);
+            assert_eq!(controller.window(), 12_000);
+            assert_eq!(controller.minimum_window(), 2_400);
+            assert_eq!(controller.ssthresh(), u64::MAX);
+            assert!(!controller.in_recovery(Timestamp::ZERO));
+        }
+    }
+
+    #[test]
+    fn validate_names_the_bad_field_and_build_clamps_it() {
+        let mut config = CongestionConfig {
+            max_datagram_size: 0,
+            ..CongestionConfig::default()
+        };
+        assert_eq!(
+            config.validate(),
+            Err(CongestionConfigError::ZeroDatagramSize(0))
+        );
+        config.max_datagram_size = 1200;
+        config.minimum_window = 100;
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("minimum_window 100"), "{err}");
+        config.minimum_window = 2400;
+        config.initial_window = 1000;
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("initial_window 1000"), "{err}");
+        assert_eq!(config.build().window(), 2400);
+        let zero = CongestionConfig {
+            algorithm: CongestionAlgorithm::Cubic,
+            initial_window: 0,
+            minimum_window: 0,
+            max_datagram_size: 0,
+        };
+        let mut controller = zero.build();
+        assert_eq!(controller.window(), 1);
+        let rtt = RttEstimator::new(std::time::Duration::from_millis(10));
+        controller.on_congestion_event(Timestamp::ZERO, Timestamp::ZERO, false, 1);
+        controller.on_ack(
+            Timestamp::from_secs_f64(1.0),
+            Timestamp::from_millis(1),
+            1,
+            &rtt,
+            false,
+        );
+        assert!(controller.window() >= 1);
+    }
+}

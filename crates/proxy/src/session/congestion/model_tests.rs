@@ -1,0 +1,219 @@
+//! Model-based property tests: random sequences of sends, ACKs, losses and idle time drive each
+//! controller, and invariants are checked after every step (in the style of s2n-quic's
+//! congestion controller fuzz target).
+
+use std::time::Duration;
+
+use braid_sched_core::time::duration_micros;
+use proptest::prelude::*;
+
+use super::*;
+
+const MDS: u64 = 1200;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Send {
+        bytes: u64,
+    },
+    Ack {
+        bytes: u64,
+        age_us: u64,
+        sample_us: u64,
+        ack_delay_us: u64,
+        app_limited: bool,
+    },
+    Loss {
+        age_us: u64,
+        persistent: bool,
+        bytes: u64,
+    },
+    Idle {
+        us: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (1..=65_536u64).prop_map(|bytes| Op::Send { bytes }),
+        4 => (1..=200_000u64, 0..=2_000_000u64, 1..=2_000_000u64, 0..=50_000u64, any::<bool>())
+            .prop_map(|(bytes, age_us, sample_us, ack_delay_us, app_limited)| Op::Ack {
+                bytes, age_us, sample_us, ack_delay_us, app_limited
+            }),
+        1 => (0..=2_000_000u64, prop::bool::weighted(0.1), 1..=65_536u64)
+            .prop_map(|(age_us, persistent, bytes)| Op::Loss { age_us, persistent, bytes }),
+        1 => (0..=5_000_000u64).prop_map(|us| Op::Idle { us }),
+    ]
+}
+
+fn algorithm() -> impl Strategy<Value = CongestionAlgorithm> {
+    prop_oneof![
+        Just(CongestionAlgorithm::NewReno),
+        Just(CongestionAlgorithm::Cubic)
+    ]
+}
+
+/// The window after a congestion event that starts a new recovery period.
+fn reduced(algorithm: CongestionAlgorithm, window: u64, minimum: u64) -> u64 {
+    let reduced = match algorithm {
+        CongestionAlgorithm::NewReno => window / 2,
+        CongestionAlgorithm::Cubic => window * 7 / 10,
+    };
+    reduced.max(minimum)
+}
+
+fn check_ack(cc: &AnyController, before: u64, bytes: u64, in_recovery: bool, app_limited: bool) {
+    let after = cc.window();
+    assert!(
+        after >= before,
+        "an ACK shrank the window {before} -> {after}"
+    );
+    if app_limited || in_recovery {
+        assert_eq!(
+            after, before,
+            "app-limited or in-recovery ACK grew the window"
+        );
+    }
+    if cc.algorithm() == CongestionAlgorithm::NewReno {
+        // Slow start adds at most the ACKed bytes; avoidance adds one datagram per window of
+        // ACKed bytes, and a carried remainder can complete one more window.
+        assert!(
+            after - before <= bytes + MDS,
+            "NewReno grew by more than the ACKed bytes"
+        );
+    } else {
+        assert!(
+            after - before <= bytes + before / 2 + 1,
+            "CUBIC grew too fast"
+        );
+    }
+}
+
+fn check_loss(cc: &AnyController, before: u64, in_recovery: bool, persistent: bool) {
+    let after = cc.window();
+    let minimum = cc.minimum_window();
+    if persistent {
+        assert_eq!(
+            after, minimum,
+            "persistent congestion must collapse the window"
+        );
+    } else if in_recovery {
+        assert_eq!(after, before, "second reduction within one recovery period");
+    } else {
+        assert_eq!(after, reduced(cc.algorithm(), before, minimum));
+        assert_eq!(cc.ssthresh(), after);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn controller_invariants_hold_after_every_step(
+        algorithm in algorithm(),
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let mut cc = CongestionConfig::with_datagram_size(algorithm, MDS).build();
+        let mut rtt = RttEstimator::new(Duration::from_millis(333));
+        let mut now = Timestamp::from_secs_f64(10.0);
+        let mut min_sample = Duration::MAX;
+        for op in ops {
+            now += Duration::from_micros(1);
+            let before = cc.window();
+            match op {
+                Op::Send { bytes } => {
+                    cc.on_sent(now, bytes);
+                    prop_assert_eq!(cc.window(), before);
+                }
+                Op::Ack { bytes, age_us, sample_us, ack_delay_us, app_limited } => {
+                    let sample = Duration::from_micros(sample_us);
+                    rtt.update(Duration::from_micros(ack_delay_us), sample);
+                    min_sample = min_sample.min(sample);
+                    prop_assert_eq!(rtt.min_rtt(), min_sample);
+                    prop_assert!(rtt.min_rtt() <= rtt.latest());
+                    prop_assert!(rtt.pto_base() >= rtt.srtt() + GRANULARITY);
+                    let sent = now.saturating_sub(Duration::from_micros(age_us));
+                    let in_recovery = cc.in_recovery(sent);
+                    cc.on_ack(now, sent, bytes, &rtt, app_limited);
+                    check_ack(&cc, before, bytes, in_recovery, app_limited);
+                }
+                Op::Loss { age_us, persistent, bytes } => {
+                    let sent = now.saturating_sub(Duration::from_micros(age_us));
+                    let in_recovery = cc.in_recovery(sent);
+                    cc.on_congestion_event(now, sent, persistent, bytes);
+                    check_loss(&cc, before, in_recovery, persistent);
+                    if !persistent {
+                        prop_assert!(cc.in_recovery(sent), "a loss must start or continue recovery");
+                    }
+                }
+                Op::Idle { us } => now += Duration::from_micros(us),
+            }
+            prop_assert!(cc.window() >= cc.minimum_window());
+            prop_assert!(cc.window() >= MDS * 2);
+        }
+    }
+
+    #[test]
+    fn pacer_never_exceeds_burst_plus_rate_and_always_makes_progress(
+        window in 2 * MDS..=2_000_000u64,
+        srtt_us in 100..=1_000_000u64,
+        burst in MDS..=20 * MDS,
+        gaps in prop::collection::vec(0..=5_000u64, 1..300),
+    ) {
+        let srtt = Duration::from_micros(srtt_us);
+        let mut pacer = Pacer::new(burst);
+        let start = Timestamp::from_millis(1);
+        let mut now = start;
+        pacer.delay(now, MDS, window, srtt);
+        let mut sent: u128 = 0;
+        for gap in gaps {
+            now += Duration::from_micros(gap);
+            match pacer.delay(now, MDS, window, srtt) {
+                None => {
+                    pacer.on_sent(now, MDS);
+                    sent += u128::from(MDS);
+                }
+                Some(at) => {
+                    prop_assert!(at > now);
+                    // Waiting until `at` must be enough.
+                    let mut probe = pacer.clone();
+                    prop_assert_eq!(probe.delay(at, MDS, window, srtt), None);
+                }
+            }
+            prop_assert!(pacer.tokens() <= burst);
+            // rate = 5 * window / (4 * srtt) bytes per µs
+            let elapsed = u128::from(duration_micros(now - start));
+            let allowed = u128::from(burst) + elapsed * 5 * u128::from(window) / (4 * u128::from(srtt_us));
+            prop_assert!(sent <= allowed, "sent {} > allowed {}", sent, allowed);
+        }
+    }
+
+    #[test]
+    fn token_bucket_conserves_tokens(
+        rate in 1..=100_000_000u64,
+        burst in 1..=100_000u64,
+        steps in prop::collection::vec((0..=10_000u64, 1..=10_000u64), 1..300),
+    ) {
+        let mut bucket = TokenBucket::new(rate, burst);
+        let mut now = Timestamp::ZERO;
+        let mut consumed: u128 = 0;
+        for (gap, bytes) in steps {
+            now += Duration::from_micros(gap);
+            let ready = bucket.ready_at(bytes);
+            if bucket.has_tokens(now, bytes) {
+                bucket.consume(bytes);
+                consumed += u128::from(bytes);
+            } else if bytes <= burst {
+                prop_assert!(ready > now, "ready_at {:?} but refused at {:?}", ready, now);
+                let at = bucket.ready_at(bytes);
+                let mut probe = bucket.clone();
+                prop_assert!(probe.has_tokens(at, bytes));
+            } else {
+                prop_assert_eq!(bucket.ready_at(bytes), Timestamp::MAX);
+            }
+            prop_assert!(bucket.tokens() <= burst);
+            let allowed = u128::from(burst) + u128::from(now.as_micros()) * u128::from(rate) / 1_000_000;
+            prop_assert!(consumed <= allowed, "consumed {} > allowed {}", consumed, allowed);
+        }
+    }
+}

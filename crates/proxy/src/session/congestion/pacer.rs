@@ -1,0 +1,254 @@
+//! Pacing of one path's packets, RFC 9002 §7.7.
+//!
+//! A token bucket refilled at `1.25 * cwnd / srtt` bytes per second (N = 1.25 so that pacing does
+//! not itself limit the window) and holding at most `max_burst_bytes` (the burst the sender may
+//! emit at once, e.g. 10 datagrams). The rate is recomputed from the window and smoothed RTT
+//! passed on every call, so it follows the controller without being told of changes. Refills are
+//! exact rational arithmetic that keeps the sub-byte remainder, so a slow rate polled every
+//! microsecond accrues exactly as much as one polled once.
+
+use std::time::Duration;
+
+use braid_sched_core::Timestamp;
+use braid_sched_core::time::duration_micros;
+
+/// Paces one path (RFC 9002 §7.7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pacer {
+    tokens: u64,
+    /// Sub-byte remainder of the last refill, in units of `1 / fraction_unit` bytes.
+    fraction: u128,
+    /// The denominator `fraction` is counted in (the rate's `micros` when it was earned).
+    fraction_unit: u128,
+    max_burst_bytes: u64,
+    last_refill: Timestamp,
+}
+
+/// The pacing rate as the exact fraction `bytes / micros` (bytes per µs).
+#[derive(Clone, Copy, Debug)]
+struct Rate {
+    bytes: u128,
+    micros: u128,
+}
+
+impl Rate {
+    /// `1.25 * window / srtt` = `5 * window` bytes per `4 * srtt` µs; `None` when either is zero.
+    fn new(window: u64, srtt: Duration) -> Option<Rate> {
+        let micros = 4 * u128::from(duration_micros(srtt));
+        let bytes = 5 * u128::from(window);
+        (micros > 0 && bytes > 0).then_some(Rate { bytes, micros })
+    }
+}
+
+impl Pacer {
+    /// A pacer that starts with a full burst of `max_burst_bytes`.
+    pub fn new(max_burst_bytes: u64) -> Self {
+        Pacer {
+            tokens: max_burst_bytes,
+            fraction: 0,
+            fraction_unit: 0,
+            max_burst_bytes,
+            last_refill: Timestamp::ZERO,
+        }
+    }
+
+    /// When a packet of `bytes` may be sent: `None` now, `Some(t)` not before `t` (later than
+    /// `now` unless `now` is [`Timestamp::MAX`]). `window` is the congestion window and `srtt`
+    /// the smoothed RTT; with either zero there is no rate to pace at and the answer is `None`
+    /// (the window still gates). A packet larger than the burst waits until the bucket holds it.
+    pub fn delay(
+        &mut self,
+        now: Timestamp,
+        bytes: u64,
+        window: u64,
+        srtt: Duration,
+    ) -> Option<Timestamp> {
+        let rate = Rate::new(window, srtt)?;
+        self.refill(now, rate, self.max_burst_bytes.max(bytes));
+        if self.tokens >= bytes {
+            return None;
+        }
+        let needed = u128::from(bytes - self.tokens)
+            .saturating_mul(rate.micros)
+            .saturating_sub(self.fraction);
+        let wait = u64::try_from(needed.div_ceil(rate.bytes)).unwrap_or(u64::MAX);
+        Some(self.last_refill + Duration::from_micros(wait))
+    }
+
+    /// A packet of `bytes` was sent: its bytes leave the bucket.
+    pub fn on_sent(&mut self, now: Timestamp, bytes: u64) {
+        if now > self.last_refill && self.tokens >= self.max_burst_bytes {
+            // A full bucket earns nothing while it waits; start accruing from this send.
+            self.last_refill = now;
+            self.fraction = 0;
+        }
+        self.tokens = self.tokens.saturating_sub(bytes);
+    }
+
+    /// Bytes that may be sent at once, as of the last call.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// Adds what `rate` earned since the last refill, up to `capacity`.
+    fn refill(&mut self, now: Timestamp, rate: Rate, capacity: u64) {
+        if self.fraction_unit != rate.micros {
+            // The remainder was counted at another RTT; dropping it loses less than a byte.
+            self.fraction = 0;
+            self.fraction_unit = rate.micros;
+        }
+        let elapsed = u128::from(duration_micros(now - self.last_refill));
+        self.last_refill = self.last_refill.max(now);
+        let earned = elapsed
+            .checked_mul(rate.bytes)
+            .and_then(|scaled| scaled.checked_add(self.fraction));
+        let room = u128::from(capacity.saturating_sub(self.tokens));
+        match earned {
+            Some(scaled) if scaled / rate.micros < room => {
+                // Less than `room`, which fits in a u64, so the conversion cannot fail.
+                self.tokens += u64::try_from(scaled / rate.micros).unwrap_or(0);
+                self.fraction = scaled % rate.micros;
+            }
+            _ => {
+                self.tokens = capacity;
+                self.fraction = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MDS: u64 = 1200;
+
+    fn us(v: u64) -> Timestamp {
+        Timestamp::from_micros(v)
+    }
+
+    /// Sends `count` datagrams as early as the pacer allows, returning their send times.
+    fn send_paced(pacer: &mut Pacer, count: usize, window: u64, srtt: Duration) -> Vec<u64> {
+        let mut now = Timestamp::ZERO;
+        let mut times = Vec::with_capacity(count);
+        while times.len() < count {
+            match pacer.delay(now, MDS, window, srtt) {
+                None => {
+                    pacer.on_sent(now, MDS);
+                    times.push(now.as_micros());
+                }
+                Some(at) => {
+                    assert!(at > now, "delay {at:?} not after {now:?}");
+                    now = at;
+                }
+            }
+        }
+        times
+    }
+
+    #[test]
+    fn spreads_a_window_over_the_round_trip() {
+        // window 120000 bytes, srtt 100 ms: rate 1.25 * 120000 / 0.1 s = 1.5 bytes/µs, so one
+        // 1200-byte datagram every 800 µs after a 10-datagram burst.
+        let mut pacer = Pacer::new(10 * MDS);
+        let times = send_paced(&mut pacer, 100, 120_000, Duration::from_millis(100));
+        assert!(times[..10].iter().all(|&t| t == 0));
+        for (i, &t) in times.iter().enumerate().skip(10) {
+            assert_eq!(t, (i as u64 - 9) * 800, "datagram {i}");
+        }
+        // The whole window is out after (100 - 10) * 800 µs = 72 ms = 0.8 srtt minus the burst.
+        assert_eq!(times[99], 72_000);
+    }
+
+    #[test]
+    fn uneven_rates_keep_the_sub_byte_remainder() {
+        // window 12000, srtt 70 ms: 5 * 12000 bytes per 280000 µs = 3/14 bytes/µs; a 1200-byte
+        // datagram takes 5600 µs exactly. Polling every µs must not lose fractions.
+        let mut pacer = Pacer::new(MDS);
+        pacer.on_sent(us(0), MDS);
+        let mut sent = Vec::new();
+        for t in 0..=20_000 {
+            if pacer
+                .delay(us(t), MDS, 12_000, Duration::from_millis(70))
+                .is_none()
+            {
+                pacer.on_sent(us(t), MDS);
+                sent.push(t);
+            }
+        }
+        assert_eq!(sent, vec![5_600, 11_200, 16_800]);
+    }
+
+    #[test]
+    fn delay_names_the_exact_instant_and_the_rate_follows_the_window() {
+        let mut pacer = Pacer::new(2 * MDS);
+        pacer.on_sent(us(0), 2 * MDS);
+        // 1.5 bytes/µs: 1200 bytes after 800 µs.
+        assert_eq!(
+            pacer.delay(us(0), MDS, 120_000, Duration::from_millis(100)),
+            Some(us(800))
+        );
+        assert_eq!(
+            pacer.delay(us(799), MDS, 120_000, Duration::from_millis(100)),
+            Some(us(800))
+        );
+        assert_eq!(
+            pacer.delay(us(800), MDS, 120_000, Duration::from_millis(100)),
+            None
+        );
+        pacer.on_sent(us(800), MDS);
+        // Twice the window, twice the rate: the next 1200 bytes take 400 µs.
+        assert_eq!(
+            pacer.delay(us(800), MDS, 240_000, Duration::from_millis(100)),
+            Some(us(1_200))
+        );
+    }
+
+    #[test]
+    fn idle_time_refills_only_up_to_the_burst() {
+        let mut pacer = Pacer::new(3 * MDS);
+        let times = send_paced(&mut pacer, 3, 120_000, Duration::from_millis(100));
+        assert_eq!(times, vec![0, 0, 0]);
+        // After a long idle period only 3 datagrams may go back to back.
+        let now = us(10_000_000);
+        for _ in 0..3 {
+            assert_eq!(
+                pacer.delay(now, MDS, 120_000, Duration::from_millis(100)),
+                None
+            );
+            pacer.on_sent(now, MDS);
+        }
+        assert_eq!(
+            pacer.delay(now, MDS, 120_000, Duration::from_millis(100)),
+            Some(now + Duration::from_micros(800))
+        );
+    }
+
+    #[test]
+    fn no_rate_means_no_pacing_and_oversized_packets_still_go() {
+        let mut pacer = Pacer::new(MDS);
+        pacer.on_sent(us(0), MDS);
+        assert_eq!(pacer.delay(us(0), MDS, 0, Duration::from_millis(10)), None);
+        assert_eq!(pacer.delay(us(0), MDS, 12_000, Duration::ZERO), None);
+        // A 3000-byte packet with a 1200-byte burst: waits for 3000 bytes, then goes.
+        let mut pacer = Pacer::new(MDS);
+        let wait = pacer.delay(us(0), 3_000, 120_000, Duration::from_millis(100));
+        assert_eq!(wait, Some(us(1_200)));
+        assert_eq!(
+            pacer.delay(us(1_200), 3_000, 120_000, Duration::from_millis(100)),
+            None
+        );
+    }
+
+    #[test]
+    fn extreme_inputs_do_not_panic() {
+        let mut pacer = Pacer::new(u64::MAX);
+        assert_eq!(
+            pacer.delay(Timestamp::MAX, u64::MAX, u64::MAX, Duration::MAX),
+            None
+        );
+        pacer.on_sent(Timestamp::MAX, u64::MAX);
+        let later = pacer.delay(Timestamp::ZERO, u64::MAX, 1, Duration::MAX);
+        assert!(later.is_some());
+    }
+}
