@@ -220,7 +220,8 @@ impl Controller for Cubic {
     }
 
     fn window(&self) -> u64 {
-        // `cwnd` is finite, at least the minimum window and at most 2^53, so this is exact.
+        // `cwnd` is finite and positive; the cast is exact below 2^53 (every window growth is
+        // capped there) and saturating above (only for absurd configured windows).
         self.cwnd as u64
     }
 }
