@@ -7,8 +7,9 @@
 //!   millisecond timestamp at which one 1500-byte packet may cross the link. A repeated
 //!   timestamp gives several opportunities in that millisecond. The file loops with a period
 //!   equal to its last timestamp.
-//! - **CSV of Mbit/s per second** (the NYU METS format, `value,Mbits/sec`): one line per second;
-//!   a rate of r Mbit/s becomes `round(r * 1e6 / (8 * 1500))` opportunities spread evenly over
+//! - **CSV of rates per second** (the NYU METS format, `value,Mbits/sec`; the unit may also be
+//!   `bits/sec`, `Kbits/sec` or `Gbits/sec`, as iperf writes): one line per second; a rate of
+//!   r Mbit/s becomes `round(r * 1e6 / (8 * 1500))` opportunities spread evenly over
 //!   that second. The file loops with a period of one second per line.
 //!
 //! The format is chosen by content: a line containing a comma makes the file CSV, otherwise it
@@ -160,7 +161,8 @@ impl Trace {
         })
     }
 
-    /// Parses the CSV format: `value,Mbits/sec`, one line per second.
+    /// Parses the CSV format: `value,unit` (`Mbits/sec` and the other iperf units), one line
+    /// per second.
     pub fn parse_csv(text: &str, file: &Path) -> Result<Trace, TraceError> {
         let mut opportunities = Vec::new();
         let mut seconds = 0u64;
@@ -178,13 +180,14 @@ impl Trace {
             let (value, unit) = line
                 .split_once(',')
                 .ok_or_else(|| malformed("expected `value,Mbits/sec`"))?;
-            if !unit.trim().eq_ignore_ascii_case("mbits/sec") {
-                return Err(malformed("expected the unit `Mbits/sec` after the comma"));
-            }
-            let mbps: f64 = value
+            let scale = unit_scale(unit.trim()).ok_or_else(|| {
+                malformed("expected a unit `bits/sec`, `Kbits/sec`, `Mbits/sec` or `Gbits/sec`")
+            })?;
+            let value: f64 = value
                 .trim()
                 .parse()
-                .map_err(|_| malformed("expected a rate in Mbit/s before the comma"))?;
+                .map_err(|_| malformed("expected a number before the comma"))?;
+            let mbps = value * scale;
             if !mbps.is_finite() || mbps < 0.0 || mbps > 1e6 {
                 return Err(malformed("expected a finite rate between 0 and 1e6 Mbit/s"));
             }
@@ -260,6 +263,20 @@ impl Trace {
     }
 }
 
+/// Mbit/s per unit of an iperf-style rate unit (the NYU METS files mix them).
+fn unit_scale(unit: &str) -> Option<f64> {
+    const UNITS: [(&str, f64); 4] = [
+        ("bits/sec", 1e-6),
+        ("kbits/sec", 1e-3),
+        ("mbits/sec", 1.0),
+        ("gbits/sec", 1e3),
+    ];
+    UNITS
+        .iter()
+        .find(|(name, _)| unit.eq_ignore_ascii_case(name))
+        .map(|&(_, scale)| scale)
+}
+
 fn empty(file: &Path, problem: &'static str) -> TraceError {
     TraceError::Empty {
         file: file.to_path_buf(),
@@ -285,7 +302,7 @@ mod tests {
 
     #[test]
     fn csv_spreads_opportunities_evenly() {
-        let t = Trace::parse("0.036,Mbits/sec\n0,Mbits/sec\n", Path::new("x")).unwrap();
+        let t = Trace::parse("36,Kbits/sec\r\n0,Mbits/sec\r\n", Path::new("x")).unwrap();
         // 0.036 Mbit/s = 3 packets of 1500 bytes per second.
         assert_eq!(t.opportunities, vec![0, 333_333, 666_666]);
         assert_eq!(t.period_micros(), 2_000_000);
