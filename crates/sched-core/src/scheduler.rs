@@ -514,6 +514,35 @@ mod tests {
     }
 
     #[test]
+    fn every_listed_parameter_is_settable_to_its_default() {
+        for &kind in SchedulerKind::ALL {
+            let mut config = SchedulerConfig::new(kind);
+            for p in kind.info().params {
+                config.set(p.name, p.default).unwrap();
+            }
+            assert_eq!(config, SchedulerConfig::new(kind), "{kind}");
+        }
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        let mut ecf = SchedulerConfig::new(SchedulerKind::Ecf);
+        ecf.set("beta", 0.5).unwrap();
+        assert_eq!(ecf, SchedulerConfig::Ecf(EcfConfig { beta: 0.5 }));
+        let err = ecf.set("beta", 1.5).unwrap_err();
+        assert!(err.to_string().contains("beta") && err.to_string().contains("1.5"));
+        assert!(ecf.set("beta", f64::NAN).is_err());
+        let mut blest = SchedulerConfig::new(SchedulerKind::Blest);
+        blest.set("max_lambda", 1.5).unwrap();
+        assert!(blest.set("lambda", -1.0).is_err());
+        let mut peekaboo = SchedulerConfig::new(SchedulerKind::Peekaboo);
+        peekaboo.set("seed", 7.0).unwrap();
+        assert!(peekaboo.set("seed", 7.5).is_err());
+        let err = peekaboo.set("beta", 0.1).unwrap_err();
+        assert!(err.to_string().contains("alpha, margin"));
+    }
+
+    #[test]
     fn unknown_parameter_is_named() {
         let mut config = SchedulerConfig::new(SchedulerKind::MinRtt);
         let err = config.set("beta", 0.25).unwrap_err();

@@ -53,10 +53,10 @@ pub fn check_decision(
     packet: &PacketMeta,
     decision: Decision,
 ) -> Result<(), Violation> {
-    if let Decision::Duplicate(set) = decision {
-        if set.len() < 2 {
-            return Err(Violation::EmptyDuplicate(set.len()));
-        }
+    if let Decision::Duplicate(set) = decision
+        && set.len() < 2
+    {
+        return Err(Violation::EmptyDuplicate(set.len()));
     }
     if decision == Decision::Drop
         && (packet.deadline.is_none() || packet.class != crate::TrafficClass::Realtime)

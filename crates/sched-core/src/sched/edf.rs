@@ -74,7 +74,9 @@ impl Scheduler for Edf {
         match (in_time, any_room) {
             (Some(p), _) => Decision::Send(p.id),
             _ if could_meet => Decision::Wait,
-            _ if packet.class == TrafficClass::Realtime => Decision::Drop,
+            _ if packet.deadline.is_some() && packet.class == TrafficClass::Realtime => {
+                Decision::Drop
+            }
             (None, Some(p)) => Decision::Send(p.id),
             (None, None) => Decision::Wait,
         }
@@ -136,5 +138,12 @@ mod tests {
             s.select(&p, &PacketMeta::bulk(1_000), now),
             Decision::Send(PathId(1))
         );
+        // No live path at all: a real-time packet without deadline waits, it is never dropped.
+        p[1].state = PathState::Failed;
+        let no_deadline = PacketMeta {
+            deadline: None,
+            ..realtime(0)
+        };
+        assert_eq!(s.select(&p, &no_deadline, now), Decision::Wait);
     }
 }
