@@ -1,0 +1,246 @@
+//! Session and path configuration. Every buffer the session keeps is bounded by a field here;
+//! [`SessionConfig::memory_bound`] adds them up so tests can check [`super::Session::memory_usage`]
+//! against it.
+
+use std::time::Duration;
+
+use braid_sched_core::MAX_PATHS;
+
+use super::congestion::CongestionConfig;
+use super::error::ConfigError;
+
+/// Which end of the session this is. Client-opened flows have even ids, server-opened odd ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The daemon on the device (opens most flows).
+    Client,
+    /// The daemon on the server.
+    Server,
+}
+
+impl Role {
+    /// The lowest bit of the flow ids this role opens.
+    pub(crate) fn flow_parity(self) -> u64 {
+        match self {
+            Role::Client => 0,
+            Role::Server => 1,
+        }
+    }
+}
+
+/// A path's priority tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Carries traffic whenever it has room.
+    #[default]
+    Primary,
+    /// Carries traffic only when no primary path can.
+    Backup,
+}
+
+/// Configuration of one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathConfig {
+    /// Primary or backup.
+    pub tier: Tier,
+    /// Relative weight for weighted schedulers, at least 1.
+    pub weight: u16,
+    /// Optional rate cap, bytes per second (independent of congestion control).
+    pub rate_cap: Option<u64>,
+    /// Largest datagram payload the path carries, bytes (at least [`MIN_DATAGRAM_SIZE`]).
+    pub max_datagram_size: u16,
+}
+
+/// The smallest `max_datagram_size` a path may have.
+pub const MIN_DATAGRAM_SIZE: u16 = 200;
+
+impl Default for PathConfig {
+    fn default() -> Self {
+        PathConfig {
+            tier: Tier::Primary,
+            weight: 1,
+            rate_cap: None,
+            max_datagram_size: 1200,
+        }
+    }
+}
+
+impl PathConfig {
+    /// Checks the values.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.weight == 0 {
+            return Err(err("weight", 0, "at least 1"));
+        }
+        if self.max_datagram_size < MIN_DATAGRAM_SIZE {
+            return Err(err(
+                "max_datagram_size",
+                self.max_datagram_size,
+                "at least 200 bytes",
+            ));
+        }
+        if self.rate_cap == Some(0) {
+            return Err(err("rate_cap", 0, "positive bytes per second, or none"));
+        }
+        Ok(())
+    }
+}
+
+fn err(field: &'static str, value: impl ToString, expected: &'static str) -> ConfigError {
+    ConfigError {
+        field,
+        value: value.to_string(),
+        expected,
+    }
+}
+
+/// Configuration of a session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionConfig {
+    /// Most flows open at once (both directions together).
+    pub max_flows: usize,
+    /// Bytes a flow buffers for sending (written but not yet acknowledged).
+    pub flow_send_buffer: u64,
+    /// Bytes a flow may receive beyond what the application has read (its flow-control window
+    /// and the size of its receive/reorder buffer).
+    pub flow_receive_window: u64,
+    /// Stream bytes all flows together may receive beyond what has been read.
+    pub session_receive_window: u64,
+    /// Datagrams queued for sending, all flows together.
+    pub datagram_send_queue: usize,
+    /// Datagrams queued per flow for the application to read; older ones are dropped.
+    pub datagram_receive_queue: usize,
+    /// Largest datagram payload accepted by `send_datagram`, bytes.
+    pub max_datagram_payload: usize,
+    /// Packets tracked per path for acknowledgement and loss detection; when full, the path is
+    /// treated as having no window.
+    pub max_sent_packets: usize,
+    /// Received-packet ranges remembered per path (and the most sent in one ACK).
+    pub max_ack_ranges: usize,
+    /// RTT assumed before the first sample.
+    pub initial_rtt: Duration,
+    /// Longest we delay an ACK.
+    pub max_ack_delay: Duration,
+    /// An idle live path sends a PING this often.
+    pub heartbeat_interval: Duration,
+    /// Consecutive probe timeouts after which a path is declared failed.
+    pub failure_probe_timeouts: u32,
+    /// A failed path is probed this often to find out whether it came back.
+    pub failed_probe_interval: Duration,
+    /// The session closes when no path has been alive for this long.
+    pub idle_timeout: Duration,
+    /// How often the receiver report rides on an ACK.
+    pub report_interval: Duration,
+    /// The congestion controller built for every path (its datagram size is the path's).
+    pub congestion: CongestionConfig,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            max_flows: 1024,
+            flow_send_buffer: 1 << 20,
+            flow_receive_window: 1 << 20,
+            session_receive_window: 16 << 20,
+            datagram_send_queue: 512,
+            datagram_receive_queue: 256,
+            max_datagram_payload: 1100,
+            max_sent_packets: 8192,
+            max_ack_ranges: 32,
+            initial_rtt: Duration::from_millis(100),
+            max_ack_delay: Duration::from_millis(5),
+            heartbeat_interval: Duration::from_secs(1),
+            failure_probe_timeouts: 3,
+            failed_probe_interval: Duration::from_millis(250),
+            idle_timeout: Duration::from_secs(30),
+            report_interval: Duration::from_millis(100),
+            congestion: CongestionConfig::default(),
+        }
+    }
+}
+
+impl SessionConfig {
+    /// Checks the values; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive: [(&'static str, u64); 7] = [
+            ("max_flows", self.max_flows as u64),
+            ("flow_send_buffer", self.flow_send_buffer),
+            ("flow_receive_window", self.flow_receive_window),
+            ("datagram_send_queue", self.datagram_send_queue as u64),
+            ("datagram_receive_queue", self.datagram_receive_queue as u64),
+            ("max_sent_packets", self.max_sent_packets as u64),
+            ("failure_probe_timeouts", u64::from(self.failure_probe_timeouts)),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(err(field, value, "positive"));
+            }
+        }
+        if self.session_receive_window < self.flow_receive_window {
+            return Err(err(
+                "session_receive_window",
+                self.session_receive_window,
+                "at least flow_receive_window",
+            ));
+        }
+        if self.max_ack_ranges == 0 || self.max_ack_ranges > 64 {
+            return Err(err("max_ack_ranges", self.max_ack_ranges, "1..=64"));
+        }
+        if self.max_datagram_payload == 0 || self.max_datagram_payload > 65_000 {
+            return Err(err(
+                "max_datagram_payload",
+                self.max_datagram_payload,
+                "1..=65000 bytes",
+            ));
+        }
+        if self.initial_rtt.is_zero() || self.heartbeat_interval.is_zero() {
+            return Err(err("initial_rtt/heartbeat_interval", 0, "positive"));
+        }
+        Ok(())
+    }
+
+    /// The most bytes the session's buffers may hold, from the limits above: every flow's send
+    /// buffer and receive window, the datagram queues, and the per-path packet and range records.
+    /// [`super::Session::memory_usage`] stays below it.
+    pub fn memory_bound(&self) -> u64 {
+        let flows = self.max_flows as u64
+            * (self.flow_send_buffer + self.flow_receive_window + FLOW_OVERHEAD);
+        let datagrams = (2 * self.datagram_send_queue as u64
+            + self.datagram_receive_queue as u64 * self.max_flows as u64)
+            * (self.max_datagram_payload as u64 + DATAGRAM_OVERHEAD);
+        let paths = MAX_PATHS as u64
+            * (self.max_sent_packets as u64 * SENT_PACKET_SIZE
+                + self.max_ack_ranges as u64 * 16
+                + PATH_OVERHEAD);
+        flows + datagrams + paths
+    }
+}
+
+/// Bookkeeping bytes charged per flow besides its buffers.
+pub(crate) const FLOW_OVERHEAD: u64 = 4096;
+/// Bookkeeping bytes charged per queued datagram besides its payload.
+pub(crate) const DATAGRAM_OVERHEAD: u64 = 64;
+/// Bytes charged per tracked sent packet.
+pub(crate) const SENT_PACKET_SIZE: u64 = 128;
+/// Bookkeeping bytes charged per path.
+pub(crate) const PATH_OVERHEAD: u64 = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_fields_are_named() {
+        SessionConfig::default().validate().unwrap();
+        PathConfig::default().validate().unwrap();
+        let bad = SessionConfig {
+            max_flows: 0,
+            ..SessionConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().field, "max_flows");
+        let bad = PathConfig {
+            max_datagram_size: 10,
+            ..PathConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("max_datagram_size"));
+    }
+}

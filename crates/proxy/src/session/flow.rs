@@ -1,0 +1,378 @@
+//! Flows: the per-flow state ([`Flow`]) and the application-facing flow API of [`Session`]
+//! (open, write, read, finish, reset, datagrams), plus the bookkeeping when a flow's data is
+//! acknowledged or lost and when a flow is done and forgotten.
+//!
+//! Resetting a flow aborts both directions: the resetting end sends RESET with its final size,
+//! the other end answers with its own RESET, and each settles session-wide flow-control credit
+//! from the other's final size before forgetting the flow.
+
+use std::collections::VecDeque;
+
+use braid_sched_core::{FlowId, Timestamp};
+
+use super::datagram::QueuedDatagram;
+use super::error::FlowError;
+use super::frame::{FlowKind, Target};
+use super::sent::Control;
+use super::stream::{Chunk, RecvStream, SendStream};
+use super::{Event, Session};
+
+/// A datagram flow's state.
+#[derive(Debug)]
+pub(crate) struct DatagramFlow {
+    pub next_seq: u64,
+    pub inbox: VecDeque<Vec<u8>>,
+}
+
+/// The two kinds of flow.
+#[derive(Debug)]
+pub(crate) enum Body {
+    Stream { send: SendStream, recv: RecvStream },
+    Datagram(DatagramFlow),
+}
+
+/// One flow.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    pub target: Target,
+    pub kind: FlowKind,
+    /// The peer has acknowledged our OPEN (always true for peer-opened flows).
+    pub open_acked: bool,
+    pub body: Body,
+    pub in_send_queue: bool,
+    pub in_retransmit_queue: bool,
+    pub readable_signalled: bool,
+    pub write_blocked: bool,
+    pub finished_signalled: bool,
+    /// We reset the flow with this code.
+    pub local_reset: Option<u64>,
+    pub reset_acked: bool,
+    /// The peer reset the flow (its RESET arrived).
+    pub peer_reset: bool,
+}
+
+impl Flow {
+    pub fn new(kind: FlowKind, target: Target, local: bool, config: &super::SessionConfig) -> Self {
+        let body = match kind {
+            FlowKind::Stream => Body::Stream {
+                send: SendStream::new(config.flow_send_buffer, config.flow_receive_window),
+                recv: RecvStream::new(config.flow_receive_window),
+            },
+            FlowKind::Datagram => Body::Datagram(DatagramFlow {
+                next_seq: 0,
+                inbox: VecDeque::new(),
+            }),
+        };
+        Flow {
+            target,
+            kind,
+            open_acked: !local,
+            body,
+            in_send_queue: false,
+            in_retransmit_queue: false,
+            readable_signalled: false,
+            write_blocked: false,
+            finished_signalled: false,
+            local_reset: None,
+            reset_acked: false,
+            peer_reset: false,
+        }
+    }
+
+    /// (allocated, send buffered, receive buffered, datagrams queued).
+    pub fn memory(&self) -> (u64, u64, u64, usize) {
+        match &self.body {
+            Body::Stream { send, recv } => (
+                send.allocated() + recv.allocated(),
+                send.buffered(),
+                recv.buffered(),
+                0,
+            ),
+            Body::Datagram(d) => (
+                d.inbox.iter().map(|b| b.capacity() as u64).sum::<u64>()
+                    + (d.inbox.capacity() * std::mem::size_of::<Vec<u8>>()) as u64,
+                0,
+                0,
+                d.inbox.len(),
+            ),
+        }
+    }
+
+    pub fn stream_send(&mut self) -> Option<&mut SendStream> {
+        match &mut self.body {
+            Body::Stream { send, .. } => Some(send),
+            Body::Datagram(_) => None,
+        }
+    }
+
+    /// Both directions are over and nothing is left to deliver reliably.
+    pub fn is_done(&self) -> bool {
+        let send_done = match self.local_reset {
+            Some(_) => self.reset_acked,
+            None => match &self.body {
+                Body::Stream { send, .. } => send.is_done(),
+                Body::Datagram(_) => false,
+            },
+        };
+        let recv_done = self.peer_reset
+            || match &self.body {
+                Body::Stream { recv, .. } => recv.is_finished(),
+                Body::Datagram(_) => false,
+            };
+        send_done && recv_done
+    }
+}
+
+impl Session {
+    /// Opens a flow towards `target`; the peer learns of it with the flow's first packet.
+    pub fn open_flow(&mut self, kind: FlowKind, target: Target) -> Result<FlowId, FlowError> {
+        if self.state != super::SessionState::Open {
+            return Err(FlowError::SessionClosed);
+        }
+        if let Target::Domain { name, .. } = &target
+            && (name.is_empty() || name.len() > 255)
+        {
+            return Err(FlowError::InvalidDomain(name.clone()));
+        }
+        if self.flows.len() >= self.config.max_flows {
+            return Err(FlowError::TooManyFlows {
+                max: self.config.max_flows,
+            });
+        }
+        let id = FlowId(self.next_local_flow);
+        self.next_local_flow += 2;
+        self.flows
+            .insert(id, Flow::new(kind, target, true, &self.config));
+        self.push_control(Control::Open(id));
+        Ok(id)
+    }
+
+    fn flow_mut(&mut self, id: FlowId) -> Result<&mut Flow, FlowError> {
+        self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))
+    }
+
+    /// Buffers as much of `data` as the flow's send buffer takes; returns how much (0 when
+    /// full: a [`Event::FlowWritable`] follows when space frees up).
+    pub fn write(&mut self, id: FlowId, data: &[u8]) -> Result<usize, FlowError> {
+        let flow = self.flow_mut(id)?;
+        if flow.local_reset.is_some() {
+            return Err(FlowError::ClosedForWriting(id));
+        }
+        let Body::Stream { send, .. } = &mut flow.body else {
+            return Err(FlowError::WrongKind(id));
+        };
+        if send.is_finished() {
+            return Err(FlowError::ClosedForWriting(id));
+        }
+        let n = send.write(data);
+        flow.write_blocked = n < data.len();
+        self.unsent_bytes += n as u64;
+        if n > 0 {
+            self.enqueue_send(id);
+        }
+        Ok(n)
+    }
+
+    /// Bytes `write` would accept now.
+    pub fn writable(&self, id: FlowId) -> Result<u64, FlowError> {
+        match &self.flows.get(&id).ok_or(FlowError::UnknownFlow(id))?.body {
+            Body::Stream { send, .. } => Ok(send.writable()),
+            Body::Datagram(_) => Err(FlowError::WrongKind(id)),
+        }
+    }
+
+    /// Reads in-order bytes. `Ok(Some(0))`: nothing yet; `Ok(None)`: the peer finished and
+    /// everything was read.
+    pub fn read(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
+        let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
+        let Body::Stream { recv, .. } = &mut flow.body else {
+            return Err(FlowError::WrongKind(id));
+        };
+        let n = recv.read(out);
+        flow.readable_signalled = false;
+        let update = recv.window_update();
+        let finished = recv.is_finished();
+        self.consumed_total += n as u64;
+        self.report.report.delivered_bytes += n as u64;
+        if update.is_some() {
+            self.push_control(Control::MaxFlowData(id));
+        }
+        self.update_session_window();
+        if n == 0 && finished {
+            self.maybe_forget(id);
+            return Ok(None);
+        }
+        if finished {
+            self.maybe_forget(id);
+        }
+        Ok(Some(n))
+    }
+
+    pub(crate) fn update_session_window(&mut self) {
+        let window = self.config.session_receive_window;
+        let target = self.consumed_total + window;
+        if target - self.local_max_data >= window / 2 {
+            self.local_max_data = target;
+            self.push_control(Control::MaxData);
+        }
+    }
+
+    /// Half-closes the flow: the peer reads to the end of what was written, then sees the end.
+    pub fn finish(&mut self, id: FlowId) -> Result<(), FlowError> {
+        let flow = self.flow_mut(id)?;
+        if flow.local_reset.is_some() {
+            return Err(FlowError::ClosedForWriting(id));
+        }
+        let Body::Stream { send, .. } = &mut flow.body else {
+            return Err(FlowError::WrongKind(id));
+        };
+        send.finish();
+        self.enqueue_send(id);
+        Ok(())
+    }
+
+    /// Aborts the flow in both directions with `code` (also how a datagram flow is closed).
+    pub fn reset(&mut self, id: FlowId, code: u64) -> Result<(), FlowError> {
+        let flow = self.flow_mut(id)?;
+        if flow.local_reset.is_some() {
+            return Ok(());
+        }
+        flow.local_reset = Some(code);
+        let mut released = 0;
+        let mut unsent = 0;
+        if let Body::Stream { send, recv } = &mut flow.body {
+            unsent = send.unsent();
+            send.reset();
+            released = recv.abandon();
+        }
+        self.unsent_bytes = self.unsent_bytes.saturating_sub(unsent);
+        self.consumed_total += released;
+        self.datagrams.remove_flow(id);
+        self.push_control(Control::Reset(id));
+        self.update_session_window();
+        Ok(())
+    }
+
+    /// Queues a datagram on a datagram flow; `budget_us` is how long it stays useful from now.
+    pub fn send_datagram(
+        &mut self,
+        id: FlowId,
+        data: &[u8],
+        budget_us: Option<u32>,
+        now: Timestamp,
+    ) -> Result<(), FlowError> {
+        let max = self.config.max_datagram_payload;
+        if data.len() > max {
+            return Err(FlowError::DatagramTooLarge {
+                len: data.len(),
+                max,
+            });
+        }
+        let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
+        if flow.local_reset.is_some() {
+            return Err(FlowError::ClosedForWriting(id));
+        }
+        let Body::Datagram(d) = &mut flow.body else {
+            return Err(FlowError::WrongKind(id));
+        };
+        let seq = d.next_seq;
+        d.next_seq += 1;
+        let data = self.datagrams.buffer_with(data);
+        self.datagrams.push(QueuedDatagram {
+            flow: id,
+            seq,
+            deadline: budget_us.map(|b| now + std::time::Duration::from_micros(u64::from(b))),
+            data,
+        })
+    }
+
+    /// Takes the oldest received datagram of the flow into `out`; returns its length (cut to
+    /// `out.len()`), or `None` when none is waiting.
+    pub fn recv_datagram(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
+        let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
+        let Body::Datagram(d) = &mut flow.body else {
+            return Err(FlowError::WrongKind(id));
+        };
+        let Some(buf) = d.inbox.pop_front() else {
+            return Ok(None);
+        };
+        let n = buf.len().min(out.len());
+        out[..n].copy_from_slice(&buf[..n]);
+        self.datagrams.recycle(buf);
+        Ok(Some(n))
+    }
+
+    /// The flows open now.
+    pub fn flow_ids(&self) -> impl Iterator<Item = FlowId> + '_ {
+        self.flows.keys().copied()
+    }
+
+    pub(crate) fn enqueue_send(&mut self, id: FlowId) {
+        if let Some(flow) = self.flows.get_mut(&id)
+            && !flow.in_send_queue
+        {
+            flow.in_send_queue = true;
+            self.send_queue.push_back(id);
+        }
+    }
+
+    pub(crate) fn enqueue_retransmit(&mut self, id: FlowId) {
+        if let Some(flow) = self.flows.get_mut(&id)
+            && !flow.in_retransmit_queue
+        {
+            flow.in_retransmit_queue = true;
+            self.retransmit_queue.push_back(id);
+        }
+    }
+
+    /// A packet carrying `chunk` of `id` was acknowledged.
+    pub(crate) fn on_chunk_acked(&mut self, id: FlowId, chunk: Chunk) {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        let Body::Stream { send, .. } = &mut flow.body else {
+            return;
+        };
+        let before = send.writable();
+        let range = chunk.offset..chunk.offset + u64::from(chunk.len);
+        let was_lost = send.on_acked(range, chunk.fin);
+        self.lost_bytes = self.lost_bytes.saturating_sub(was_lost);
+        if flow.write_blocked && send.writable() > before {
+            flow.write_blocked = false;
+            self.events.push_back(Event::FlowWritable(id));
+        }
+        self.maybe_forget(id);
+    }
+
+    /// A packet carrying `chunk` of `id` was lost (or its path failed).
+    pub(crate) fn on_chunk_lost(&mut self, id: FlowId, chunk: Chunk) {
+        let Some(send) = self.flows.get_mut(&id).and_then(Flow::stream_send) else {
+            return;
+        };
+        let range = chunk.offset..chunk.offset + u64::from(chunk.len);
+        let added = send.on_lost(range, chunk.fin);
+        self.lost_bytes += added;
+        if send.has_lost() {
+            self.enqueue_retransmit(id);
+        }
+    }
+
+    /// Forgets the flow when both directions are over.
+    pub(crate) fn maybe_forget(&mut self, id: FlowId) {
+        if !self.flows.get(&id).is_some_and(Flow::is_done) {
+            return;
+        }
+        if let Some(mut flow) = self.flows.remove(&id) {
+            if let Body::Stream { recv, .. } = &mut flow.body {
+                self.consumed_total += recv.abandon();
+            }
+            if let Body::Datagram(d) = &mut flow.body {
+                while let Some(buf) = d.inbox.pop_front() {
+                    self.datagrams.recycle(buf);
+                }
+            }
+            self.events.push_back(Event::FlowClosed(id));
+            self.update_session_window();
+        }
+    }
+}

@@ -1,0 +1,786 @@
+//! The wire format (documented field by field in `docs/protocol.md`): a packet is one QUIC
+//! DATAGRAM payload made of a header (version byte, per-path packet number) followed by frames.
+//!
+//! Decoding borrows from the received buffer and never allocates; every malformed input is a
+//! [`FrameError`] naming the field, never a panic. Encoding writes into the caller's buffer.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use braid_sched_core::{FlowId, PathId, ReceiverReport};
+
+use super::error::FrameError;
+use super::ranges::RangeSet;
+use super::varint::{Reader, Writer, varint_len};
+
+/// The protocol version this build speaks (first byte of every packet).
+pub const VERSION: u8 = 1;
+/// The most additional ACK ranges a decoder accepts in one ACK frame.
+pub const MAX_ACK_RANGES: u64 = 64;
+/// The longest CLOSE reason, bytes.
+pub const MAX_REASON_LEN: usize = 256;
+
+/// Frame type bytes.
+pub mod kind {
+    /// PING: elicits an ACK (heartbeat, probe).
+    pub const PING: u64 = 0x01;
+    /// ACK without a receiver report.
+    pub const ACK: u64 = 0x02;
+    /// ACK with a receiver report.
+    pub const ACK_REPORT: u64 = 0x03;
+    /// STREAM bytes.
+    pub const STREAM: u64 = 0x04;
+    /// STREAM bytes, the last of the flow (FIN).
+    pub const STREAM_FIN: u64 = 0x05;
+    /// DATAGRAM without deadline.
+    pub const DATAGRAM: u64 = 0x06;
+    /// DATAGRAM with a deadline budget.
+    pub const DATAGRAM_DEADLINE: u64 = 0x07;
+    /// OPEN a flow.
+    pub const OPEN: u64 = 0x08;
+    /// RESET a flow.
+    pub const RESET: u64 = 0x09;
+    /// MAX_DATA (session-wide credit).
+    pub const MAX_DATA: u64 = 0x0a;
+    /// MAX_FLOW_DATA (one flow's credit).
+    pub const MAX_FLOW_DATA: u64 = 0x0b;
+    /// PATH_STATUS (tier of a path).
+    pub const PATH_STATUS: u64 = 0x0c;
+    /// CLOSE the session.
+    pub const CLOSE: u64 = 0x0d;
+}
+
+/// Whether a flow carries reliable ordered bytes or unreliable datagrams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlowKind {
+    /// Reliable, ordered bytes (a proxied TCP connection).
+    Stream,
+    /// Unreliable datagrams (a proxied UDP association).
+    Datagram,
+}
+
+/// Where the peer should connect a flow: an address, or a domain name it resolves.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// An IPv4 or IPv6 socket address.
+    Addr(SocketAddr),
+    /// A domain name (1..=255 bytes of text) and port.
+    Domain {
+        /// The name.
+        name: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl Target {
+    /// Borrows the target for encoding.
+    pub fn as_ref(&self) -> TargetRef<'_> {
+        match self {
+            Target::Addr(a) => TargetRef::Addr(*a),
+            Target::Domain { name, port } => TargetRef::Domain { name, port: *port },
+        }
+    }
+}
+
+/// A target as decoded from a packet (borrowing its domain name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetRef<'a> {
+    /// An address.
+    Addr(SocketAddr),
+    /// A domain name and port.
+    Domain {
+        /// The name.
+        name: &'a str,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl TargetRef<'_> {
+    /// An owned copy.
+    pub fn to_owned(self) -> Target {
+        match self {
+            TargetRef::Addr(a) => Target::Addr(a),
+            TargetRef::Domain { name, port } => Target::Domain {
+                name: name.to_owned(),
+                port,
+            },
+        }
+    }
+}
+
+/// A deadline carried by a DATAGRAM frame: the budget left when it was sent and the sender's
+/// clock at that moment (used only relative to a running minimum, never compared across clocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatagramDeadline {
+    /// Microseconds the datagram had left to arrive when sent.
+    pub budget_us: u32,
+    /// The sender's clock when it was sent, µs.
+    pub sent_at_us: u64,
+}
+
+/// An ACK frame: which packets of one path's packet-number space arrived.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AckFrame<'a> {
+    /// The path whose packets are acknowledged.
+    pub path: PathId,
+    /// The largest packet number acknowledged.
+    pub largest: u64,
+    /// Microseconds the receiver held the largest packet before sending this ACK.
+    pub ack_delay_us: u64,
+    /// The receiver's clock when the largest packet arrived, µs.
+    pub receiver_time_us: u64,
+    /// Packets below `largest` acknowledged contiguously with it.
+    pub first_range: u64,
+    /// The receiver's periodic report, when this ACK carries one.
+    pub report: Option<ReceiverReport>,
+    range_count: u64,
+    raw_ranges: &'a [u8],
+}
+
+impl<'a> AckFrame<'a> {
+    /// Acknowledged packet numbers as inclusive `(smallest, largest)` pairs, highest first.
+    pub fn ranges(&self) -> AckRanges<'a> {
+        AckRanges {
+            reader: Reader::new(self.raw_ranges),
+            next: Some((self.largest - self.first_range, self.largest)),
+            left: self.range_count,
+        }
+    }
+}
+
+/// Iterator over the ranges of a validated [`AckFrame`].
+#[derive(Debug)]
+pub struct AckRanges<'a> {
+    reader: Reader<'a>,
+    next: Option<(u64, u64)>,
+    left: u64,
+}
+
+impl Iterator for AckRanges<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        let current = self.next.take()?;
+        if self.left > 0 {
+            self.left -= 1;
+            // Validated when the frame was decoded, so these reads and subtractions succeed.
+            self.next = next_ack_range(&mut self.reader, current.0).ok();
+        }
+        Some(current)
+    }
+}
+
+fn next_ack_range(r: &mut Reader<'_>, smallest: u64) -> Result<(u64, u64), FrameError> {
+    let gap = r.varint("ack gap")?;
+    let len = r.varint("ack range length")?;
+    let largest = smallest
+        .checked_sub(gap)
+        .and_then(|v| v.checked_sub(2))
+        .ok_or(FrameError::AckRangeUnderflow { index: 0 })?;
+    let low = largest
+        .checked_sub(len)
+        .ok_or(FrameError::AckRangeUnderflow { index: 0 })?;
+    Ok((low, largest))
+}
+
+/// One decoded frame.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Frame<'a> {
+    /// Elicits an ACK.
+    Ping,
+    /// Acknowledges packets of one path.
+    Ack(AckFrame<'a>),
+    /// Bytes of a stream flow at `offset`.
+    Stream {
+        /// The flow.
+        flow: FlowId,
+        /// Byte offset of `data` in the flow.
+        offset: u64,
+        /// True when `offset + data.len()` is the flow's final size.
+        fin: bool,
+        /// The bytes.
+        data: &'a [u8],
+    },
+    /// One unreliable datagram of a datagram flow.
+    Datagram {
+        /// The flow.
+        flow: FlowId,
+        /// Sequence number within the flow.
+        seq: u64,
+        /// Its deadline, if it has one.
+        deadline: Option<DatagramDeadline>,
+        /// The payload.
+        data: &'a [u8],
+    },
+    /// Opens a flow towards a target.
+    Open {
+        /// The new flow.
+        flow: FlowId,
+        /// Stream or datagram.
+        kind: FlowKind,
+        /// Where the peer should connect it.
+        target: TargetRef<'a>,
+    },
+    /// Abandons a flow.
+    Reset {
+        /// The flow.
+        flow: FlowId,
+        /// Application error code.
+        code: u64,
+        /// Bytes the sender had sent on the flow.
+        final_size: u64,
+    },
+    /// The session-wide limit on stream bytes the peer may send (sum of flows' highest offsets).
+    MaxData(u64),
+    /// One flow's limit: the peer may send bytes below `max`.
+    MaxFlowData {
+        /// The flow.
+        flow: FlowId,
+        /// The limit.
+        max: u64,
+    },
+    /// The sender's view of a path's tier.
+    PathStatus {
+        /// The path.
+        path: PathId,
+        /// True for backup, false for primary.
+        backup: bool,
+        /// Sequence number; the highest wins.
+        seq: u64,
+    },
+    /// Closes the session.
+    Close {
+        /// Error code (0: normal).
+        code: u64,
+        /// Human-readable reason.
+        reason: &'a str,
+    },
+}
+
+/// Writes a packet header; returns its length.
+pub fn encode_header(w: &mut Writer<'_>, packet_number: u64) -> Result<(), FrameError> {
+    w.u8(VERSION)?;
+    w.varint(packet_number)
+}
+
+/// The most bytes a header takes.
+pub const MAX_HEADER_LEN: usize = 1 + 8;
+
+/// Parses a packet header and returns the packet number and an iterator over its frames.
+pub fn parse_packet(buf: &[u8]) -> Result<(u64, Frames<'_>), FrameError> {
+    let mut r = Reader::new(buf);
+    let version = r.u8("version")?;
+    if version != VERSION {
+        return Err(FrameError::UnsupportedVersion(version));
+    }
+    let pn = r.varint("packet number")?;
+    if r.remaining() == 0 {
+        return Err(FrameError::Empty);
+    }
+    Ok((pn, Frames { reader: r }))
+}
+
+/// The frames of a packet, in order; stops at the first malformed one.
+#[derive(Debug)]
+pub struct Frames<'a> {
+    reader: Reader<'a>,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, FrameError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.reader.remaining() == 0 {
+            return None;
+        }
+        let frame = Frame::decode(&mut self.reader);
+        if frame.is_err() {
+            // Consume the rest so iteration ends after the error.
+            let rest = self.reader.remaining();
+            let _ = self.reader.bytes(rest, "rest");
+        }
+        Some(frame)
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// Decodes one frame from `r`.
+    pub fn decode(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
+        let ty = r.varint("frame type")?;
+        Ok(match ty {
+            kind::PING => Frame::Ping,
+            kind::ACK | kind::ACK_REPORT => Frame::Ack(decode_ack(r, ty == kind::ACK_REPORT)?),
+            kind::STREAM | kind::STREAM_FIN => {
+                let flow = FlowId(r.varint("stream flow")?);
+                let offset = r.varint("stream offset")?;
+                let len = r.varint("stream length")?;
+                if offset.checked_add(len).is_none_or(|e| e > super::varint::VARINT_MAX) {
+                    return Err(FrameError::ValueTooLarge {
+                        field: "stream length",
+                        value: len,
+                    });
+                }
+                let data = r.bytes(usize::try_from(len).unwrap_or(usize::MAX), "stream data")?;
+                Frame::Stream {
+                    flow,
+                    offset,
+                    fin: ty == kind::STREAM_FIN,
+                    data,
+                }
+            }
+            kind::DATAGRAM | kind::DATAGRAM_DEADLINE => {
+                let flow = FlowId(r.varint("datagram flow")?);
+                let seq = r.varint("datagram seq")?;
+                let deadline = if ty == kind::DATAGRAM_DEADLINE {
+                    Some(DatagramDeadline {
+                        budget_us: r.varint_u32("datagram budget")?,
+                        sent_at_us: r.varint("datagram sent_at")?,
+                    })
+                } else {
+                    None
+                };
+                let len = r.varint("datagram length")?;
+                let data = r.bytes(usize::try_from(len).unwrap_or(usize::MAX), "datagram data")?;
+                Frame::Datagram {
+                    flow,
+                    seq,
+                    deadline,
+                    data,
+                }
+            }
+            kind::OPEN => decode_open(r)?,
+            kind::RESET => Frame::Reset {
+                flow: FlowId(r.varint("reset flow")?),
+                code: r.varint("reset code")?,
+                final_size: r.varint("reset final size")?,
+            },
+            kind::MAX_DATA => Frame::MaxData(r.varint("max data")?),
+            kind::MAX_FLOW_DATA => Frame::MaxFlowData {
+                flow: FlowId(r.varint("max flow data flow")?),
+                max: r.varint("max flow data")?,
+            },
+            kind::PATH_STATUS => {
+                let path = decode_path(r, "path status path")?;
+                let status = r.u8("path status")?;
+                if status > 1 {
+                    return Err(FrameError::InvalidEnum {
+                        field: "path status",
+                        value: status,
+                    });
+                }
+                Frame::PathStatus {
+                    path,
+                    backup: status == 1,
+                    seq: r.varint("path status seq")?,
+                }
+            }
+            kind::CLOSE => {
+                let code = r.varint("close code")?;
+                let len = r.varint("close reason length")?;
+                if len > MAX_REASON_LEN as u64 {
+                    return Err(FrameError::ValueTooLarge {
+                        field: "close reason length",
+                        value: len,
+                    });
+                }
+                let bytes = r.bytes(len as usize, "close reason")?;
+                let reason = std::str::from_utf8(bytes).map_err(|_| FrameError::InvalidText {
+                    field: "close reason",
+                })?;
+                Frame::Close { code, reason }
+            }
+            other => return Err(FrameError::UnknownFrameType(other)),
+        })
+    }
+
+    /// Writes the frame. ACK frames are written with [`encode_ack`] from a [`RangeSet`]; writing
+    /// a decoded ACK re-emits its ranges unchanged.
+    pub fn encode(&self, w: &mut Writer<'_>) -> Result<(), FrameError> {
+        match *self {
+            Frame::Ping => w.varint(kind::PING),
+            Frame::Ack(ack) => {
+                write_ack_head(w, &ack, ack.range_count)?;
+                w.bytes(ack.raw_ranges)?;
+                write_report(w, ack.report.as_ref())
+            }
+            Frame::Stream {
+                flow,
+                offset,
+                fin,
+                data,
+            } => {
+                encode_stream_header(w, flow, offset, data.len(), fin)?;
+                w.bytes(data)
+            }
+            Frame::Datagram {
+                flow,
+                seq,
+                deadline,
+                data,
+            } => {
+                encode_datagram_header(w, flow, seq, deadline, data.len())?;
+                w.bytes(data)
+            }
+            Frame::Open { flow, kind, target } => encode_open(w, flow, kind, target),
+            Frame::Reset {
+                flow,
+                code,
+                final_size,
+            } => {
+                w.varint(kind::RESET)?;
+                w.varint(flow.0)?;
+                w.varint(code)?;
+                w.varint(final_size)
+            }
+            Frame::MaxData(max) => {
+                w.varint(kind::MAX_DATA)?;
+                w.varint(max)
+            }
+            Frame::MaxFlowData { flow, max } => {
+                w.varint(kind::MAX_FLOW_DATA)?;
+                w.varint(flow.0)?;
+                w.varint(max)
+            }
+            Frame::PathStatus { path, backup, seq } => {
+                w.varint(kind::PATH_STATUS)?;
+                w.u8(path.0)?;
+                w.u8(u8::from(backup))?;
+                w.varint(seq)
+            }
+            Frame::Close { code, reason } => {
+                let reason = truncate_text(reason, MAX_REASON_LEN);
+                w.varint(kind::CLOSE)?;
+                w.varint(code)?;
+                w.varint(reason.len() as u64)?;
+                w.bytes(reason.as_bytes())
+            }
+        }
+    }
+}
+
+fn truncate_text(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn decode_path(r: &mut Reader<'_>, field: &'static str) -> Result<PathId, FrameError> {
+    let p = r.u8(field)?;
+    if usize::from(p) >= braid_sched_core::MAX_PATHS {
+        return Err(FrameError::ValueTooLarge {
+            field,
+            value: u64::from(p),
+        });
+    }
+    Ok(PathId(p))
+}
+
+fn decode_ack<'a>(r: &mut Reader<'a>, with_report: bool) -> Result<AckFrame<'a>, FrameError> {
+    let path = decode_path(r, "ack path")?;
+    let largest = r.varint("ack largest")?;
+    let ack_delay_us = r.varint("ack delay")?;
+    let receiver_time_us = r.varint("ack receiver time")?;
+    let range_count = r.varint("ack range count")?;
+    if range_count > MAX_ACK_RANGES {
+        return Err(FrameError::ValueTooLarge {
+            field: "ack range count",
+            value: range_count,
+        });
+    }
+    let first_range = r.varint("ack first range")?;
+    let mut smallest = largest
+        .checked_sub(first_range)
+        .ok_or(FrameError::AckRangeUnderflow { index: 0 })?;
+    // Validate the ranges now so that `AckFrame::ranges` cannot fail later.
+    let mut probe = Reader::new(rest_of(r));
+    for index in 1..=range_count {
+        let (low, _) = next_ack_range(&mut probe, smallest).map_err(|e| match e {
+            FrameError::AckRangeUnderflow { .. } => FrameError::AckRangeUnderflow { index },
+            other => other,
+        })?;
+        smallest = low;
+    }
+    let used = rest_of(r).len() - probe.remaining();
+    let raw_ranges = r.bytes(used, "ack ranges")?;
+    let report = if with_report {
+        Some(ReceiverReport {
+            interval_us: r.varint_u32("report interval")?,
+            delivered_bytes: r.varint("report delivered")?,
+            duplicate_bytes: r.varint("report duplicate")?,
+            ooo_packets: r.varint_u32("report out-of-order")?,
+            deadline_met: r.varint_u32("report deadline met")?,
+            deadline_total: r.varint_u32("report deadline total")?,
+        })
+    } else {
+        None
+    };
+    Ok(AckFrame {
+        path,
+        largest,
+        ack_delay_us,
+        receiver_time_us,
+        first_range,
+        report,
+        range_count,
+        raw_ranges,
+    })
+}
+
+fn rest_of<'a>(r: &Reader<'a>) -> &'a [u8] {
+    r.peek_rest()
+}
+
+fn write_ack_head(w: &mut Writer<'_>, ack: &AckFrame<'_>, range_count: u64) -> Result<(), FrameError> {
+    w.varint(if ack.report.is_some() { kind::ACK_REPORT } else { kind::ACK })?;
+    w.u8(ack.path.0)?;
+    w.varint(ack.largest)?;
+    w.varint(ack.ack_delay_us)?;
+    w.varint(ack.receiver_time_us)?;
+    w.varint(range_count)?;
+    w.varint(ack.first_range)
+}
+
+fn write_report(w: &mut Writer<'_>, report: Option<&ReceiverReport>) -> Result<(), FrameError> {
+    if let Some(rep) = report {
+        w.varint(u64::from(rep.interval_us))?;
+        w.varint(rep.delivered_bytes)?;
+        w.varint(rep.duplicate_bytes)?;
+        w.varint(u64::from(rep.ooo_packets))?;
+        w.varint(u64::from(rep.deadline_met))?;
+        w.varint(u64::from(rep.deadline_total))?;
+    }
+    Ok(())
+}
+
+/// What [`encode_ack`] writes besides the ranges.
+#[derive(Clone, Copy, Debug)]
+pub struct AckFields {
+    /// The path whose packets are acknowledged.
+    pub path: PathId,
+    /// Microseconds the largest packet was held.
+    pub ack_delay_us: u64,
+    /// Our clock when the largest packet arrived, µs.
+    pub receiver_time_us: u64,
+    /// The report to attach.
+    pub report: Option<ReceiverReport>,
+}
+
+/// Writes an ACK frame for the packet numbers in `received` (highest ranges first), with as
+/// many ranges as fit in `max_len` bytes and [`MAX_ACK_RANGES`]. Returns false (writing nothing)
+/// when `received` is empty or not even the first range fits.
+pub fn encode_ack(
+    w: &mut Writer<'_>,
+    received: &RangeSet,
+    fields: &AckFields,
+    max_len: usize,
+) -> Result<bool, FrameError> {
+    let Some(top) = received.iter().next_back() else {
+        return Ok(false);
+    };
+    let largest = top.end - 1;
+    let head = AckFrame {
+        path: fields.path,
+        largest,
+        ack_delay_us: fields.ack_delay_us,
+        receiver_time_us: fields.receiver_time_us,
+        first_range: largest - top.start,
+        report: fields.report,
+        range_count: 0,
+        raw_ranges: &[],
+    };
+    let report_len = fields.report.map_or(0, |r| report_len(&r));
+    let mut len = ack_head_len(&head, 0) + report_len;
+    if len > max_len.min(w.remaining()) {
+        return Ok(false);
+    }
+    // Count how many further ranges fit.
+    let mut count = 0u64;
+    let mut smallest = top.start;
+    for r in received.iter().rev().skip(1) {
+        let gap = smallest - r.end - 1;
+        let extra = varint_len(gap) + varint_len(r.end - 1 - r.start);
+        let grown = len - ack_head_len(&head, count) + ack_head_len(&head, count + 1) + extra;
+        if count == MAX_ACK_RANGES || grown > max_len.min(w.remaining()) {
+            break;
+        }
+        len = grown;
+        count += 1;
+        smallest = r.start;
+    }
+    write_ack_head(w, &head, count)?;
+    let mut smallest = top.start;
+    for r in received.iter().rev().skip(1).take(count as usize) {
+        w.varint(smallest - r.end - 1)?;
+        w.varint(r.end - 1 - r.start)?;
+        smallest = r.start;
+    }
+    write_report(w, fields.report.as_ref())?;
+    Ok(true)
+}
+
+fn ack_head_len(a: &AckFrame<'_>, range_count: u64) -> usize {
+    1 + 1
+        + varint_len(a.largest)
+        + varint_len(a.ack_delay_us)
+        + varint_len(a.receiver_time_us)
+        + varint_len(range_count)
+        + varint_len(a.first_range)
+}
+
+fn report_len(r: &ReceiverReport) -> usize {
+    varint_len(u64::from(r.interval_us))
+        + varint_len(r.delivered_bytes)
+        + varint_len(r.duplicate_bytes)
+        + varint_len(u64::from(r.ooo_packets))
+        + varint_len(u64::from(r.deadline_met))
+        + varint_len(u64::from(r.deadline_total))
+}
+
+/// Writes a STREAM frame header for `len` bytes that the caller writes right after.
+pub fn encode_stream_header(
+    w: &mut Writer<'_>,
+    flow: FlowId,
+    offset: u64,
+    len: usize,
+    fin: bool,
+) -> Result<(), FrameError> {
+    w.varint(if fin { kind::STREAM_FIN } else { kind::STREAM })?;
+    w.varint(flow.0)?;
+    w.varint(offset)?;
+    w.varint(len as u64)
+}
+
+/// The most bytes a STREAM frame header takes.
+pub const MAX_STREAM_HEADER_LEN: usize = 1 + 8 + 8 + 4;
+
+/// Writes a DATAGRAM frame header for `len` bytes that the caller writes right after.
+pub fn encode_datagram_header(
+    w: &mut Writer<'_>,
+    flow: FlowId,
+    seq: u64,
+    deadline: Option<DatagramDeadline>,
+    len: usize,
+) -> Result<(), FrameError> {
+    match deadline {
+        Some(d) => {
+            w.varint(kind::DATAGRAM_DEADLINE)?;
+            w.varint(flow.0)?;
+            w.varint(seq)?;
+            w.varint(u64::from(d.budget_us))?;
+            w.varint(d.sent_at_us)?;
+        }
+        None => {
+            w.varint(kind::DATAGRAM)?;
+            w.varint(flow.0)?;
+            w.varint(seq)?;
+        }
+    }
+    w.varint(len as u64)
+}
+
+/// The most bytes a DATAGRAM frame header takes.
+pub const MAX_DATAGRAM_HEADER_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4;
+
+fn encode_open(
+    w: &mut Writer<'_>,
+    flow: FlowId,
+    kind: FlowKind,
+    target: TargetRef<'_>,
+) -> Result<(), FrameError> {
+    w.varint(kind::OPEN)?;
+    w.varint(flow.0)?;
+    w.u8(match kind {
+        FlowKind::Stream => 0,
+        FlowKind::Datagram => 1,
+    })?;
+    match target {
+        TargetRef::Addr(SocketAddr::V4(a)) => {
+            w.u8(4)?;
+            w.bytes(&a.ip().octets())?;
+            w.u16(a.port())
+        }
+        TargetRef::Addr(SocketAddr::V6(a)) => {
+            w.u8(6)?;
+            w.bytes(&a.ip().octets())?;
+            w.u16(a.port())
+        }
+        TargetRef::Domain { name, port } => {
+            let len = u8::try_from(name.len())
+                .ok()
+                .filter(|&l| l > 0)
+                .ok_or(FrameError::ValueTooLarge {
+                    field: "open domain length",
+                    value: name.len() as u64,
+                })?;
+            w.u8(3)?;
+            w.u8(len)?;
+            w.bytes(name.as_bytes())?;
+            w.u16(port)
+        }
+    }
+}
+
+fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
+    let flow = FlowId(r.varint("open flow")?);
+    let kind = match r.u8("open kind")? {
+        0 => FlowKind::Stream,
+        1 => FlowKind::Datagram,
+        value => {
+            return Err(FrameError::InvalidEnum {
+                field: "open kind",
+                value,
+            });
+        }
+    };
+    let target = match r.u8("open address type")? {
+        4 => {
+            let b = r.bytes(4, "open ipv4")?;
+            let ip = Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+            TargetRef::Addr(SocketAddr::new(ip.into(), r.u16("open port")?))
+        }
+        6 => {
+            let mut o = [0u8; 16];
+            o.copy_from_slice(r.bytes(16, "open ipv6")?);
+            TargetRef::Addr(SocketAddr::new(Ipv6Addr::from(o).into(), r.u16("open port")?))
+        }
+        3 => {
+            let len = r.u8("open domain length")?;
+            let b = r.bytes(usize::from(len), "open domain")?;
+            let name = std::str::from_utf8(b)
+                .ok()
+                .filter(|n| !n.is_empty())
+                .ok_or(FrameError::InvalidText {
+                    field: "open domain",
+                })?;
+            TargetRef::Domain {
+                name,
+                port: r.u16("open port")?,
+            }
+        }
+        value => {
+            return Err(FrameError::InvalidEnum {
+                field: "open address type",
+                value,
+            });
+        }
+    };
+    Ok(Frame::Open { flow, kind, target })
+}
+
+/// Bytes an OPEN frame for `target` takes.
+pub fn open_len(flow: FlowId, target: TargetRef<'_>) -> usize {
+    1 + varint_len(flow.0)
+        + 2
+        + match target {
+            TargetRef::Addr(SocketAddr::V4(_)) => 4 + 2,
+            TargetRef::Addr(SocketAddr::V6(_)) => 16 + 2,
+            TargetRef::Domain { name, .. } => 1 + name.len() + 2,
+        }
+}
+
+#[cfg(test)]
+#[path = "frame_tests.rs"]
+mod tests;

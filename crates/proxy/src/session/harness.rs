@@ -1,0 +1,301 @@
+//! A deterministic in-memory harness: two [`Session`]s (client and server) joined by K simulated
+//! paths, in virtual time, with a seeded RNG. Each path is a pair of links (one per direction)
+//! with one-way delay, a rate (serialisation time plus a droptail queue), random loss,
+//! reordering (extra delay for some packets), duplication and outage windows.
+//!
+//! IO-free and public so that the testbed simulator and the property tests build on it. The same
+//! seed always gives the same run.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use braid_sched_core::{AnyScheduler, PathId, SchedulerKind, Timestamp};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use super::{PathConfig, Role, Session, SessionConfig, SessionError};
+
+/// One direction of a simulated path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// One-way propagation delay.
+    pub delay: Duration,
+    /// Bytes per second; 0 means unlimited (no serialisation delay, no queue).
+    pub rate_bytes_per_sec: u64,
+    /// Packets the droptail queue holds.
+    pub queue_packets: usize,
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is held back by `reorder_delay` (and so overtaken).
+    pub reorder: f64,
+    /// Extra delay of reordered packets.
+    pub reorder_delay: Duration,
+    /// Probability a packet is delivered twice.
+    pub duplicate: f64,
+    /// Windows `[start, end)` during which everything sent or arriving is lost.
+    pub outages: Vec<(Timestamp, Timestamp)>,
+}
+
+impl LinkConfig {
+    /// A lossless link of `rate_mbps` Mbit/s (0: unlimited) and `delay_ms` one-way delay with a
+    /// queue of about twice the bandwidth-delay product (at least 64 packets).
+    pub fn new(rate_mbps: f64, delay_ms: f64) -> Self {
+        let rate = (rate_mbps * 1e6 / 8.0) as u64;
+        let bdp_packets = (rate as f64 * 2.0 * delay_ms / 1e3 / 1200.0) as usize;
+        LinkConfig {
+            delay: Duration::from_secs_f64(delay_ms / 1e3),
+            rate_bytes_per_sec: rate,
+            queue_packets: (2 * bdp_packets).max(64),
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_millis(5),
+            duplicate: 0.0,
+            outages: Vec::new(),
+        }
+    }
+
+    fn down_at(&self, t: Timestamp) -> bool {
+        self.outages.iter().any(|&(s, e)| s <= t && t < e)
+    }
+}
+
+/// What the links did, summed over all of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets offered to a link.
+    pub offered: u64,
+    /// Packets delivered (duplicates included).
+    pub delivered: u64,
+    /// Lost to random loss.
+    pub lost: u64,
+    /// Dropped by a full queue.
+    pub queue_drops: u64,
+    /// Lost to an outage.
+    pub outage_drops: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Packets delayed for reordering.
+    pub reordered: u64,
+}
+
+#[derive(Debug)]
+struct Link {
+    config: LinkConfig,
+    busy_until: Timestamp,
+    departures: VecDeque<Timestamp>,
+}
+
+impl Link {
+    /// Arrival times of the packet (and of its duplicate), or nothing when it is lost.
+    fn offer(&mut self, now: Timestamp, len: usize, rng: &mut StdRng, stats: &mut LinkStats) -> [Option<Timestamp>; 2] {
+        stats.offered += 1;
+        let c = &self.config;
+        if c.down_at(now) {
+            stats.outage_drops += 1;
+            return [None, None];
+        }
+        let mut depart = now;
+        if c.rate_bytes_per_sec > 0 {
+            while self.departures.front().is_some_and(|&d| d <= now) {
+                self.departures.pop_front();
+            }
+            if self.departures.len() >= c.queue_packets {
+                stats.queue_drops += 1;
+                return [None, None];
+            }
+            let tx = Duration::from_secs_f64(len as f64 / c.rate_bytes_per_sec as f64);
+            depart = self.busy_until.max(now) + tx;
+            self.busy_until = depart;
+            self.departures.push_back(depart);
+        }
+        if c.loss > 0.0 && rng.random_bool(c.loss.min(1.0)) {
+            stats.lost += 1;
+            return [None, None];
+        }
+        let mut arrive = depart + c.delay;
+        if c.reorder > 0.0 && rng.random_bool(c.reorder.min(1.0)) {
+            stats.reordered += 1;
+            arrive += c.reorder_delay;
+        }
+        if c.down_at(arrive) {
+            stats.outage_drops += 1;
+            return [None, None];
+        }
+        let copy = (c.duplicate > 0.0 && rng.random_bool(c.duplicate.min(1.0))).then(|| {
+            stats.duplicated += 1;
+            arrive + Duration::from_micros(rng.random_range(0..2_000))
+        });
+        [Some(arrive), copy]
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Timestamp,
+    seq: u64,
+    to: usize,
+    path: u8,
+    data: Vec<u8>,
+}
+
+/// Index of the client in [`Harness::endpoints`].
+pub const CLIENT: usize = 0;
+/// Index of the server in [`Harness::endpoints`].
+pub const SERVER: usize = 1;
+
+/// Two sessions joined by simulated paths.
+#[derive(Debug)]
+pub struct Harness {
+    now: Timestamp,
+    /// The client (index [`CLIENT`]) and the server (index [`SERVER`]).
+    pub endpoints: [Session; 2],
+    links: Vec<[Link; 2]>,
+    rng: StdRng,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    buf: Vec<u8>,
+    stalls: u32,
+    /// What the links did.
+    pub stats: LinkStats,
+    /// Protocol errors the sessions reported (a correct run has none).
+    pub errors: Vec<SessionError>,
+}
+
+impl Harness {
+    /// A client and a server with `links.len()` paths (the same link model both directions),
+    /// each scheduling with `scheduler`.
+    pub fn new(
+        seed: u64,
+        config: SessionConfig,
+        scheduler: SchedulerKind,
+        links: &[LinkConfig],
+        path: PathConfig,
+    ) -> Self {
+        let now = Timestamp::ZERO;
+        let mut client = Session::new(config.clone(), Role::Client, AnyScheduler::with_defaults(scheduler), now);
+        let mut server = Session::new(config, Role::Server, AnyScheduler::with_defaults(scheduler), now);
+        for i in 0..links.len() {
+            let id = PathId(i as u8);
+            // Paths beyond MAX_PATHS or with a bad config are left out; tests pass valid ones.
+            let _ = client.add_path(id, path, now);
+            let _ = server.add_path(id, path, now);
+        }
+        let link = |c: &LinkConfig| Link {
+            config: c.clone(),
+            busy_until: now,
+            departures: VecDeque::new(),
+        };
+        Harness {
+            now,
+            endpoints: [client, server],
+            links: links.iter().map(|c| [link(c), link(c)]).collect(),
+            rng: StdRng::seed_from_u64(seed),
+            in_flight: BinaryHeap::new(),
+            seq: 0,
+            buf: vec![0; 65_536],
+            stalls: 0,
+            stats: LinkStats::default(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// The virtual time.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// The client session.
+    pub fn client(&mut self) -> &mut Session {
+        &mut self.endpoints[CLIENT]
+    }
+
+    /// The server session.
+    pub fn server(&mut self) -> &mut Session {
+        &mut self.endpoints[SERVER]
+    }
+
+    /// Changes the link model of `path` (both directions) from now on.
+    pub fn set_link(&mut self, path: usize, config: LinkConfig) {
+        if let Some(pair) = self.links.get_mut(path) {
+            pair[0].config = config.clone();
+            pair[1].config = config;
+        }
+    }
+
+    /// Hands everything both sessions want to send now to the links.
+    pub fn flush(&mut self) {
+        for side in [CLIENT, SERVER] {
+            while let Some(t) = self.endpoints[side].poll_transmit(self.now, &mut self.buf) {
+                let Some(pair) = self.links.get_mut(t.path.index()) else {
+                    continue;
+                };
+                let arrivals = pair[side].offer(self.now, t.len, &mut self.rng, &mut self.stats);
+                for at in arrivals.into_iter().flatten() {
+                    self.seq += 1;
+                    self.in_flight.push(Reverse(InFlight {
+                        at,
+                        seq: self.seq,
+                        to: 1 - side,
+                        path: t.path.0,
+                        data: self.buf[..t.len].to_vec(),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Sends what is ready, then advances to the next event (a delivery or a timer) no later
+    /// than `until` and processes it. Returns false when nothing happens before `until` (the
+    /// clock is then at `until`).
+    pub fn step(&mut self, until: Timestamp) -> bool {
+        self.flush();
+        let mut next = self.in_flight.peek().map(|Reverse(p)| p.at);
+        for s in &self.endpoints {
+            if let Some(t) = s.poll_timeout() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        let Some(mut next) = next.filter(|&n| n <= until) else {
+            self.now = self.now.max(until);
+            return false;
+        };
+        if next <= self.now {
+            // A timer that keeps firing without effect must not stall virtual time.
+            self.stalls += 1;
+            if self.stalls > 1_000 {
+                next = self.now + Duration::from_micros(1);
+                self.stalls = 0;
+            }
+        } else {
+            self.stalls = 0;
+        }
+        self.now = self.now.max(next);
+        while self.in_flight.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
+            let Some(Reverse(p)) = self.in_flight.pop() else {
+                break;
+            };
+            if let Err(e) = self.endpoints[p.to].handle_datagram(PathId(p.path), &p.data, self.now) {
+                self.errors.push(e);
+            }
+            self.stats.delivered += 1;
+        }
+        for s in &mut self.endpoints {
+            if s.poll_timeout().is_some_and(|t| t <= self.now) {
+                s.handle_timeout(self.now);
+            }
+        }
+        true
+    }
+
+    /// Runs until `until`, calling `app` before every step (and once at the end).
+    pub fn run_until(&mut self, until: Timestamp, mut app: impl FnMut(&mut Harness)) {
+        loop {
+            app(self);
+            if !self.step(until) {
+                app(self);
+                return;
+            }
+        }
+    }
+}

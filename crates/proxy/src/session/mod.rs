@@ -1,0 +1,450 @@
+//! The sans-IO multipath session core, in the style of quinn-proto: no sockets, no clock, no
+//! tokio. One [`Session`] joins K paths (one QUIC connection per link in the daemon, a simulated
+//! link in [`harness`]) and carries flows over them: reliable byte streams (proxied TCP) and
+//! unreliable datagram flows with optional deadlines (proxied UDP).
+//!
+//! Call order (the driver owns sockets and the clock):
+//!
+//! 1. [`Session::new`], then [`Session::add_path`] for every link;
+//! 2. for each datagram received on a path: [`Session::handle_datagram`];
+//! 3. repeatedly [`Session::poll_transmit`] into the driver's buffer and send `buf[..len]` as one
+//!    QUIC DATAGRAM on `transmit.path`, until it returns `None`;
+//! 4. arm a timer for [`Session::poll_timeout`]; when it fires, [`Session::handle_timeout`];
+//! 5. drain [`Session::poll_event`] and use the flow API ([`Session::open_flow`],
+//!    [`Session::write`], [`Session::read`], [`Session::finish`], [`Session::reset`],
+//!    [`Session::send_datagram`], [`Session::recv_datagram`]).
+//!
+//! Every data packet is placed by the scheduler ([`braid_sched_core::Scheduler::select`], called
+//! once per packet on a preallocated slice of path views); ACK-only packets and probes belong to
+//! one path and bypass it. Each path has one congestion controller ([`congestion`]); loss
+//! detection follows RFC 9002 §6 per path, and a lost packet's bytes may be retransmitted on any
+//! path. A failed path's packets in flight are all reinjected. The wire format is in [`frame`]
+//! and `docs/protocol.md`. Nothing on the send path allocates once buffers are warm.
+
+pub mod config;
+pub mod congestion;
+pub mod error;
+pub mod frame;
+pub mod harness;
+pub mod ranges;
+pub mod varint;
+
+mod datagram;
+mod flow;
+mod path;
+mod recv;
+mod send;
+mod sent;
+mod stream;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use braid_sched_core::{
+    AnyScheduler, FlowId, MAX_PATHS, PathId, PathState, PathView, ReceiverReport, Scheduler,
+    Timestamp,
+};
+
+pub use config::{PathConfig, Role, SessionConfig, Tier};
+pub use error::{ConfigError, FlowError, FrameError, PathError, SessionError};
+pub use frame::{FlowKind, Target};
+pub use path::PathStats;
+
+use datagram::DatagramQueue;
+use flow::Flow;
+use path::Path;
+use ranges::RangeSet;
+use send::PendingCopy;
+use sent::{Control, SentPacket};
+
+/// A packet for the driver to send: `buf[..len]` as one DATAGRAM on `path`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The path to send on.
+    pub path: PathId,
+    /// Bytes written at the start of the caller's buffer.
+    pub len: usize,
+}
+
+/// Something the application or driver should know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The peer opened a flow towards `target`.
+    FlowOpened {
+        /// The flow.
+        flow: FlowId,
+        /// Stream or datagram.
+        kind: FlowKind,
+        /// Where to connect it.
+        target: Target,
+    },
+    /// Stream bytes can be read.
+    FlowReadable(FlowId),
+    /// Send-buffer space freed up on a flow whose writes had been refused.
+    FlowWritable(FlowId),
+    /// The peer finished its side of the flow (read returns `None` once drained).
+    FlowFinished(FlowId),
+    /// The peer reset the flow.
+    FlowReset {
+        /// The flow.
+        flow: FlowId,
+        /// The peer's code.
+        code: u64,
+    },
+    /// The flow is fully closed and forgotten.
+    FlowClosed(FlowId),
+    /// A datagram arrived on a datagram flow.
+    DatagramReceived(FlowId),
+    /// A path stopped answering; its packets in flight were reinjected elsewhere.
+    PathFailed(PathId),
+    /// A failed path answers again and carries traffic again.
+    PathRecovered(PathId),
+    /// The session is closed.
+    Closed {
+        /// The code (0: normal).
+        code: u64,
+        /// Who closed it.
+        by_peer: bool,
+    },
+}
+
+/// Bytes held by the session, for checking it against [`SessionConfig::memory_bound`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Bytes of storage allocated for buffers and tables.
+    pub allocated: u64,
+    /// Stream bytes written and not yet acknowledged, all flows.
+    pub send_buffered: u64,
+    /// Stream bytes received and not yet read (in order or waiting in the reorder buffer).
+    pub receive_buffered: u64,
+    /// Datagrams queued, both directions.
+    pub datagrams_queued: usize,
+    /// Flows open.
+    pub flows: usize,
+}
+
+/// Status of one path, for status displays.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathStatus {
+    /// What the scheduler sees.
+    pub view: PathView,
+    /// Counters.
+    pub stats: PathStats,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SessionState {
+    Open,
+    /// CLOSE queued on every live path (bit set of paths still to send it on).
+    Closing { code: u64, pending: u32 },
+    Closed,
+}
+
+/// The receiver report being accumulated for the peer.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReportAccumulator {
+    report: ReceiverReport,
+    since: Timestamp,
+}
+
+/// One end of a multipath session (see the module docs for the call order).
+#[derive(Debug)]
+pub struct Session {
+    config: SessionConfig,
+    role: Role,
+    state: SessionState,
+    scheduler: AnyScheduler,
+    paths: [Option<Path>; MAX_PATHS],
+    views: [PathView; MAX_PATHS],
+    view_count: usize,
+    pacing_wakeup: Option<Timestamp>,
+    flows: BTreeMap<FlowId, Flow>,
+    next_local_flow: u64,
+    peer_flows_seen: RangeSet,
+    send_queue: VecDeque<FlowId>,
+    retransmit_queue: VecDeque<FlowId>,
+    controls: VecDeque<Control>,
+    datagrams: DatagramQueue,
+    pending_copy: Option<PendingCopy>,
+    events: VecDeque<Event>,
+    // Session-wide flow control.
+    peer_max_data: u64,
+    sent_total: u64,
+    local_max_data: u64,
+    received_total: u64,
+    consumed_total: u64,
+    // Backlog accounting for the scheduler.
+    unsent_bytes: u64,
+    lost_bytes: u64,
+    locally_dropped_deadlines: u32,
+    // Scratch tables reused on every ACK (never reallocated in steady state).
+    scratch_acked: Vec<SentPacket>,
+    scratch_lost: Vec<SentPacket>,
+    report: ReportAccumulator,
+    next_report_at: Timestamp,
+    all_failed_since: Option<Timestamp>,
+    path_status_seq: u64,
+}
+
+impl Session {
+    /// A session with no paths yet. `config` should have passed [`SessionConfig::validate`].
+    pub fn new(
+        config: SessionConfig,
+        role: Role,
+        scheduler: AnyScheduler,
+        now: Timestamp,
+    ) -> Session {
+        let flows_cap = config.max_flows;
+        let controls_cap = 3 * flows_cap + 2 * MAX_PATHS + 4;
+        Session {
+            role,
+            state: SessionState::Open,
+            scheduler,
+            paths: std::array::from_fn(|_| None),
+            views: [PathView::new(PathId(0), 0, 0); MAX_PATHS],
+            view_count: 0,
+            pacing_wakeup: None,
+            flows: BTreeMap::new(),
+            next_local_flow: role.flow_parity(),
+            peer_flows_seen: RangeSet::with_capacity(16),
+            send_queue: VecDeque::with_capacity(flows_cap),
+            retransmit_queue: VecDeque::with_capacity(flows_cap),
+            controls: VecDeque::with_capacity(controls_cap),
+            datagrams: DatagramQueue::new(&config),
+            pending_copy: None,
+            events: VecDeque::with_capacity(4 * flows_cap + 2 * MAX_PATHS),
+            peer_max_data: config.session_receive_window,
+            sent_total: 0,
+            local_max_data: config.session_receive_window,
+            received_total: 0,
+            consumed_total: 0,
+            unsent_bytes: 0,
+            lost_bytes: 0,
+            locally_dropped_deadlines: 0,
+            scratch_acked: Vec::with_capacity(config.max_sent_packets),
+            scratch_lost: Vec::with_capacity(config.max_sent_packets),
+            report: ReportAccumulator {
+                since: now,
+                ..ReportAccumulator::default()
+            },
+            next_report_at: now + config.report_interval,
+            all_failed_since: Some(now),
+            path_status_seq: 0,
+            config,
+        }
+    }
+
+    /// This end's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// The scheduler (e.g. to read its statistics).
+    pub fn scheduler(&self) -> &AnyScheduler {
+        &self.scheduler
+    }
+
+    /// True once the session is closed.
+    pub fn is_closed(&self) -> bool {
+        self.state == SessionState::Closed
+    }
+
+    /// Joins a path.
+    pub fn add_path(
+        &mut self,
+        id: PathId,
+        config: PathConfig,
+        now: Timestamp,
+    ) -> Result<(), PathError> {
+        let slot = self
+            .paths
+            .get_mut(id.index())
+            .ok_or(PathError::OutOfRange(id))?;
+        if slot.is_some() {
+            return Err(PathError::AlreadyJoined(id));
+        }
+        config
+            .validate()
+            .map_err(|source| PathError::Config { path: id, source })?;
+        let path = Path::new(id, config, &self.config, now);
+        let state = path.state;
+        *slot = Some(path);
+        self.all_failed_since = None;
+        self.scheduler.on_path_state(id, state, now);
+        Ok(())
+    }
+
+    /// Removes a path (the link went away); its packets in flight are reinjected elsewhere.
+    pub fn remove_path(&mut self, id: PathId, now: Timestamp) -> Result<(), PathError> {
+        let mut path = self
+            .paths
+            .get_mut(id.index())
+            .and_then(Option::take)
+            .ok_or(PathError::UnknownPath(id))?;
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        path.fail(now, &mut lost);
+        self.on_packets_lost(id, &mut lost, now);
+        self.scratch_lost = lost;
+        self.scheduler.on_path_state(id, PathState::Failed, now);
+        self.note_path_liveness(now);
+        Ok(())
+    }
+
+    /// Changes a path's tier and tells the peer (PATH_STATUS).
+    pub fn set_path_tier(&mut self, id: PathId, tier: Tier, now: Timestamp) -> Result<(), PathError> {
+        let path = self
+            .paths
+            .get_mut(id.index())
+            .and_then(Option::as_mut)
+            .ok_or(PathError::UnknownPath(id))?;
+        path.set_tier(tier);
+        let state = path.state;
+        self.scheduler.on_path_state(id, state, now);
+        self.push_control(Control::PathStatus(id));
+        Ok(())
+    }
+
+    /// The joined paths' current views and counters.
+    pub fn path_status(&mut self, now: Timestamp) -> impl Iterator<Item = PathStatus> + '_ {
+        let mut wake = None;
+        self.paths.iter_mut().flatten().map(move |p| PathStatus {
+            view: p.view(now, &mut wake),
+            stats: p.stats,
+        })
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Bytes and records held now.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let mut usage = MemoryUsage {
+            flows: self.flows.len(),
+            datagrams_queued: self.datagrams.queued(),
+            ..MemoryUsage::default()
+        };
+        for flow in self.flows.values() {
+            let (allocated, send, recv, datagrams) = flow.memory();
+            usage.allocated += allocated + config::FLOW_OVERHEAD / 4;
+            usage.send_buffered += send;
+            usage.receive_buffered += recv;
+            usage.datagrams_queued += datagrams;
+        }
+        usage.allocated += self.datagrams.allocated();
+        for p in self.paths.iter().flatten() {
+            usage.allocated += p.allocated();
+        }
+        usage
+    }
+
+    /// Closes the session: CLOSE goes out on every live path, then the session is closed.
+    pub fn close(&mut self, code: u64, now: Timestamp) {
+        if self.state != SessionState::Open {
+            return;
+        }
+        let mut pending = 0u32;
+        for p in self.paths.iter().flatten() {
+            pending |= 1 << p.id.0;
+        }
+        self.state = SessionState::Closing { code, pending };
+        if pending == 0 {
+            self.finish_close(code, false);
+        }
+        let _ = now;
+    }
+
+    fn finish_close(&mut self, code: u64, by_peer: bool) {
+        if self.state == SessionState::Closed {
+            return;
+        }
+        self.state = SessionState::Closed;
+        self.events.push_back(Event::Closed { code, by_peer });
+    }
+
+    /// When [`Session::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        if self.state == SessionState::Closed {
+            return None;
+        }
+        let mut t: Option<Timestamp> = None;
+        let mut take = |x: Timestamp| t = Some(t.map_or(x, |y: Timestamp| y.min(x)));
+        for p in self.paths.iter().flatten() {
+            if let Some(x) = p.next_timeout(&self.config) {
+                take(x);
+            }
+        }
+        if let Some(since) = self.all_failed_since {
+            take(since + self.config.idle_timeout);
+        }
+        if let Some(w) = self.pacing_wakeup
+            && self.has_backlog()
+        {
+            take(w);
+        }
+        t
+    }
+
+    /// Runs every timer that expired by `now`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if self.state == SessionState::Closed {
+            return;
+        }
+        if self.pacing_wakeup.is_some_and(|w| w <= now) {
+            self.pacing_wakeup = None;
+        }
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        for i in 0..MAX_PATHS {
+            let Some(path) = self.paths[i].as_mut() else {
+                continue;
+            };
+            let failed = path.on_timeout(now, &self.config, &mut lost);
+            let id = path.id;
+            if failed {
+                self.scheduler.on_path_state(id, PathState::Failed, now);
+                self.events.push_back(Event::PathFailed(id));
+            }
+            self.on_packets_lost(id, &mut lost, now);
+        }
+        self.scratch_lost = lost;
+        self.note_path_liveness(now);
+        if let Some(since) = self.all_failed_since
+            && now - since >= self.config.idle_timeout
+        {
+            self.finish_close(error::IDLE_TIMEOUT_CODE, false);
+        }
+    }
+
+    fn note_path_liveness(&mut self, now: Timestamp) {
+        let any_live = self.paths.iter().flatten().any(|p| !p.is_failed());
+        if any_live {
+            self.all_failed_since = None;
+        } else if self.all_failed_since.is_none() {
+            self.all_failed_since = Some(now);
+        }
+    }
+
+    fn has_backlog(&self) -> bool {
+        self.unsent_bytes > 0
+            || self.lost_bytes > 0
+            || self.datagrams.queued() > 0
+            || !self.controls.is_empty()
+    }
+
+    fn push_control(&mut self, c: Control) {
+        if !self.controls.contains(&c) {
+            self.controls.push_back(c);
+        }
+    }
+
+    fn push_event(&mut self, e: Event) {
+        if !self.events.contains(&e) {
+            self.events.push_back(e);
+        }
+    }
+}

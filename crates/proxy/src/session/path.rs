@@ -1,0 +1,547 @@
+//! One path of the session: its packet-number spaces (sent packets awaiting acknowledgement,
+//! received packet numbers awaiting an ACK), its congestion controller, RTT estimator, pacer and
+//! rate cap, its one-way-delay estimate and its liveness (probe timeouts, failure, recovery).
+//!
+//! Loss detection follows RFC 9002 §6: a packet is lost when a packet sent at least
+//! [`PACKET_THRESHOLD`] later was acknowledged, or when it is older than 9/8 of the RTT at the
+//! time a later packet was acknowledged; a probe timeout (§6.2) sends a PING, and
+//! `failure_probe_timeouts` consecutive timeouts declare the path failed.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use braid_sched_core::{PathId, PathState, PathView, Timestamp};
+
+use super::config::{PathConfig, SessionConfig, Tier};
+use super::congestion::{
+    AnyController, CongestionConfig, Controller, GRANULARITY, Pacer, RttEstimator, TokenBucket,
+};
+use super::error::SessionError;
+use super::frame::AckFrame;
+use super::ranges::RangeSet;
+use super::sent::SentPacket;
+
+/// RFC 9002 §6.1.1 packet reordering threshold.
+pub const PACKET_THRESHOLD: u64 = 3;
+/// Weight of one packet in the loss-rate moving average.
+const LOSS_RATE_GAIN: f32 = 1.0 / 64.0;
+
+/// What one ACK frame did to a path.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct AckOutcome {
+    pub acked_bytes: u64,
+    pub lost_bytes: u64,
+    pub rtt_sample: Option<Duration>,
+    /// The path was failed and this ACK brought it back.
+    pub recovered: bool,
+}
+
+/// Per-path state.
+#[derive(Debug)]
+pub(crate) struct Path {
+    pub id: PathId,
+    pub config: PathConfig,
+    pub state: PathState,
+    congestion_config: CongestionConfig,
+    pub cc: AnyController,
+    pub rtt: RttEstimator,
+    pacer: Pacer,
+    bucket: Option<TokenBucket>,
+    // Sending.
+    pub next_pn: u64,
+    sent: VecDeque<SentPacket>,
+    max_sent: usize,
+    pub bytes_in_flight: u64,
+    ack_eliciting_in_flight: u32,
+    largest_acked: Option<u64>,
+    loss_time: Option<Timestamp>,
+    pto_count: u32,
+    last_ack_eliciting_sent: Timestamp,
+    /// A PING must go out on this path (probe timeout, heartbeat, or failed-path probe).
+    pub probe_due: bool,
+    next_failed_probe: Timestamp,
+    pub failed_since: Option<Timestamp>,
+    // Receiving.
+    pub received: RangeSet,
+    max_ack_ranges: usize,
+    largest_received_at: Timestamp,
+    ack_pending: bool,
+    ack_immediate: bool,
+    ack_deadline: Option<Timestamp>,
+    unacked_eliciting: u32,
+    // Estimates.
+    owd_min_relative: Option<i64>,
+    pub owd_us: u32,
+    pub datagram_min_relative: Option<i64>,
+    loss_rate: f32,
+    delivery_rate: u64,
+    rate_window_start: Timestamp,
+    rate_window_bytes: u64,
+    // Counters for status displays.
+    pub stats: PathStats,
+}
+
+/// Counters of one path, for status displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PathStats {
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Bytes sent (datagram payloads).
+    pub bytes_sent: u64,
+    /// Packets received.
+    pub packets_received: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Times the path was declared failed.
+    pub failures: u32,
+}
+
+impl Path {
+    pub fn new(id: PathId, config: PathConfig, session: &SessionConfig, now: Timestamp) -> Self {
+        let congestion_config = CongestionConfig {
+            max_datagram_size: u64::from(config.max_datagram_size),
+            ..session.congestion
+        };
+        Path {
+            id,
+            config,
+            state: tier_state(config.tier),
+            congestion_config,
+            cc: congestion_config.build(),
+            rtt: RttEstimator::new(session.initial_rtt),
+            pacer: Pacer::new(u64::from(config.max_datagram_size) * 10),
+            bucket: config
+                .rate_cap
+                .map(|r| TokenBucket::new(r, u64::from(config.max_datagram_size) * 4)),
+            next_pn: 0,
+            sent: VecDeque::with_capacity(session.max_sent_packets),
+            max_sent: session.max_sent_packets,
+            bytes_in_flight: 0,
+            ack_eliciting_in_flight: 0,
+            largest_acked: None,
+            loss_time: None,
+            pto_count: 0,
+            last_ack_eliciting_sent: now,
+            probe_due: false,
+            next_failed_probe: now,
+            failed_since: None,
+            received: RangeSet::with_capacity(session.max_ack_ranges + 2),
+            max_ack_ranges: session.max_ack_ranges,
+            largest_received_at: now,
+            ack_pending: false,
+            ack_immediate: false,
+            ack_deadline: None,
+            unacked_eliciting: 0,
+            owd_min_relative: None,
+            owd_us: 0,
+            datagram_min_relative: None,
+            loss_rate: 0.0,
+            delivery_rate: 0,
+            rate_window_start: now,
+            rate_window_bytes: 0,
+            stats: PathStats::default(),
+        }
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.state == PathState::Failed
+    }
+
+    /// Bytes of memory this path holds.
+    pub fn allocated(&self) -> u64 {
+        (self.sent.capacity() * std::mem::size_of::<SentPacket>()) as u64
+            + self.received.capacity_bytes() as u64
+    }
+
+    /// True when the packet-tracking table has room for another packet.
+    pub fn can_track(&self) -> bool {
+        self.sent.len() < self.max_sent
+    }
+
+    /// The scheduler's view of this path; `pacing_wakeup` learns when a paced or capped path
+    /// frees up.
+    pub fn view(&mut self, now: Timestamp, pacing_wakeup: &mut Option<Timestamp>) -> PathView {
+        let mds = u64::from(self.config.max_datagram_size);
+        let window = self.cc.window();
+        let mut rate_limited = false;
+        if !self.is_failed() && self.bytes_in_flight + mds <= window {
+            if let Some(at) = self.pacer.delay(now, mds, window, self.rtt.srtt()) {
+                rate_limited = true;
+                *pacing_wakeup = Some(pacing_wakeup.map_or(at, |w| w.min(at)));
+            }
+            if let Some(bucket) = self.bucket.as_mut()
+                && !bucket.has_tokens(now, mds)
+            {
+                rate_limited = true;
+                let at = bucket.ready_at(mds);
+                *pacing_wakeup = Some(pacing_wakeup.map_or(at, |w| w.min(at)));
+            }
+        }
+        let cwnd = if self.can_track() { window } else { self.bytes_in_flight };
+        PathView {
+            id: self.id,
+            state: self.state,
+            weight: self.config.weight.max(1),
+            srtt_us: micros32(self.rtt.srtt()),
+            rttvar_us: micros32(self.rtt.rttvar()),
+            min_rtt_us: micros32(self.rtt.min_rtt()),
+            owd_us: if self.owd_us == 0 {
+                micros32(self.rtt.min_rtt()) / 2
+            } else {
+                self.owd_us
+            },
+            cwnd,
+            bytes_in_flight: self.bytes_in_flight,
+            loss_rate: self.loss_rate,
+            delivery_rate: self.delivery_rate,
+            rate_limited,
+            max_datagram_size: self.config.max_datagram_size,
+        }
+    }
+
+    /// Records a packet handed to the driver.
+    pub fn on_sent(&mut self, packet: SentPacket, now: Timestamp) {
+        self.next_pn = packet.pn + 1;
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += u64::from(packet.size);
+        if !packet.ack_eliciting {
+            return;
+        }
+        if packet.in_flight {
+            self.bytes_in_flight += u64::from(packet.size);
+            self.cc.on_sent(now, u64::from(packet.size));
+            self.pacer.on_sent(now, u64::from(packet.size));
+            if let Some(bucket) = self.bucket.as_mut() {
+                bucket.consume(u64::from(packet.size));
+            }
+        }
+        self.ack_eliciting_in_flight += 1;
+        self.last_ack_eliciting_sent = now;
+        if self.sent.len() >= self.max_sent {
+            // Only failed-path probes get here (live paths show no window when full): forget
+            // the oldest probe.
+            if let Some(old) = self.sent.pop_front() {
+                self.forget(&old);
+            }
+        }
+        self.sent.push_back(packet);
+    }
+
+    fn forget(&mut self, p: &SentPacket) {
+        if p.in_flight {
+            self.bytes_in_flight = self.bytes_in_flight.saturating_sub(u64::from(p.size));
+        }
+        self.ack_eliciting_in_flight = self.ack_eliciting_in_flight.saturating_sub(1);
+    }
+
+    /// Processes an ACK of this path's packets; newly acknowledged and newly lost packets are
+    /// appended to `acked` and `lost` (preallocated by the session).
+    pub fn on_ack(
+        &mut self,
+        ack: &AckFrame<'_>,
+        now: Timestamp,
+        max_ack_delay: Duration,
+        acked: &mut Vec<SentPacket>,
+        lost: &mut Vec<SentPacket>,
+    ) -> Result<AckOutcome, SessionError> {
+        if ack.largest >= self.next_pn {
+            return Err(SessionError::AckOfUnsent {
+                path: self.id,
+                packet: ack.largest,
+            });
+        }
+        let first_new = acked.len();
+        let in_flight_before = self.bytes_in_flight;
+        let mut largest_newly_acked: Option<SentPacket> = None;
+        for (lo, hi) in ack.ranges() {
+            let mut i = self.sent.partition_point(|p| p.pn < lo);
+            while let Some(p) = self.sent.get_mut(i) {
+                if p.pn > hi {
+                    break;
+                }
+                if !p.done {
+                    p.done = true;
+                    let copy = *p;
+                    if largest_newly_acked.is_none_or(|l| l.pn < copy.pn) {
+                        largest_newly_acked = Some(copy);
+                    }
+                    acked.push(copy);
+                }
+                i += 1;
+            }
+        }
+        let mut out = AckOutcome::default();
+        let Some(largest) = largest_newly_acked else {
+            return Ok(out);
+        };
+        self.largest_acked = Some(self.largest_acked.map_or(ack.largest, |l| l.max(ack.largest)));
+        if largest.pn == ack.largest && largest.ack_eliciting {
+            let sample = now - largest.time_sent;
+            let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
+            self.rtt.update(delay, sample);
+            out.rtt_sample = Some(sample);
+            self.update_owd(ack.receiver_time_us, largest.time_sent);
+        }
+        let app_limited = in_flight_before < self.cc.window() / 2;
+        for p in &acked[first_new..] {
+            self.forget(p);
+            if p.in_flight {
+                out.acked_bytes += u64::from(p.size);
+                self.cc
+                    .on_ack(now, p.time_sent, u64::from(p.size), &self.rtt, app_limited);
+            }
+            self.loss_rate *= 1.0 - LOSS_RATE_GAIN;
+        }
+        self.update_delivery_rate(now, out.acked_bytes);
+        self.pto_count = 0;
+        if self.is_failed() {
+            self.recover(now);
+            out.recovered = true;
+        }
+        out.lost_bytes = self.detect_lost(now, lost);
+        self.pop_done();
+        Ok(out)
+    }
+
+    fn update_owd(&mut self, receiver_time_us: u64, sent: Timestamp) {
+        let relative = receiver_time_us as i64 - sent.as_micros() as i64;
+        let min = self.owd_min_relative.map_or(relative, |m| m.min(relative));
+        self.owd_min_relative = Some(min);
+        let queueing = u32::try_from(relative - min).unwrap_or(u32::MAX);
+        self.owd_us = (micros32(self.rtt.min_rtt()) / 2).saturating_add(queueing);
+    }
+
+    fn update_delivery_rate(&mut self, now: Timestamp, bytes: u64) {
+        self.rate_window_bytes += bytes;
+        let elapsed = now - self.rate_window_start;
+        if elapsed >= self.rtt.srtt().max(Duration::from_millis(10)) {
+            let rate = self.rate_window_bytes as f64 / elapsed.as_secs_f64();
+            self.delivery_rate = rate as u64;
+            self.rate_window_start = now;
+            self.rate_window_bytes = 0;
+        }
+    }
+
+    fn pop_done(&mut self) {
+        while self.sent.front().is_some_and(|p| p.done) {
+            self.sent.pop_front();
+        }
+    }
+
+    /// RFC 9002 §6.1: declares lost what the thresholds say is lost; returns the lost bytes.
+    pub fn detect_lost(&mut self, now: Timestamp, lost: &mut Vec<SentPacket>) -> u64 {
+        self.loss_time = None;
+        let Some(largest_acked) = self.largest_acked else {
+            return 0;
+        };
+        let rtt = self.rtt.srtt().max(self.rtt.latest());
+        let loss_delay = (rtt * 9 / 8).max(GRANULARITY);
+        let first = lost.len();
+        let mut lost_bytes = 0;
+        let mut newest_lost = None;
+        for i in 0..self.sent.len() {
+            let p = self.sent[i];
+            if p.pn >= largest_acked {
+                break;
+            }
+            if p.done {
+                continue;
+            }
+            if now.saturating_duration_since(p.time_sent) >= loss_delay
+                || largest_acked >= p.pn + PACKET_THRESHOLD
+            {
+                self.sent[i].done = true;
+                self.forget(&p);
+                if p.in_flight {
+                    lost_bytes += u64::from(p.size);
+                    newest_lost = Some(p.time_sent);
+                }
+                lost.push(p);
+            } else {
+                let at = p.time_sent + loss_delay;
+                self.loss_time = Some(self.loss_time.map_or(at, |t| t.min(at)));
+            }
+        }
+        let count = (lost.len() - first) as u64;
+        self.stats.packets_lost += count;
+        for _ in 0..count {
+            self.loss_rate = self.loss_rate * (1.0 - LOSS_RATE_GAIN) + LOSS_RATE_GAIN;
+        }
+        if let Some(sent_time) = newest_lost {
+            self.cc.on_congestion_event(now, sent_time, false, lost_bytes);
+        }
+        self.pop_done();
+        lost_bytes
+    }
+
+    /// The earliest timer of this path.
+    pub fn next_timeout(&self, config: &SessionConfig) -> Option<Timestamp> {
+        let mut t = self.loss_time;
+        let mut take = |x: Option<Timestamp>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |y| y.min(x)));
+            }
+        };
+        take(self.ack_deadline.filter(|_| self.ack_pending));
+        if self.is_failed() {
+            take(Some(self.next_failed_probe));
+        } else {
+            take(self.pto_deadline(config));
+            if self.ack_eliciting_in_flight == 0 {
+                take(Some(self.last_ack_eliciting_sent + config.heartbeat_interval));
+            }
+        }
+        t
+    }
+
+    fn pto_deadline(&self, config: &SessionConfig) -> Option<Timestamp> {
+        if self.ack_eliciting_in_flight == 0 {
+            return None;
+        }
+        let base = self.rtt.pto_base() + config.max_ack_delay;
+        Some(self.last_ack_eliciting_sent + base * (1u32 << self.pto_count.min(16)))
+    }
+
+    /// Runs the path's expired timers. Returns true when the path just failed.
+    pub fn on_timeout(
+        &mut self,
+        now: Timestamp,
+        config: &SessionConfig,
+        lost: &mut Vec<SentPacket>,
+    ) -> bool {
+        if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
+            self.ack_immediate = true;
+        }
+        if self.loss_time.is_some_and(|t| t <= now) {
+            self.detect_lost(now, lost);
+        }
+        if self.is_failed() {
+            if self.next_failed_probe <= now {
+                self.probe_due = true;
+                self.next_failed_probe = now + config.failed_probe_interval;
+            }
+            return false;
+        }
+        if self.pto_deadline(config).is_some_and(|d| d <= now) {
+            self.pto_count += 1;
+            if self.pto_count >= config.failure_probe_timeouts {
+                self.fail(now, lost);
+                return true;
+            }
+            self.probe_due = true;
+            // Restart the timer from now so that one expiry counts once.
+            self.last_ack_eliciting_sent = now;
+        } else if self.ack_eliciting_in_flight == 0
+            && now - self.last_ack_eliciting_sent >= config.heartbeat_interval
+        {
+            self.probe_due = true;
+            self.last_ack_eliciting_sent = now;
+        }
+        false
+    }
+
+    /// Declares the path failed; everything in flight on it goes to `lost` for reinjection.
+    pub fn fail(&mut self, now: Timestamp, lost: &mut Vec<SentPacket>) {
+        for p in self.sent.drain(..) {
+            if !p.done {
+                lost.push(p);
+            }
+        }
+        self.bytes_in_flight = 0;
+        self.ack_eliciting_in_flight = 0;
+        self.loss_time = None;
+        self.pto_count = 0;
+        self.probe_due = false;
+        self.state = PathState::Failed;
+        self.failed_since = Some(now);
+        self.next_failed_probe = now;
+        self.stats.failures += 1;
+    }
+
+    fn recover(&mut self, now: Timestamp) {
+        self.state = tier_state(self.config.tier);
+        self.failed_since = None;
+        self.cc = self.congestion_config.build();
+        let srtt = self.rtt.srtt();
+        self.rtt = RttEstimator::new(srtt);
+        self.last_ack_eliciting_sent = now;
+        self.owd_min_relative = None;
+    }
+
+    /// Changes the tier (keeps a failed path failed).
+    pub fn set_tier(&mut self, tier: Tier) {
+        self.config.tier = tier;
+        if !self.is_failed() {
+            self.state = tier_state(tier);
+        }
+    }
+
+    /// Records a received packet number; returns false for a duplicate.
+    pub fn on_received(&mut self, pn: u64, now: Timestamp) -> bool {
+        if self.received.contains(pn) {
+            return false;
+        }
+        let largest = self.received.max_end();
+        if largest.is_none_or(|l| pn >= l) {
+            self.largest_received_at = now;
+        } else {
+            self.ack_immediate = true;
+        }
+        if largest.is_some_and(|l| pn > l) {
+            self.ack_immediate = true;
+        }
+        self.received.insert(pn..pn + 1);
+        self.received.keep_highest(self.max_ack_ranges);
+        self.stats.packets_received += 1;
+        true
+    }
+
+    /// The packet just recorded was ack-eliciting.
+    pub fn on_ack_eliciting(&mut self, now: Timestamp, max_ack_delay: Duration) {
+        self.ack_pending = true;
+        self.unacked_eliciting += 1;
+        if self.unacked_eliciting >= 2 {
+            self.ack_immediate = true;
+        }
+        if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + max_ack_delay);
+        }
+    }
+
+    /// An ACK must be sent now.
+    pub fn ack_due(&self) -> bool {
+        self.ack_pending && self.ack_immediate
+    }
+
+    /// An ACK could be piggybacked.
+    pub fn ack_pending(&self) -> bool {
+        self.ack_pending
+    }
+
+    /// Delay to report in an ACK sent now, and the receive time of the largest packet.
+    pub fn ack_timing(&self, now: Timestamp) -> (u64, u64) {
+        (
+            (now - self.largest_received_at).as_micros() as u64,
+            self.largest_received_at.as_micros(),
+        )
+    }
+
+    /// An ACK was written.
+    pub fn on_ack_sent(&mut self) {
+        self.ack_pending = false;
+        self.ack_immediate = false;
+        self.ack_deadline = None;
+        self.unacked_eliciting = 0;
+    }
+}
+
+fn tier_state(tier: Tier) -> PathState {
+    match tier {
+        Tier::Primary => PathState::Active,
+        Tier::Backup => PathState::Backup,
+    }
+}
+
+fn micros32(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,369 @@
+//! The receive path: [`Session::handle_datagram`] validates a whole packet before acting on
+//! it, records its packet number for the ACK, then applies each frame: ACKs drive loss
+//! detection and the scheduler's feedback hooks, STREAM bytes go to the flow's reorder buffer,
+//! DATAGRAMs to the flow's bounded inbox (with the deadline verdict for the receiver report),
+//! and control frames update flows, credit and paths.
+
+use std::time::Duration;
+
+use braid_sched_core::{AckInfo, FlowId, PathId, Scheduler, Timestamp};
+
+use super::error::{FLOW_REFUSED_CODE, SessionError};
+use super::flow::{Body, Flow};
+use super::frame::{AckFrame, DatagramDeadline, FlowKind, Frame, TargetRef, parse_packet};
+use super::sent::{Control, Payload, SentPacket};
+use super::stream::RecvViolation;
+use super::{Event, Session, SessionState, Tier};
+
+impl Session {
+    /// Processes one datagram received on `path`. A malformed packet is rejected as a whole
+    /// (nothing in it is applied) with an error naming the problem.
+    pub fn handle_datagram(
+        &mut self,
+        path: PathId,
+        data: &[u8],
+        now: Timestamp,
+    ) -> Result<(), SessionError> {
+        if self.state == SessionState::Closed {
+            return Ok(());
+        }
+        let frame_err = |source| SessionError::Frame { path, source };
+        let (pn, frames) = parse_packet(data).map_err(frame_err)?;
+        for f in frames {
+            f.map_err(frame_err)?;
+        }
+        let p = self
+            .paths
+            .get_mut(path.index())
+            .and_then(Option::as_mut)
+            .ok_or(SessionError::UnknownPath(path))?;
+        if !p.on_received(pn, now) {
+            self.report.report.duplicate_bytes += data.len() as u64;
+            return Ok(());
+        }
+        let (_, frames) = parse_packet(data).map_err(frame_err)?;
+        let mut ack_eliciting = false;
+        for frame in frames.flatten() {
+            ack_eliciting |= !matches!(frame, Frame::Ack(_) | Frame::Close { .. });
+            self.on_frame(path, frame, now)?;
+        }
+        if ack_eliciting && let Some(p) = self.paths[path.index()].as_mut() {
+            p.on_ack_eliciting(now, self.config.max_ack_delay);
+        }
+        Ok(())
+    }
+
+    fn on_frame(&mut self, path: PathId, frame: Frame<'_>, now: Timestamp) -> Result<(), SessionError> {
+        match frame {
+            Frame::Ping => {}
+            Frame::Ack(ack) => self.on_ack_frame(&ack, now)?,
+            Frame::Stream {
+                flow,
+                offset,
+                fin,
+                data,
+            } => self.on_stream_frame(flow, offset, fin, data)?,
+            Frame::Datagram {
+                flow,
+                deadline,
+                data,
+                ..
+            } => self.on_datagram_frame(path, flow, deadline, data, now),
+            Frame::Open { flow, kind, target } => self.on_open(flow, kind, target),
+            Frame::Reset {
+                flow,
+                code,
+                final_size,
+            } => self.on_reset_frame(flow, code, final_size)?,
+            Frame::MaxData(max) => {
+                if max > self.peer_max_data {
+                    self.peer_max_data = max;
+                    self.requeue_all_senders();
+                }
+            }
+            Frame::MaxFlowData { flow, max } => {
+                if let Some(send) = self.flows.get_mut(&flow).and_then(Flow::stream_send)
+                    && max > send.max_data
+                {
+                    send.max_data = max;
+                    self.enqueue_send(flow);
+                }
+            }
+            Frame::PathStatus { path: p, backup, .. } => {
+                if let Some(target) = self.paths.get_mut(p.index()).and_then(Option::as_mut) {
+                    target.set_tier(if backup { Tier::Backup } else { Tier::Primary });
+                    let state = target.state;
+                    self.scheduler.on_path_state(p, state, now);
+                }
+            }
+            Frame::Close { code, .. } => self.finish_close(code, true),
+        }
+        Ok(())
+    }
+
+    fn requeue_all_senders(&mut self) {
+        for (id, f) in self.flows.iter_mut() {
+            if let Body::Stream { send, .. } = &f.body
+                && send.has_new()
+                && !f.in_send_queue
+            {
+                f.in_send_queue = true;
+                self.send_queue.push_back(*id);
+            }
+        }
+    }
+
+    fn on_ack_frame(&mut self, ack: &AckFrame<'_>, now: Timestamp) -> Result<(), SessionError> {
+        let Some(path) = self.paths.get_mut(ack.path.index()).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        let mut acked = std::mem::take(&mut self.scratch_acked);
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        let result = path.on_ack(ack, now, self.config.max_ack_delay, &mut acked, &mut lost);
+        let owd_us = path.owd_us;
+        let id = path.id;
+        let state = path.state;
+        let outcome = match result {
+            Ok(o) => o,
+            Err(e) => {
+                acked.clear();
+                lost.clear();
+                self.scratch_acked = acked;
+                self.scratch_lost = lost;
+                return Err(e);
+            }
+        };
+        if let Some(report) = ack.report {
+            let mut report = report;
+            report.deadline_total += self.locally_dropped_deadlines;
+            self.locally_dropped_deadlines = 0;
+            self.scheduler.on_report(&report, now);
+        }
+        if outcome.recovered {
+            self.scheduler.on_path_state(id, state, now);
+            self.events.push_back(Event::PathRecovered(id));
+            self.all_failed_since = None;
+        }
+        if outcome.acked_bytes > 0 || outcome.rtt_sample.is_some() {
+            let info = AckInfo {
+                bytes: outcome.acked_bytes,
+                rtt_us: outcome
+                    .rtt_sample
+                    .map_or(0, |d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX)),
+                owd_us,
+            };
+            self.scheduler.on_ack(id, &info, now);
+        }
+        for p in acked.drain(..) {
+            self.on_packet_acked(&p);
+        }
+        self.scratch_acked = acked;
+        self.on_packets_lost(id, &mut lost, now);
+        self.scratch_lost = lost;
+        Ok(())
+    }
+
+    fn on_packet_acked(&mut self, p: &SentPacket) {
+        if let Payload::Stream { flow, chunk } = p.payload {
+            if p.carried_open
+                && let Some(f) = self.flows.get_mut(&flow)
+            {
+                f.open_acked = true;
+            }
+            self.on_chunk_acked(flow, chunk);
+        }
+        if let Payload::Datagram { flow } = p.payload
+            && p.carried_open
+            && let Some(f) = self.flows.get_mut(&flow)
+        {
+            f.open_acked = true;
+        }
+        for c in p.controls.iter().flatten() {
+            match *c {
+                Control::Open(id) => {
+                    if let Some(f) = self.flows.get_mut(&id) {
+                        f.open_acked = true;
+                    }
+                }
+                Control::Reset(id) => {
+                    if let Some(f) = self.flows.get_mut(&id) {
+                        f.reset_acked = true;
+                    }
+                    self.maybe_forget(id);
+                }
+                Control::MaxFlowData(_) | Control::MaxData | Control::PathStatus(_) => {}
+            }
+        }
+    }
+
+    /// Applies losses (from an ACK, a timer or a failed path) and empties `lost`.
+    pub(crate) fn on_packets_lost(&mut self, path: PathId, lost: &mut Vec<SentPacket>, now: Timestamp) {
+        let mut bytes = 0;
+        for p in lost.drain(..) {
+            if p.in_flight {
+                bytes += u64::from(p.size);
+            }
+            if let Payload::Stream { flow, chunk } = p.payload {
+                self.on_chunk_lost(flow, chunk);
+            }
+            for c in p.controls.iter().flatten() {
+                self.push_control(*c);
+            }
+        }
+        if bytes > 0 {
+            self.scheduler.on_loss(path, bytes, now);
+        }
+    }
+
+    fn peer_flow(&self, id: FlowId) -> bool {
+        id.0 & 1 != self.role.flow_parity()
+    }
+
+    fn on_open(&mut self, id: FlowId, kind: FlowKind, target: TargetRef<'_>) {
+        if !self.peer_flow(id) || self.peer_flows_seen.contains(id.0 >> 1) {
+            return;
+        }
+        self.peer_flows_seen.insert((id.0 >> 1)..(id.0 >> 1) + 1);
+        if self.flows.len() >= self.config.max_flows {
+            // Refused: the flow is kept only until our RESET is acknowledged and answered (at
+            // most as many such flows as the limit itself).
+            if self.flows.len() < 2 * self.config.max_flows {
+                let mut flow = Flow::new(kind, target.to_owned(), false, &self.config);
+                flow.local_reset = Some(FLOW_REFUSED_CODE);
+                if let Body::Stream { recv, .. } = &mut flow.body {
+                    recv.abandon();
+                }
+                self.flows.insert(id, flow);
+                self.push_control(Control::Reset(id));
+            }
+            return;
+        }
+        self.flows
+            .insert(id, Flow::new(kind, target.to_owned(), false, &self.config));
+        self.events.push_back(Event::FlowOpened {
+            flow: id,
+            kind,
+            target: target.to_owned(),
+        });
+    }
+
+    fn on_stream_frame(&mut self, id: FlowId, offset: u64, fin: bool, data: &[u8]) -> Result<(), SessionError> {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return Ok(());
+        };
+        let Body::Stream { recv, .. } = &mut flow.body else {
+            return Err(SessionError::WrongFlowKind(id));
+        };
+        let got = recv.on_data(offset, data, fin).map_err(|v| violation(id, v))?;
+        self.received_total += got.highest_growth;
+        if self.received_total > self.local_max_data {
+            return Err(SessionError::FlowControl {
+                flow: FlowId(0),
+                offset: self.received_total,
+                limit: self.local_max_data,
+            });
+        }
+        let report = &mut self.report.report;
+        report.duplicate_bytes += got.duplicate_bytes;
+        report.ooo_packets += u32::from(got.out_of_order);
+        if flow.local_reset.is_some() {
+            // Discarded: the bytes count as consumed at once.
+            self.consumed_total += got.highest_growth;
+            self.update_session_window();
+            return Ok(());
+        }
+        if recv.readable() > 0 && !flow.readable_signalled {
+            flow.readable_signalled = true;
+            self.events.push_back(Event::FlowReadable(id));
+        }
+        if recv.fin_received() && !flow.finished_signalled {
+            flow.finished_signalled = true;
+            self.events.push_back(Event::FlowFinished(id));
+        }
+        Ok(())
+    }
+
+    fn on_datagram_frame(
+        &mut self,
+        path: PathId,
+        id: FlowId,
+        deadline: Option<DatagramDeadline>,
+        data: &[u8],
+        now: Timestamp,
+    ) {
+        if let Some(d) = deadline {
+            let met = self.deadline_met(path, d, now);
+            self.report.report.deadline_total += 1;
+            self.report.report.deadline_met += u32::from(met);
+        }
+        let limit = self.config.datagram_receive_queue;
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if flow.local_reset.is_some() {
+            return;
+        }
+        let Body::Datagram(d) = &mut flow.body else {
+            return;
+        };
+        if d.inbox.len() >= limit
+            && let Some(old) = d.inbox.pop_front()
+        {
+            self.datagrams.recycle(old);
+        }
+        d.inbox.push_back(self.datagrams.buffer_with(data));
+        self.report.report.delivered_bytes += data.len() as u64;
+        self.push_event(Event::DatagramReceived(id));
+    }
+
+    /// Whether a datagram arrived within its budget, judged from the sender's timestamp relative
+    /// to the running minimum on this path plus half our minimum RTT (clocks never compared).
+    fn deadline_met(&mut self, path: PathId, d: DatagramDeadline, now: Timestamp) -> bool {
+        let Some(p) = self.paths.get_mut(path.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        let relative = now.as_micros() as i64 - d.sent_at_us as i64;
+        let min = p.datagram_min_relative.map_or(relative, |m| m.min(relative));
+        p.datagram_min_relative = Some(min);
+        let queueing = Duration::from_micros((relative - min).unsigned_abs());
+        let owd = p.rtt.min_rtt() / 2 + queueing;
+        owd <= Duration::from_micros(u64::from(d.budget_us))
+    }
+
+    fn on_reset_frame(&mut self, id: FlowId, code: u64, final_size: u64) -> Result<(), SessionError> {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return Ok(());
+        };
+        if flow.peer_reset {
+            return Ok(());
+        }
+        flow.peer_reset = true;
+        let mut growth = 0;
+        let mut released = 0;
+        if let Body::Stream { recv, .. } = &mut flow.body {
+            growth = recv.on_reset(code, final_size).map_err(|v| violation(id, v))?;
+            released = recv.abandon();
+        }
+        let answer = flow.local_reset.is_none();
+        self.received_total += growth;
+        self.consumed_total += released;
+        if answer {
+            self.events.push_back(Event::FlowReset { flow: id, code });
+            let _ = self.reset(id, code);
+        }
+        self.update_session_window();
+        self.maybe_forget(id);
+        Ok(())
+    }
+}
+
+fn violation(flow: FlowId, v: RecvViolation) -> SessionError {
+    match v {
+        RecvViolation::FlowControl { offset, limit } => SessionError::FlowControl { flow, offset, limit },
+        RecvViolation::FinalSize { offset, final_size } => SessionError::FinalSize {
+            flow,
+            offset,
+            final_size,
+        },
+    }
+}

@@ -1,0 +1,528 @@
+//! The send path: [`Session::poll_transmit`] builds one packet per call straight into the
+//! caller's buffer. Order: a pending CLOSE; path-bound packets (ACKs that are due, probes and
+//! heartbeats, which belong to one path and bypass the scheduler); copies left over from a
+//! `Duplicate` decision; then the next data item (retransmissions, datagrams, new stream bytes
+//! round-robin over flows, control frames), placed by one call to
+//! [`braid_sched_core::Scheduler::select`]. Nothing here allocates.
+
+use braid_sched_core::{Decision, FlowId, PacketMeta, PathId, PathSet, Scheduler, Timestamp, TrafficClass};
+
+use super::datagram::QueuedDatagram;
+use super::flow::Body;
+use super::frame::{
+    self, AckFields, DatagramDeadline, Frame, MAX_DATAGRAM_HEADER_LEN, MAX_HEADER_LEN,
+    MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header,
+    encode_stream_header,
+};
+use super::path::Path;
+use super::sent::{Control, MAX_CONTROLS, Payload, SentPacket};
+use super::stream::Chunk;
+use super::varint::Writer;
+use super::{Session, SessionState, Transmit};
+
+/// Room left in every data packet for a piggybacked ACK.
+const ACK_RESERVE: usize = 32;
+/// Bytes charged for a control-only packet when asking the scheduler.
+const CONTROL_PACKET_LEN: u32 = 48;
+
+/// The next thing to send, chosen before the scheduler places it.
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Stream { flow: FlowId, chunk: Chunk },
+    Datagram,
+    Control,
+}
+
+/// Copies still to send after a `Duplicate` decision.
+#[derive(Debug)]
+pub(crate) struct PendingCopy {
+    remaining: PathSet,
+    meta: PacketMeta,
+    what: CopyOf,
+}
+
+#[derive(Debug)]
+enum CopyOf {
+    Stream { flow: FlowId, chunk: Chunk },
+    Datagram(QueuedDatagram),
+}
+
+impl Session {
+    /// Writes the next packet into `buf` and says on which path to send it; `None` when
+    /// nothing can be sent now (see [`Session::poll_timeout`]).
+    pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        match self.state {
+            SessionState::Closed => None,
+            SessionState::Closing { code, pending } => self.transmit_close(buf, code, pending),
+            SessionState::Open => self
+                .transmit_path_bound(now, buf)
+                .or_else(|| self.transmit_copy(now, buf))
+                .or_else(|| self.transmit_scheduled(now, buf)),
+        }
+    }
+
+    fn transmit_close(&mut self, buf: &mut [u8], code: u64, pending: u32) -> Option<Transmit> {
+        let bit = pending.trailing_zeros();
+        let rest = pending & !(1u32 << bit);
+        self.state = SessionState::Closing { code, pending: rest };
+        if rest == 0 {
+            self.finish_close(code, false);
+        }
+        let path = self.paths.get_mut(bit as usize)?.as_mut()?;
+        let mut w = Writer::new(buf);
+        encode_header(&mut w, path.next_pn).ok()?;
+        Frame::Close { code, reason: "" }.encode(&mut w).ok()?;
+        let mut sent = SentPacket::new(path.next_pn, Timestamp::ZERO, w.len() as u16, Payload::None);
+        sent.ack_eliciting = false;
+        path.on_sent(sent, Timestamp::ZERO);
+        Some(Transmit {
+            path: path.id,
+            len: w.len(),
+        })
+    }
+
+    fn take_report(&mut self, now: Timestamp) -> Option<braid_sched_core::ReceiverReport> {
+        if now < self.next_report_at {
+            return None;
+        }
+        let mut report = self.report.report;
+        report.interval_us = u32::try_from((now - self.report.since).as_micros()).unwrap_or(u32::MAX);
+        self.report.report = Default::default();
+        self.report.since = now;
+        self.next_report_at = now + self.config.report_interval;
+        Some(report)
+    }
+
+    fn transmit_path_bound(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        let i = self
+            .paths
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.ack_due() || p.probe_due))?;
+        let report = self.take_report(now);
+        let path = self.paths[i].as_mut()?;
+        let mds = usize::from(path.config.max_datagram_size).min(buf.len());
+        let mut w = Writer::new(&mut buf[..mds]);
+        let pn = path.next_pn;
+        encode_header(&mut w, pn).ok()?;
+        if path.ack_pending() {
+            write_ack(path, &mut w, now, report);
+        }
+        let probe = path.probe_due;
+        if probe {
+            Frame::Ping.encode(&mut w).ok()?;
+            path.probe_due = false;
+        }
+        let mut sent = SentPacket::new(pn, now, w.len() as u16, Payload::None);
+        sent.ack_eliciting = probe;
+        sent.in_flight = probe && !path.is_failed();
+        path.on_sent(sent, now);
+        Some(Transmit {
+            path: path.id,
+            len: w.len(),
+        })
+    }
+
+    fn transmit_copy(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        loop {
+            let copy = self.pending_copy.as_mut()?;
+            let Some(p) = copy.remaining.iter().next() else {
+                if let Some(PendingCopy {
+                    what: CopyOf::Datagram(d),
+                    ..
+                }) = self.pending_copy.take()
+                {
+                    self.datagrams.recycle(d.data);
+                }
+                return None;
+            };
+            let mut rest = PathSet::EMPTY;
+            for q in copy.remaining.iter().skip(1) {
+                rest.insert(q);
+            }
+            copy.remaining = rest;
+            let meta = copy.meta;
+            if !self.path_usable(p) {
+                continue;
+            }
+            if let Some(t) = self.emit(now, buf, p, None, &meta) {
+                return Some(t);
+            }
+        }
+    }
+
+    fn path_usable(&self, p: PathId) -> bool {
+        self.paths
+            .get(p.index())
+            .and_then(Option::as_ref)
+            .is_some_and(|path| !path.is_failed() && path.can_track())
+    }
+
+    /// Largest stream chunk every live path can carry.
+    fn max_chunk(&self) -> usize {
+        self.paths
+            .iter()
+            .flatten()
+            .filter(|p| !p.is_failed())
+            .map(|p| usize::from(p.config.max_datagram_size))
+            .min()
+            .map_or(0, |mds| mds.saturating_sub(MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE))
+    }
+
+    fn session_credit(&self) -> u64 {
+        self.peer_max_data.saturating_sub(self.sent_total)
+    }
+
+    fn next_item(&mut self, now: Timestamp, max_chunk: usize) -> Option<Item> {
+        let credit = self.session_credit();
+        while let Some(&id) = self.retransmit_queue.front() {
+            if let Some(chunk) = self.peek_chunk(id, max_chunk, credit, true) {
+                return Some(Item::Stream { flow: id, chunk });
+            }
+            self.retransmit_queue.pop_front();
+            if let Some(f) = self.flows.get_mut(&id) {
+                f.in_retransmit_queue = false;
+            }
+        }
+        while let Some(d) = self.datagrams.front() {
+            if d.deadline.is_none_or(|dl| dl > now) {
+                return Some(Item::Datagram);
+            }
+            if let Some(d) = self.datagrams.pop() {
+                self.locally_dropped_deadlines += 1;
+                self.datagrams.recycle(d.data);
+            }
+        }
+        while let Some(&id) = self.send_queue.front() {
+            if let Some(chunk) = self.peek_chunk(id, max_chunk, credit, false) {
+                return Some(Item::Stream { flow: id, chunk });
+            }
+            self.send_queue.pop_front();
+            if let Some(f) = self.flows.get_mut(&id) {
+                f.in_send_queue = false;
+            }
+        }
+        (!self.controls.is_empty()).then_some(Item::Control)
+    }
+
+    fn peek_chunk(&self, id: FlowId, max_chunk: usize, credit: u64, lost_only: bool) -> Option<Chunk> {
+        let flow = self.flows.get(&id)?;
+        let Body::Stream { send, .. } = &flow.body else {
+            return None;
+        };
+        if lost_only && !send.has_lost() {
+            return None;
+        }
+        let open = if flow.open_acked {
+            0
+        } else {
+            frame::open_len(id, flow.target.as_ref())
+        };
+        let max_len = u32::try_from(max_chunk.saturating_sub(open)).unwrap_or(u32::MAX);
+        send.peek(max_len.max(1), credit)
+    }
+
+    fn meta_for(&self, item: Item) -> PacketMeta {
+        let backlog = self.unsent_bytes + self.lost_bytes + self.datagrams.queued_bytes();
+        let mut meta = PacketMeta {
+            backlog_bytes: backlog,
+            send_window: self.session_credit(),
+            ..PacketMeta::default()
+        };
+        match item {
+            Item::Stream { flow, chunk } => {
+                meta.flow = flow;
+                meta.len = chunk.len + (MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN) as u32 / 2;
+                meta.class = TrafficClass::Bulk;
+                meta.retransmit = chunk.retransmit;
+            }
+            Item::Datagram => {
+                if let Some(d) = self.datagrams.front() {
+                    meta.flow = d.flow;
+                    meta.len = (d.data.len() + MAX_DATAGRAM_HEADER_LEN) as u32;
+                    meta.deadline = d.deadline;
+                }
+                meta.class = TrafficClass::Realtime;
+            }
+            Item::Control => {
+                meta.flow = FlowId(u64::MAX);
+                meta.len = CONTROL_PACKET_LEN;
+                meta.class = TrafficClass::Control;
+            }
+        }
+        meta
+    }
+
+    fn refresh_views(&mut self, now: Timestamp) {
+        self.view_count = 0;
+        self.pacing_wakeup = None;
+        for path in self.paths.iter_mut().flatten() {
+            self.views[self.view_count] = path.view(now, &mut self.pacing_wakeup);
+            self.view_count += 1;
+        }
+    }
+
+    fn transmit_scheduled(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        let max_chunk = self.max_chunk();
+        if max_chunk == 0 {
+            return None;
+        }
+        loop {
+            let item = self.next_item(now, max_chunk)?;
+            let meta = self.meta_for(item);
+            self.refresh_views(now);
+            let decision = self
+                .scheduler
+                .select(&self.views[..self.view_count], &meta, now);
+            match decision {
+                Decision::Send(p) if self.path_usable(p) => {
+                    return self.emit(now, buf, p, Some((item, PathSet::EMPTY)), &meta);
+                }
+                Decision::Duplicate(set) => {
+                    let mut usable = PathSet::EMPTY;
+                    for p in set.iter().filter(|&p| self.path_usable(p)) {
+                        usable.insert(p);
+                    }
+                    let first = usable.iter().next()?;
+                    let mut rest = PathSet::EMPTY;
+                    for p in usable.iter().skip(1) {
+                        rest.insert(p);
+                    }
+                    return self.emit(now, buf, first, Some((item, rest)), &meta);
+                }
+                Decision::Drop if matches!(item, Item::Datagram) => {
+                    if let Some(d) = self.datagrams.pop() {
+                        if d.deadline.is_some() {
+                            self.locally_dropped_deadlines += 1;
+                        }
+                        self.datagrams.recycle(d.data);
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Builds one packet on `p`: the item (or, with `None`, the pending copy), control frames,
+    /// and a piggybacked ACK.
+    fn emit(
+        &mut self,
+        now: Timestamp,
+        buf: &mut [u8],
+        p: PathId,
+        item: Option<(Item, PathSet)>,
+        meta: &PacketMeta,
+    ) -> Option<Transmit> {
+        let path = self.paths.get(p.index())?.as_ref()?;
+        let mds = usize::from(path.config.max_datagram_size).min(buf.len());
+        let pn = path.next_pn;
+        let mut w = Writer::new(&mut buf[..mds]);
+        encode_header(&mut w, pn).ok()?;
+        let mut sent = SentPacket::new(pn, now, 0, Payload::None);
+        match item {
+            Some((Item::Stream { flow, chunk }, copies)) => {
+                self.write_stream(&mut w, flow, chunk, &mut sent, true)?;
+                if !copies.is_empty() {
+                    self.pending_copy = Some(PendingCopy {
+                        remaining: copies,
+                        meta: *meta,
+                        what: CopyOf::Stream { flow, chunk },
+                    });
+                }
+            }
+            Some((Item::Datagram, copies)) => {
+                let d = self.datagrams.pop()?;
+                write_datagram(&mut w, &d, now)?;
+                sent.payload = Payload::Datagram { flow: d.flow };
+                if copies.is_empty() {
+                    self.datagrams.recycle(d.data);
+                } else {
+                    self.pending_copy = Some(PendingCopy {
+                        remaining: copies,
+                        meta: *meta,
+                        what: CopyOf::Datagram(d),
+                    });
+                }
+            }
+            Some((Item::Control, _)) => {}
+            None => match self.pending_copy.as_ref().map(|c| &c.what) {
+                Some(CopyOf::Stream { flow, chunk }) => {
+                    let (flow, chunk) = (*flow, *chunk);
+                    self.write_stream(&mut w, flow, chunk, &mut sent, false)?;
+                }
+                Some(CopyOf::Datagram(d)) => {
+                    write_datagram(&mut w, d, now)?;
+                    sent.payload = Payload::Datagram { flow: d.flow };
+                }
+                None => return None,
+            },
+        }
+        self.write_controls(&mut w, &mut sent);
+        let report = if self.paths[p.index()].as_ref()?.ack_pending() {
+            self.take_report(now)
+        } else {
+            None
+        };
+        let path = self.paths[p.index()].as_mut()?;
+        if path.ack_pending() {
+            write_ack(path, &mut w, now, report);
+        }
+        if w.len() <= MAX_HEADER_LEN && matches!(sent.payload, Payload::None) && sent.controls[0].is_none() {
+            Frame::Ping.encode(&mut w).ok()?;
+        }
+        sent.size = w.len() as u16;
+        let len = w.len();
+        path.on_sent(sent, now);
+        self.scheduler.on_sent(p, meta, now);
+        Some(Transmit { path: p, len })
+    }
+
+    fn write_stream(
+        &mut self,
+        w: &mut Writer<'_>,
+        id: FlowId,
+        chunk: Chunk,
+        sent: &mut SentPacket,
+        first_copy: bool,
+    ) -> Option<()> {
+        let flow = self.flows.get_mut(&id)?;
+        if !flow.open_acked {
+            Frame::Open {
+                flow: id,
+                kind: flow.kind,
+                target: flow.target.as_ref(),
+            }
+            .encode(w)
+            .ok()?;
+            sent.carried_open = true;
+        }
+        let Body::Stream { send, .. } = &mut flow.body else {
+            return None;
+        };
+        if !first_copy && !send.still_held(chunk.offset) {
+            return None;
+        }
+        encode_stream_header(w, id, chunk.offset, chunk.len as usize, chunk.fin).ok()?;
+        send.read_chunk(chunk.offset, w.reserve(chunk.len as usize).ok()?);
+        sent.payload = Payload::Stream { flow: id, chunk };
+        if !first_copy {
+            return Some(());
+        }
+        send.on_sent(chunk);
+        let more = send.has_new();
+        let len = u64::from(chunk.len);
+        if chunk.retransmit {
+            self.lost_bytes = self.lost_bytes.saturating_sub(len);
+        } else {
+            self.unsent_bytes = self.unsent_bytes.saturating_sub(len);
+            self.sent_total += len;
+            // Round-robin: the flow goes to the back of the queue.
+            if self.send_queue.front() == Some(&id) {
+                self.send_queue.pop_front();
+                if more {
+                    self.send_queue.push_back(id);
+                } else if let Some(f) = self.flows.get_mut(&id) {
+                    f.in_send_queue = false;
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn write_controls(&mut self, w: &mut Writer<'_>, sent: &mut SentPacket) {
+        let mut n = 0;
+        while n < MAX_CONTROLS {
+            let Some(&c) = self.controls.front() else {
+                break;
+            };
+            let needed = match c {
+                Control::Open(id) => self
+                    .flows
+                    .get(&id)
+                    .map_or(0, |f| frame::open_len(id, f.target.as_ref())),
+                _ => 32,
+            };
+            if w.remaining() < needed + ACK_RESERVE / 2 {
+                break;
+            }
+            self.controls.pop_front();
+            if self.write_control(w, c) {
+                sent.controls[n] = Some(c);
+                n += 1;
+            }
+        }
+    }
+
+    /// Writes `c` if it still applies; returns whether it was written.
+    fn write_control(&mut self, w: &mut Writer<'_>, c: Control) -> bool {
+        let frame = match c {
+            Control::Open(id) => match self.flows.get(&id) {
+                Some(f) if !f.open_acked => Frame::Open {
+                    flow: id,
+                    kind: f.kind,
+                    target: f.target.as_ref(),
+                },
+                _ => return false,
+            },
+            Control::Reset(id) => match self.flows.get(&id) {
+                Some(f) if !f.reset_acked => Frame::Reset {
+                    flow: id,
+                    code: f.local_reset.unwrap_or(0),
+                    final_size: match &f.body {
+                        Body::Stream { send, .. } => send.sent_below(),
+                        Body::Datagram(d) => d.next_seq,
+                    },
+                },
+                _ => return false,
+            },
+            Control::MaxFlowData(id) => match self.flows.get(&id).map(|f| &f.body) {
+                Some(Body::Stream { recv, .. }) if !recv.fin_received() => Frame::MaxFlowData {
+                    flow: id,
+                    max: recv.max_data,
+                },
+                _ => return false,
+            },
+            Control::MaxData => Frame::MaxData(self.local_max_data),
+            Control::PathStatus(p) => match self.paths.get(p.index()).and_then(Option::as_ref) {
+                Some(path) => {
+                    self.path_status_seq += 1;
+                    Frame::PathStatus {
+                        path: p,
+                        backup: path.config.tier == super::Tier::Backup,
+                        seq: self.path_status_seq,
+                    }
+                }
+                None => return false,
+            },
+        };
+        // A frame that does not fit leaves the writer unusable; the size was checked above.
+        frame.encode(w).is_ok()
+    }
+}
+
+fn write_ack(
+    path: &mut Path,
+    w: &mut Writer<'_>,
+    now: Timestamp,
+    report: Option<braid_sched_core::ReceiverReport>,
+) {
+    let (ack_delay_us, receiver_time_us) = path.ack_timing(now);
+    let fields = AckFields {
+        path: path.id,
+        ack_delay_us,
+        receiver_time_us,
+        report,
+    };
+    let room = w.remaining();
+    if let Ok(true) = encode_ack(w, &path.received, &fields, room) {
+        path.on_ack_sent();
+    }
+}
+
+fn write_datagram(w: &mut Writer<'_>, d: &QueuedDatagram, now: Timestamp) -> Option<()> {
+    let deadline = d.deadline.map(|dl| DatagramDeadline {
+        budget_us: u32::try_from((dl - now).as_micros()).unwrap_or(u32::MAX),
+        sent_at_us: now.as_micros(),
+    });
+    encode_datagram_header(w, d.flow, d.seq, deadline, d.data.len()).ok()?;
+    w.bytes(&d.data).ok()
+}

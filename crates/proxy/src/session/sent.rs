@@ -1,0 +1,80 @@
+//! What the session remembers about each packet it sent, so that an acknowledgement or a loss
+//! can be applied to the flows and control frames it carried. `Copy` and fixed-size: the per-path
+//! tables of these are allocated once.
+
+use braid_sched_core::{FlowId, PathId, Timestamp};
+
+use super::stream::Chunk;
+
+/// Most control frames carried by one packet.
+pub(crate) const MAX_CONTROLS: usize = 4;
+
+/// A control frame that must be delivered reliably; on loss it is queued again (with the then
+/// current value, e.g. the latest MAX_DATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// OPEN of a local flow (also repeated with its data until acknowledged).
+    Open(FlowId),
+    /// RESET of a flow.
+    Reset(FlowId),
+    /// MAX_FLOW_DATA of a flow.
+    MaxFlowData(FlowId),
+    /// MAX_DATA.
+    MaxData,
+    /// PATH_STATUS of a path.
+    PathStatus(PathId),
+}
+
+/// The data frame a packet carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Payload {
+    /// Control frames only (or a PING).
+    None,
+    /// A chunk of a stream flow.
+    Stream { flow: FlowId, chunk: Chunk },
+    /// A datagram (not retransmitted).
+    Datagram { flow: FlowId },
+}
+
+/// One sent packet.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SentPacket {
+    pub pn: u64,
+    pub time_sent: Timestamp,
+    pub size: u16,
+    pub ack_eliciting: bool,
+    /// Counts towards bytes in flight (everything but failed-path probes).
+    pub in_flight: bool,
+    /// Acknowledged or declared lost.
+    pub done: bool,
+    pub payload: Payload,
+    /// The packet also carried the OPEN of the payload's flow.
+    pub carried_open: bool,
+    pub controls: [Option<Control>; MAX_CONTROLS],
+}
+
+impl SentPacket {
+    pub fn new(pn: u64, time_sent: Timestamp, size: u16, payload: Payload) -> Self {
+        SentPacket {
+            pn,
+            time_sent,
+            size,
+            ack_eliciting: true,
+            in_flight: true,
+            done: false,
+            payload,
+            carried_open: false,
+            controls: [None; MAX_CONTROLS],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sent_packet_stays_small() {
+        assert!(std::mem::size_of::<SentPacket>() <= super::super::config::SENT_PACKET_SIZE as usize);
+    }
+}

@@ -1,0 +1,462 @@
+//! The two halves of a reliable stream flow: [`SendStream`] (a ring of written bytes kept until
+//! acknowledged, with the ranges lost and waiting for retransmission) and [`RecvStream`] (a ring
+//! sized to the flow-control window that doubles as the reorder buffer). Both rings are allocated
+//! once, at their first use, at their configured size; nothing here allocates per packet.
+
+use std::ops::Range;
+
+use super::ranges::RangeSet;
+
+/// Ranges kept before the range sets grow.
+const RANGE_CAPACITY: usize = 16;
+
+fn ring_copy_in(ring: &mut [u8], offset: u64, data: &[u8]) {
+    let cap = ring.len();
+    let start = (offset % cap as u64) as usize;
+    let first = data.len().min(cap - start);
+    ring[start..start + first].copy_from_slice(&data[..first]);
+    ring[..data.len() - first].copy_from_slice(&data[first..]);
+}
+
+fn ring_copy_out(ring: &[u8], offset: u64, out: &mut [u8]) {
+    let cap = ring.len();
+    let start = (offset % cap as u64) as usize;
+    let first = out.len().min(cap - start);
+    let n = out.len();
+    out[..first].copy_from_slice(&ring[start..start + first]);
+    out[first..].copy_from_slice(&ring[..n - first]);
+}
+
+/// A chunk of a stream chosen for transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub offset: u64,
+    pub len: u32,
+    pub fin: bool,
+    pub retransmit: bool,
+}
+
+/// The sending half of a stream flow.
+#[derive(Debug)]
+pub(crate) struct SendStream {
+    ring: Vec<u8>,
+    capacity: u64,
+    /// Every byte below is acknowledged and freed.
+    acked_below: u64,
+    /// Next byte the application writes.
+    write_offset: u64,
+    /// Every byte below was sent at least once.
+    sent_below: u64,
+    acked: RangeSet,
+    lost: RangeSet,
+    /// The application called finish.
+    finished: bool,
+    fin_acked: bool,
+    /// The FIN went out at least once.
+    sent_fin: bool,
+    /// The FIN must be sent again (its packet was lost).
+    fin_lost: bool,
+    /// The peer's MAX_FLOW_DATA.
+    pub max_data: u64,
+    /// The flow was reset by us: nothing more is sent.
+    pub reset: bool,
+}
+
+impl SendStream {
+    pub fn new(capacity: u64, peer_window: u64) -> Self {
+        SendStream {
+            ring: Vec::new(),
+            capacity: capacity.max(1),
+            acked_below: 0,
+            write_offset: 0,
+            sent_below: 0,
+            acked: RangeSet::with_capacity(RANGE_CAPACITY),
+            lost: RangeSet::with_capacity(RANGE_CAPACITY),
+            finished: false,
+            fin_acked: false,
+            sent_fin: false,
+            fin_lost: false,
+            max_data: peer_window,
+            reset: false,
+        }
+    }
+
+    /// Bytes the application may still write.
+    pub fn writable(&self) -> u64 {
+        if self.finished || self.reset {
+            return 0;
+        }
+        self.capacity - (self.write_offset - self.acked_below)
+    }
+
+    /// Buffers as much of `data` as fits; returns how much.
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        let n = (self.writable().min(data.len() as u64)) as usize;
+        if n == 0 {
+            return 0;
+        }
+        if self.ring.is_empty() {
+            self.ring = vec![0; self.capacity as usize];
+        }
+        ring_copy_in(&mut self.ring, self.write_offset, &data[..n]);
+        self.write_offset += n as u64;
+        n
+    }
+
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Bytes written and not yet sent once.
+    pub fn unsent(&self) -> u64 {
+        self.write_offset - self.sent_below
+    }
+
+    /// Bytes held (written, not yet acknowledged).
+    pub fn buffered(&self) -> u64 {
+        self.write_offset - self.acked_below
+    }
+
+    /// Highest offset sent: what the flow has consumed of the session-wide credit.
+    pub fn sent_below(&self) -> u64 {
+        self.sent_below
+    }
+
+    pub fn allocated(&self) -> u64 {
+        (self.ring.capacity() + self.acked.capacity_bytes() + self.lost.capacity_bytes()) as u64
+    }
+
+    /// True when retransmissions are waiting.
+    pub fn has_lost(&self) -> bool {
+        !self.reset && (!self.lost.is_empty() || self.fin_lost)
+    }
+
+    /// True when new bytes (or a first FIN) could go out, ignoring credit.
+    pub fn has_new(&self) -> bool {
+        !self.reset && (self.unsent() > 0 || (self.finished && !self.sent_fin))
+    }
+
+    /// The next chunk of at most `max_len` bytes: retransmissions first, then new bytes within
+    /// `credit` (the smaller of flow and session credit). Returns `None` when nothing can go.
+    pub fn peek(&self, max_len: u32, session_credit: u64) -> Option<Chunk> {
+        if self.reset {
+            return None;
+        }
+        if let Some(r) = self.lost.first() {
+            let len = (r.end - r.start).min(u64::from(max_len)) as u32;
+            let end = r.start + u64::from(len);
+            return Some(Chunk {
+                offset: r.start,
+                len,
+                fin: self.finished && end == self.write_offset && !self.fin_acked,
+                retransmit: true,
+            });
+        }
+        if self.fin_lost {
+            return Some(Chunk {
+                offset: self.write_offset,
+                len: 0,
+                fin: true,
+                retransmit: true,
+            });
+        }
+        let credit = self
+            .max_data
+            .saturating_sub(self.sent_below)
+            .min(session_credit);
+        let len = self.unsent().min(credit).min(u64::from(max_len)) as u32;
+        let end = self.sent_below + u64::from(len);
+        let fin = self.finished && end == self.write_offset && !self.sent_fin;
+        if len == 0 && !fin {
+            return None;
+        }
+        Some(Chunk {
+            offset: self.sent_below,
+            len,
+            fin,
+            retransmit: false,
+        })
+    }
+
+    /// Marks `chunk` (as returned by `peek`) as sent.
+    pub fn on_sent(&mut self, chunk: Chunk) {
+        let range = chunk.offset..chunk.offset + u64::from(chunk.len);
+        if chunk.retransmit {
+            self.lost.remove(range);
+            if chunk.fin {
+                self.fin_lost = false;
+            }
+        } else {
+            self.sent_below = range.end;
+        }
+        if chunk.fin {
+            self.sent_fin = true;
+        }
+    }
+
+    /// Copies the bytes of `chunk` into `out` (`out.len() == chunk.len`).
+    pub fn read_chunk(&self, offset: u64, out: &mut [u8]) {
+        if !out.is_empty() {
+            ring_copy_out(&self.ring, offset, out);
+        }
+    }
+
+    /// The peer acknowledged `range` (and the FIN when `fin`). Returns lost bytes that no
+    /// longer need resending.
+    pub fn on_acked(&mut self, range: Range<u64>, fin: bool) -> u64 {
+        let was_lost = self.lost.overlap(range.clone());
+        self.lost.remove(range.clone());
+        if range.start < range.end && range.end > self.acked_below {
+            self.acked.insert(range.start.max(self.acked_below)..range.end);
+            if let Some(first) = self.acked.first()
+                && first.start <= self.acked_below
+            {
+                self.acked_below = first.end;
+                self.acked.remove_below(self.acked_below);
+            }
+        }
+        if fin {
+            self.fin_acked = true;
+            self.fin_lost = false;
+        }
+        was_lost
+    }
+
+    /// The packet carrying `range` was lost; returns bytes newly queued for retransmission.
+    pub fn on_lost(&mut self, range: Range<u64>, fin: bool) -> u64 {
+        if self.reset {
+            return 0;
+        }
+        if fin && !self.fin_acked && range.start == range.end {
+            self.fin_lost = true;
+        }
+        let start = range.start.max(self.acked_below);
+        if start >= range.end {
+            return 0;
+        }
+        let mut added = self.lost.insert(start..range.end);
+        for a in self.acked.iter() {
+            if a.start >= range.end {
+                break;
+            }
+            if a.end > start {
+                let overlap = a.start.max(start)..a.end.min(range.end);
+                added -= self.lost.overlap(overlap.clone()).min(added);
+                self.lost.remove(overlap);
+            }
+        }
+        if fin && !self.fin_acked && self.lost.max_end() != Some(self.write_offset) {
+            self.fin_lost = true;
+        }
+        added
+    }
+
+    /// True while the byte at `offset` is still buffered (not yet acknowledged and freed).
+    pub fn still_held(&self, offset: u64) -> bool {
+        !self.reset && offset >= self.acked_below
+    }
+
+    /// Every byte and the FIN were acknowledged.
+    pub fn is_done(&self) -> bool {
+        self.reset || (self.finished && self.fin_acked && self.acked_below == self.write_offset)
+    }
+
+    /// Stops sending; returns the final size.
+    pub fn reset(&mut self) -> u64 {
+        self.reset = true;
+        self.lost.clear();
+        self.sent_below
+    }
+}
+
+/// What one received STREAM frame changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Received {
+    /// Bytes never seen before.
+    pub new_bytes: u64,
+    /// Bytes that had arrived already.
+    pub duplicate_bytes: u64,
+    /// How far the highest received offset grew (session flow-control accounting).
+    pub highest_growth: u64,
+    /// The frame started beyond the contiguous data (arrived out of order).
+    pub out_of_order: bool,
+}
+
+/// A receive-side violation; the caller turns it into a `SessionError` naming the flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvViolation {
+    FlowControl { offset: u64, limit: u64 },
+    FinalSize { offset: u64, final_size: u64 },
+}
+
+/// The receiving half of a stream flow.
+#[derive(Debug)]
+pub(crate) struct RecvStream {
+    ring: Vec<u8>,
+    window: u64,
+    read_offset: u64,
+    /// Ranges received at or above `read_offset`.
+    received: RangeSet,
+    highest: u64,
+    final_size: Option<u64>,
+    /// The limit we advertised (MAX_FLOW_DATA).
+    pub max_data: u64,
+    /// The peer reset the flow with this code.
+    pub reset: Option<u64>,
+    /// We gave the flow up: bytes are counted, not stored.
+    discarding: bool,
+}
+
+impl RecvStream {
+    pub fn new(window: u64) -> Self {
+        RecvStream {
+            ring: Vec::new(),
+            window: window.max(1),
+            read_offset: 0,
+            received: RangeSet::with_capacity(RANGE_CAPACITY),
+            highest: 0,
+            final_size: None,
+            max_data: window,
+            reset: None,
+            discarding: false,
+        }
+    }
+
+    /// Stores a STREAM frame's bytes.
+    pub fn on_data(&mut self, offset: u64, data: &[u8], fin: bool) -> Result<Received, RecvViolation> {
+        let end = offset + data.len() as u64;
+        if end > self.max_data {
+            return Err(RecvViolation::FlowControl { offset: end, limit: self.max_data });
+        }
+        if let Some(final_size) = self.final_size
+            && (end > final_size || (fin && end != final_size))
+        {
+            return Err(RecvViolation::FinalSize { offset: end, final_size });
+        }
+        if fin {
+            if end < self.highest {
+                return Err(RecvViolation::FinalSize { offset: end, final_size: self.highest });
+            }
+            self.final_size = Some(end);
+        }
+        let mut out = Received {
+            highest_growth: end.saturating_sub(self.highest),
+            ..Received::default()
+        };
+        self.highest = self.highest.max(end);
+        if self.reset.is_some() || self.discarding {
+            self.read_offset = self.highest;
+            return Ok(out);
+        }
+        let contiguous_end = self
+            .received
+            .first()
+            .filter(|r| r.start <= self.read_offset)
+            .map_or(self.read_offset, |r| r.end);
+        out.out_of_order = offset > contiguous_end;
+        let start = offset.max(self.read_offset);
+        out.duplicate_bytes = data.len() as u64 - end.saturating_sub(start);
+        if start < end {
+            let new = self.received.insert(start..end);
+            out.new_bytes = new;
+            out.duplicate_bytes += (end - start) - new;
+            if new > 0 {
+                if self.ring.is_empty() {
+                    self.ring = vec![0; self.window as usize];
+                }
+                let skip = (start - offset) as usize;
+                ring_copy_in(&mut self.ring, start, &data[skip..]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes readable in order now.
+    pub fn readable(&self) -> u64 {
+        self.received
+            .first()
+            .filter(|r| r.start <= self.read_offset)
+            .map_or(0, |r| r.end - self.read_offset)
+    }
+
+    /// Copies readable bytes into `out`; returns how many.
+    pub fn read(&mut self, out: &mut [u8]) -> usize {
+        let n = self.readable().min(out.len() as u64) as usize;
+        if n > 0 {
+            ring_copy_out(&self.ring, self.read_offset, &mut out[..n]);
+            self.read_offset += n as u64;
+            self.received.remove_below(self.read_offset);
+        }
+        n
+    }
+
+    /// Every byte up to the FIN was read.
+    pub fn is_finished(&self) -> bool {
+        self.final_size == Some(self.read_offset)
+    }
+
+    /// The FIN arrived (bytes may still be missing or unread).
+    pub fn fin_received(&self) -> bool {
+        self.final_size.is_some()
+    }
+
+    /// Bytes held: received and not yet read (in order or not).
+    pub fn buffered(&self) -> u64 {
+        self.received.iter().map(|r| r.end - r.start).sum()
+    }
+
+    pub fn allocated(&self) -> u64 {
+        (self.ring.capacity() + self.received.capacity_bytes()) as u64
+    }
+
+    /// A new MAX_FLOW_DATA to advertise once half the window was read, else `None`.
+    pub fn window_update(&mut self) -> Option<u64> {
+        if self.final_size.is_some() || self.reset.is_some() {
+            return None;
+        }
+        let target = self.read_offset + self.window;
+        if target - self.max_data >= self.window / 2 {
+            self.max_data = target;
+            return Some(target);
+        }
+        None
+    }
+
+    /// The peer reset the flow; drops what was buffered. Returns bytes of session credit the
+    /// reset settles (final size beyond the highest offset seen).
+    pub fn on_reset(&mut self, code: u64, final_size: u64) -> Result<u64, RecvViolation> {
+        if final_size < self.highest || self.final_size.is_some_and(|f| f != final_size) {
+            return Err(RecvViolation::FinalSize {
+                offset: final_size,
+                final_size: self.final_size.unwrap_or(self.highest),
+            });
+        }
+        if final_size > self.max_data {
+            return Err(RecvViolation::FlowControl { offset: final_size, limit: self.max_data });
+        }
+        let growth = final_size - self.highest;
+        self.highest = final_size;
+        self.final_size = Some(final_size);
+        self.reset = Some(code);
+        self.received.clear();
+        self.ring = Vec::new();
+        Ok(growth)
+    }
+
+    /// Unread bytes given up (flow reset or dropped): returned as session credit.
+    pub fn abandon(&mut self) -> u64 {
+        let released = self.highest - self.read_offset;
+        self.read_offset = self.highest;
+        self.received.clear();
+        self.discarding = true;
+        released
+    }
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

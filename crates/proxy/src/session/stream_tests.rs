@@ -1,0 +1,87 @@
+//! Send and receive halves of a stream in isolation.
+
+use super::*;
+
+#[test]
+fn send_stream_retransmits_lost_ranges_then_frees_acked_bytes() {
+    let mut s = SendStream::new(100, 1_000);
+    assert_eq!(s.write(&[7; 150]), 100, "buffer bounds writes");
+    let a = s.peek(40, u64::MAX).unwrap();
+    assert_eq!((a.offset, a.len, a.retransmit), (0, 40, false));
+    s.on_sent(a);
+    let b = s.peek(40, u64::MAX).unwrap();
+    s.on_sent(b);
+    assert_eq!(s.on_lost(0..40, false), 40);
+    let r = s.peek(100, u64::MAX).unwrap();
+    assert_eq!((r.offset, r.len, r.retransmit), (0, 40, true));
+    // The original arrives after all: nothing to resend, bytes freed.
+    assert_eq!(s.on_acked(0..40, false), 40);
+    assert!(!s.has_lost());
+    assert_eq!(s.writable(), 40);
+    s.on_acked(40..80, false);
+    assert_eq!(s.writable(), 80);
+}
+
+#[test]
+fn send_stream_respects_credit_and_carries_fin() {
+    let mut s = SendStream::new(100, 10);
+    s.write(&[1; 30]);
+    let c = s.peek(100, u64::MAX).unwrap();
+    assert_eq!(c.len, 10, "flow credit");
+    s.on_sent(c);
+    assert!(s.peek(100, u64::MAX).is_none());
+    s.max_data = 100;
+    assert_eq!(s.peek(100, 5).unwrap().len, 5, "session credit");
+    s.finish();
+    let last = s.peek(100, u64::MAX).unwrap();
+    assert!(last.fin && last.len == 20);
+    s.on_sent(last);
+    s.on_lost(10..30, true);
+    let again = s.peek(100, u64::MAX).unwrap();
+    assert!(again.fin && again.retransmit);
+    s.on_sent(again);
+    s.on_acked(0..10, false);
+    s.on_acked(10..30, true);
+    assert!(s.is_done());
+}
+
+#[test]
+fn recv_stream_reorders_and_enforces_limits() {
+    let mut r = RecvStream::new(64);
+    let got = r.on_data(10, &[2; 10], false).unwrap();
+    assert!(got.out_of_order && got.new_bytes == 10);
+    assert_eq!(r.readable(), 0);
+    r.on_data(0, &[1; 10], false).unwrap();
+    let dup = r.on_data(5, &[1; 10], false).unwrap();
+    assert_eq!(dup.duplicate_bytes, 10);
+    let mut out = [0u8; 32];
+    assert_eq!(r.read(&mut out), 20);
+    assert_eq!(&out[..20], &[[1u8; 10], [2u8; 10]].concat()[..]);
+    assert_eq!(
+        r.on_data(60, &[0; 10], false),
+        Err(RecvViolation::FlowControl { offset: 70, limit: 64 })
+    );
+    r.on_data(20, &[3; 5], true).unwrap();
+    assert_eq!(
+        r.on_data(20, &[3; 6], false),
+        Err(RecvViolation::FinalSize { offset: 26, final_size: 25 })
+    );
+    assert_eq!(r.read(&mut out), 5);
+    assert!(r.is_finished());
+}
+
+#[test]
+fn recv_window_moves_after_half_is_read() {
+    let mut r = RecvStream::new(100);
+    r.on_data(0, &[0; 60], false).unwrap();
+    assert_eq!(r.window_update(), None);
+    let mut out = [0u8; 60];
+    r.read(&mut out);
+    assert_eq!(r.window_update(), Some(160));
+    // The ring wraps around without corrupting data.
+    let data: Vec<u8> = (0..100).collect();
+    r.on_data(60, &data, false).unwrap();
+    let mut back = [0u8; 100];
+    assert_eq!(r.read(&mut back), 100);
+    assert_eq!(&back[..], &data[..]);
+}
