@@ -3,4 +3,5 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod inbound;
 pub mod session;

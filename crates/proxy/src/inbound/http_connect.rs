@@ -1,0 +1,190 @@
+//! HTTP CONNECT (RFC 9110 §9.3.6): the request head a client sends to open a tunnel, and the
+//! replies braid sends back.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::session::frame::Target;
+
+/// Longest request head accepted (request line and headers, through the blank line).
+pub const MAX_HEAD: usize = 8 * 1024;
+
+/// A parsed CONNECT request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectRequest<'a> {
+    /// The tunnel's destination from the request target (`host:port`).
+    pub target: Target,
+    /// The raw value of a `Proxy-Authorization` header, if any.
+    pub proxy_authorization: Option<&'a str>,
+}
+
+/// Malformed HTTP CONNECT input, naming what was wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HttpConnectError {
+    /// The head did not end within [`MAX_HEAD`] bytes.
+    #[error("HTTP request head is longer than {MAX_HEAD} bytes")]
+    HeadTooLong,
+    /// The head is not UTF-8 text.
+    #[error("HTTP request head is not text")]
+    NotText,
+    /// The request line is not `METHOD TARGET VERSION`.
+    #[error("HTTP request line is malformed")]
+    BadRequestLine,
+    /// The method is not CONNECT (braid is not a forward HTTP proxy).
+    #[error("HTTP method is not CONNECT")]
+    NotConnect,
+    /// The version is not HTTP/1.0 or HTTP/1.1.
+    #[error("HTTP version is not 1.0 or 1.1")]
+    BadVersion,
+    /// The request target is not `host:port`.
+    #[error("HTTP CONNECT target is not host:port")]
+    BadTarget,
+    /// A header line has no colon.
+    #[error("HTTP header line is malformed")]
+    BadHeader,
+}
+
+/// Parses a CONNECT request head; `Ok(None)` until the blank line has arrived. On success also
+/// returns the length of the head (tunnel bytes may follow it in the same buffer).
+pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, HttpConnectError> {
+    let window = &buf[..buf.len().min(MAX_HEAD)];
+    let Some(end) = window.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if buf.len() >= MAX_HEAD {
+            Err(HttpConnectError::HeadTooLong)
+        } else {
+            Ok(None)
+        };
+    };
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpConnectError::NotText)?;
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().ok_or(HttpConnectError::BadRequestLine)?;
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(authority), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HttpConnectError::BadRequestLine);
+    };
+    if !method.eq_ignore_ascii_case("CONNECT") {
+        return Err(HttpConnectError::NotConnect);
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(HttpConnectError::BadVersion);
+    }
+    let target = parse_authority(authority)?;
+    let mut proxy_authorization = None;
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or(HttpConnectError::BadHeader)?;
+        if name.trim().eq_ignore_ascii_case("proxy-authorization") {
+            proxy_authorization = Some(value.trim());
+        }
+    }
+    Ok(Some((
+        ConnectRequest {
+            target,
+            proxy_authorization,
+        },
+        end + 4,
+    )))
+}
+
+/// `host:port`, `a.b.c.d:port` or `[v6]:port`.
+fn parse_authority(authority: &str) -> Result<Target, HttpConnectError> {
+    let (host, port) = authority
+        .rsplit_once(':')
+        .ok_or(HttpConnectError::BadTarget)?;
+    let port: u16 = port.parse().map_err(|_| HttpConnectError::BadTarget)?;
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        let ip: IpAddr = v6.parse().map_err(|_| HttpConnectError::BadTarget)?;
+        return Ok(Target::Addr(SocketAddr::new(ip, port)));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(Target::Addr(SocketAddr::new(ip, port)));
+    }
+    let valid = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+    if !valid {
+        return Err(HttpConnectError::BadTarget);
+    }
+    Ok(Target::Domain {
+        name: host.to_owned(),
+        port,
+    })
+}
+
+/// The reply once the tunnel is open.
+pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+/// The reply to a malformed request.
+pub const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+/// The reply when credentials are missing or wrong.
+pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nContent-Length: 0\r\n\r\n";
+/// The reply when the server could not reach the target.
+pub const BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_targets_and_auth() {
+        let req = b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\nProxy-Authorization: Basic Ym9iOnB3\r\n\r\nTLS";
+        let (r, n) = parse_request(req).unwrap().unwrap();
+        assert_eq!(&req[n..], b"TLS");
+        assert_eq!(
+            r.target,
+            Target::Domain {
+                name: "example.org".into(),
+                port: 443
+            }
+        );
+        assert_eq!(r.proxy_authorization, Some("Basic Ym9iOnB3"));
+
+        let (r, _) = parse_request(b"CONNECT [::1]:8443 HTTP/1.0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.target, Target::Addr("[::1]:8443".parse().unwrap()));
+        let (r, _) = parse_request(b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.target, Target::Addr("127.0.0.1:80".parse().unwrap()));
+        assert_eq!(
+            parse_request(b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n"),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_heads() {
+        use HttpConnectError::*;
+        let cases: [(&[u8], HttpConnectError); 7] = [
+            (b"GET / HTTP/1.1\r\n\r\n", NotConnect),
+            (b"CONNECT a:1 HTTP/2\r\n\r\n", BadVersion),
+            (b"CONNECT a HTTP/1.1\r\n\r\n", BadTarget),
+            (b"CONNECT a:99999 HTTP/1.1\r\n\r\n", BadTarget),
+            (b"CONNECT a b:1 HTTP/1.1\r\n\r\n", BadRequestLine),
+            (b"CONNECT a:1 HTTP/1.1\r\nnocolon\r\n\r\n", BadHeader),
+            (b"CONNECT a:1 HTTP/1.1\r\nX: \xff\r\n\r\n", NotText),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                parse_request(input),
+                Err(want),
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let long = vec![b'a'; MAX_HEAD + 10];
+        assert_eq!(parse_request(&long), Err(HeadTooLong));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            if let Ok(Some((_, n))) = parse_request(&bytes) {
+                prop_assert!(n <= bytes.len());
+            }
+        }
+    }
+}
