@@ -168,7 +168,10 @@ impl SessionConfig {
             ("datagram_send_queue", self.datagram_send_queue as u64),
             ("datagram_receive_queue", self.datagram_receive_queue as u64),
             ("max_sent_packets", self.max_sent_packets as u64),
-            ("failure_probe_timeouts", u64::from(self.failure_probe_timeouts)),
+            (
+                "failure_probe_timeouts",
+                u64::from(self.failure_probe_timeouts),
+            ),
         ];
         for (field, value) in positive {
             if value == 0 {
@@ -241,6 +244,11 @@ mod tests {
             max_datagram_size: 10,
             ..PathConfig::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("max_datagram_size"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_datagram_size")
+        );
     }
 }

@@ -124,6 +124,14 @@ pub enum FlowError {
         /// The configured limit.
         max: usize,
     },
+    /// The peer reset the flow; what it had sent is discarded.
+    #[error("flow {flow:?} was reset by the peer (code {code})")]
+    Reset {
+        /// The flow.
+        flow: FlowId,
+        /// The peer's code.
+        code: u64,
+    },
     /// The flow's sending side was finished or reset.
     #[error("flow {0:?} is closed for writing")]
     ClosedForWriting(FlowId),

@@ -188,6 +188,9 @@ impl Session {
         let Body::Stream { recv, .. } = &mut flow.body else {
             return Err(FlowError::WrongKind(id));
         };
+        if let Some(code) = recv.reset {
+            return Err(FlowError::Reset { flow: id, code });
+        }
         let n = recv.read(out);
         flow.readable_signalled = false;
         let update = recv.window_update();
@@ -288,7 +291,11 @@ impl Session {
 
     /// Takes the oldest received datagram of the flow into `out`; returns its length (cut to
     /// `out.len()`), or `None` when none is waiting.
-    pub fn recv_datagram(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
+    pub fn recv_datagram(
+        &mut self,
+        id: FlowId,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, FlowError> {
         let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
         let Body::Datagram(d) = &mut flow.body else {
             return Err(FlowError::WrongKind(id));

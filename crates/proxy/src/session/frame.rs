@@ -315,7 +315,10 @@ impl<'a> Frame<'a> {
                 let flow = FlowId(r.varint("stream flow")?);
                 let offset = r.varint("stream offset")?;
                 let len = r.varint("stream length")?;
-                if offset.checked_add(len).is_none_or(|e| e > super::varint::VARINT_MAX) {
+                if offset
+                    .checked_add(len)
+                    .is_none_or(|e| e > super::varint::VARINT_MAX)
+                {
                     return Err(FrameError::ValueTooLarge {
                         field: "stream length",
                         value: len,
@@ -533,8 +536,16 @@ fn rest_of<'a>(r: &Reader<'a>) -> &'a [u8] {
     r.peek_rest()
 }
 
-fn write_ack_head(w: &mut Writer<'_>, ack: &AckFrame<'_>, range_count: u64) -> Result<(), FrameError> {
-    w.varint(if ack.report.is_some() { kind::ACK_REPORT } else { kind::ACK })?;
+fn write_ack_head(
+    w: &mut Writer<'_>,
+    ack: &AckFrame<'_>,
+    range_count: u64,
+) -> Result<(), FrameError> {
+    w.varint(if ack.report.is_some() {
+        kind::ACK_REPORT
+    } else {
+        kind::ACK
+    })?;
     w.u8(ack.path.0)?;
     w.varint(ack.largest)?;
     w.varint(ack.ack_delay_us)?;
@@ -708,13 +719,12 @@ fn encode_open(
             w.u16(a.port())
         }
         TargetRef::Domain { name, port } => {
-            let len = u8::try_from(name.len())
-                .ok()
-                .filter(|&l| l > 0)
-                .ok_or(FrameError::ValueTooLarge {
+            let len = u8::try_from(name.len()).ok().filter(|&l| l > 0).ok_or(
+                FrameError::ValueTooLarge {
                     field: "open domain length",
                     value: name.len() as u64,
-                })?;
+                },
+            )?;
             w.u8(3)?;
             w.u8(len)?;
             w.bytes(name.as_bytes())?;
@@ -744,7 +754,10 @@ fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
         6 => {
             let mut o = [0u8; 16];
             o.copy_from_slice(r.bytes(16, "open ipv6")?);
-            TargetRef::Addr(SocketAddr::new(Ipv6Addr::from(o).into(), r.u16("open port")?))
+            TargetRef::Addr(SocketAddr::new(
+                Ipv6Addr::from(o).into(),
+                r.u16("open port")?,
+            ))
         }
         3 => {
             let len = r.u8("open domain length")?;

@@ -238,7 +238,20 @@ fn malformed_frames_are_typed_errors() {
             },
         ),
         (
-            &[kind::DATAGRAM_DEADLINE as u8, 1, 1, 0xc0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+            &[
+                kind::DATAGRAM_DEADLINE as u8,
+                1,
+                1,
+                0xc0,
+                0xff,
+                0xff,
+                0xff,
+                0xff,
+                0,
+                0,
+                0,
+                0,
+            ],
             FrameError::ValueTooLarge {
                 field: "datagram budget",
                 value: 0xff_ffff_ff00_0000,

@@ -88,7 +88,13 @@ struct Link {
 
 impl Link {
     /// Arrival times of the packet (and of its duplicate), or nothing when it is lost.
-    fn offer(&mut self, now: Timestamp, len: usize, rng: &mut StdRng, stats: &mut LinkStats) -> [Option<Timestamp>; 2] {
+    fn offer(
+        &mut self,
+        now: Timestamp,
+        len: usize,
+        rng: &mut StdRng,
+        stats: &mut LinkStats,
+    ) -> [Option<Timestamp>; 2] {
         stats.offered += 1;
         let c = &self.config;
         if c.down_at(now) {
@@ -173,8 +179,18 @@ impl Harness {
         path: PathConfig,
     ) -> Self {
         let now = Timestamp::ZERO;
-        let mut client = Session::new(config.clone(), Role::Client, AnyScheduler::with_defaults(scheduler), now);
-        let mut server = Session::new(config, Role::Server, AnyScheduler::with_defaults(scheduler), now);
+        let mut client = Session::new(
+            config.clone(),
+            Role::Client,
+            AnyScheduler::with_defaults(scheduler),
+            now,
+        );
+        let mut server = Session::new(
+            config,
+            Role::Server,
+            AnyScheduler::with_defaults(scheduler),
+            now,
+        );
         for i in 0..links.len() {
             let id = PathId(i as u8);
             // Paths beyond MAX_PATHS or with a bad config are left out; tests pass valid ones.
@@ -271,11 +287,16 @@ impl Harness {
             self.stalls = 0;
         }
         self.now = self.now.max(next);
-        while self.in_flight.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
+        while self
+            .in_flight
+            .peek()
+            .is_some_and(|Reverse(p)| p.at <= self.now)
+        {
             let Some(Reverse(p)) = self.in_flight.pop() else {
                 break;
             };
-            if let Err(e) = self.endpoints[p.to].handle_datagram(PathId(p.path), &p.data, self.now) {
+            if let Err(e) = self.endpoints[p.to].handle_datagram(PathId(p.path), &p.data, self.now)
+            {
                 self.errors.push(e);
             }
             self.stats.delivered += 1;

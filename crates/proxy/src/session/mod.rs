@@ -135,7 +135,10 @@ pub struct PathStatus {
 enum SessionState {
     Open,
     /// CLOSE queued on every live path (bit set of paths still to send it on).
-    Closing { code: u64, pending: u32 },
+    Closing {
+        code: u64,
+        pending: u32,
+    },
     Closed,
 }
 
@@ -295,7 +298,12 @@ impl Session {
     }
 
     /// Changes a path's tier and tells the peer (PATH_STATUS).
-    pub fn set_path_tier(&mut self, id: PathId, tier: Tier, now: Timestamp) -> Result<(), PathError> {
+    pub fn set_path_tier(
+        &mut self,
+        id: PathId,
+        tier: Tier,
+        now: Timestamp,
+    ) -> Result<(), PathError> {
         let path = self
             .paths
             .get_mut(id.index())

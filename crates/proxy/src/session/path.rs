@@ -177,7 +177,11 @@ impl Path {
                 *pacing_wakeup = Some(pacing_wakeup.map_or(at, |w| w.min(at)));
             }
         }
-        let cwnd = if self.can_track() { window } else { self.bytes_in_flight };
+        let cwnd = if self.can_track() {
+            window
+        } else {
+            self.bytes_in_flight
+        };
         PathView {
             id: self.id,
             state: self.state,
@@ -274,7 +278,10 @@ impl Path {
         let Some(largest) = largest_newly_acked else {
             return Ok(out);
         };
-        self.largest_acked = Some(self.largest_acked.map_or(ack.largest, |l| l.max(ack.largest)));
+        self.largest_acked = Some(
+            self.largest_acked
+                .map_or(ack.largest, |l| l.max(ack.largest)),
+        );
         if largest.pn == ack.largest && largest.ack_eliciting {
             let sample = now - largest.time_sent;
             let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
@@ -368,7 +375,8 @@ impl Path {
             self.loss_rate = self.loss_rate * (1.0 - LOSS_RATE_GAIN) + LOSS_RATE_GAIN;
         }
         if let Some(sent_time) = newest_lost {
-            self.cc.on_congestion_event(now, sent_time, false, lost_bytes);
+            self.cc
+                .on_congestion_event(now, sent_time, false, lost_bytes);
         }
         self.pop_done();
         lost_bytes
@@ -388,7 +396,9 @@ impl Path {
         } else {
             take(self.pto_deadline(config));
             if self.ack_eliciting_in_flight == 0 {
-                take(Some(self.last_ack_eliciting_sent + config.heartbeat_interval));
+                take(Some(
+                    self.last_ack_eliciting_sent + config.heartbeat_interval,
+                ));
             }
         }
         t

@@ -53,7 +53,12 @@ impl Session {
         Ok(())
     }
 
-    fn on_frame(&mut self, path: PathId, frame: Frame<'_>, now: Timestamp) -> Result<(), SessionError> {
+    fn on_frame(
+        &mut self,
+        path: PathId,
+        frame: Frame<'_>,
+        now: Timestamp,
+    ) -> Result<(), SessionError> {
         match frame {
             Frame::Ping => {}
             Frame::Ack(ack) => self.on_ack_frame(&ack, now)?,
@@ -89,7 +94,9 @@ impl Session {
                     self.enqueue_send(flow);
                 }
             }
-            Frame::PathStatus { path: p, backup, .. } => {
+            Frame::PathStatus {
+                path: p, backup, ..
+            } => {
                 if let Some(target) = self.paths.get_mut(p.index()).and_then(Option::as_mut) {
                     target.set_tier(if backup { Tier::Backup } else { Tier::Primary });
                     let state = target.state;
@@ -114,7 +121,11 @@ impl Session {
     }
 
     fn on_ack_frame(&mut self, ack: &AckFrame<'_>, now: Timestamp) -> Result<(), SessionError> {
-        let Some(path) = self.paths.get_mut(ack.path.index()).and_then(Option::as_mut) else {
+        let Some(path) = self
+            .paths
+            .get_mut(ack.path.index())
+            .and_then(Option::as_mut)
+        else {
             return Ok(());
         };
         let mut acked = std::mem::take(&mut self.scratch_acked);
@@ -197,7 +208,12 @@ impl Session {
     }
 
     /// Applies losses (from an ACK, a timer or a failed path) and empties `lost`.
-    pub(crate) fn on_packets_lost(&mut self, path: PathId, lost: &mut Vec<SentPacket>, now: Timestamp) {
+    pub(crate) fn on_packets_lost(
+        &mut self,
+        path: PathId,
+        lost: &mut Vec<SentPacket>,
+        now: Timestamp,
+    ) {
         let mut bytes = 0;
         for p in lost.drain(..) {
             if p.in_flight {
@@ -247,14 +263,22 @@ impl Session {
         });
     }
 
-    fn on_stream_frame(&mut self, id: FlowId, offset: u64, fin: bool, data: &[u8]) -> Result<(), SessionError> {
+    fn on_stream_frame(
+        &mut self,
+        id: FlowId,
+        offset: u64,
+        fin: bool,
+        data: &[u8],
+    ) -> Result<(), SessionError> {
         let Some(flow) = self.flows.get_mut(&id) else {
             return Ok(());
         };
         let Body::Stream { recv, .. } = &mut flow.body else {
             return Err(SessionError::WrongFlowKind(id));
         };
-        let got = recv.on_data(offset, data, fin).map_err(|v| violation(id, v))?;
+        let got = recv
+            .on_data(offset, data, fin)
+            .map_err(|v| violation(id, v))?;
         self.received_total += got.highest_growth;
         if self.received_total > self.local_max_data {
             return Err(SessionError::FlowControl {
@@ -280,6 +304,7 @@ impl Session {
             flow.finished_signalled = true;
             self.events.push_back(Event::FlowFinished(id));
         }
+        self.maybe_forget(id);
         Ok(())
     }
 
@@ -323,14 +348,21 @@ impl Session {
             return false;
         };
         let relative = now.as_micros() as i64 - d.sent_at_us as i64;
-        let min = p.datagram_min_relative.map_or(relative, |m| m.min(relative));
+        let min = p
+            .datagram_min_relative
+            .map_or(relative, |m| m.min(relative));
         p.datagram_min_relative = Some(min);
         let queueing = Duration::from_micros((relative - min).unsigned_abs());
         let owd = p.rtt.min_rtt() / 2 + queueing;
         owd <= Duration::from_micros(u64::from(d.budget_us))
     }
 
-    fn on_reset_frame(&mut self, id: FlowId, code: u64, final_size: u64) -> Result<(), SessionError> {
+    fn on_reset_frame(
+        &mut self,
+        id: FlowId,
+        code: u64,
+        final_size: u64,
+    ) -> Result<(), SessionError> {
         let Some(flow) = self.flows.get_mut(&id) else {
             return Ok(());
         };
@@ -341,7 +373,9 @@ impl Session {
         let mut growth = 0;
         let mut released = 0;
         if let Body::Stream { recv, .. } = &mut flow.body {
-            growth = recv.on_reset(code, final_size).map_err(|v| violation(id, v))?;
+            growth = recv
+                .on_reset(code, final_size)
+                .map_err(|v| violation(id, v))?;
             released = recv.abandon();
         }
         let answer = flow.local_reset.is_none();
@@ -359,7 +393,11 @@ impl Session {
 
 fn violation(flow: FlowId, v: RecvViolation) -> SessionError {
     match v {
-        RecvViolation::FlowControl { offset, limit } => SessionError::FlowControl { flow, offset, limit },
+        RecvViolation::FlowControl { offset, limit } => SessionError::FlowControl {
+            flow,
+            offset,
+            limit,
+        },
         RecvViolation::FinalSize { offset, final_size } => SessionError::FinalSize {
             flow,
             offset,

@@ -5,14 +5,15 @@
 //! round-robin over flows, control frames), placed by one call to
 //! [`braid_sched_core::Scheduler::select`]. Nothing here allocates.
 
-use braid_sched_core::{Decision, FlowId, PacketMeta, PathId, PathSet, Scheduler, Timestamp, TrafficClass};
+use braid_sched_core::{
+    Decision, FlowId, PacketMeta, PathId, PathSet, Scheduler, Timestamp, TrafficClass,
+};
 
 use super::datagram::QueuedDatagram;
 use super::flow::Body;
 use super::frame::{
     self, AckFields, DatagramDeadline, Frame, MAX_DATAGRAM_HEADER_LEN, MAX_HEADER_LEN,
-    MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header,
-    encode_stream_header,
+    MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header, encode_stream_header,
 };
 use super::path::Path;
 use super::sent::{Control, MAX_CONTROLS, Payload, SentPacket};
@@ -64,7 +65,10 @@ impl Session {
     fn transmit_close(&mut self, buf: &mut [u8], code: u64, pending: u32) -> Option<Transmit> {
         let bit = pending.trailing_zeros();
         let rest = pending & !(1u32 << bit);
-        self.state = SessionState::Closing { code, pending: rest };
+        self.state = SessionState::Closing {
+            code,
+            pending: rest,
+        };
         if rest == 0 {
             self.finish_close(code, false);
         }
@@ -72,7 +76,8 @@ impl Session {
         let mut w = Writer::new(buf);
         encode_header(&mut w, path.next_pn).ok()?;
         Frame::Close { code, reason: "" }.encode(&mut w).ok()?;
-        let mut sent = SentPacket::new(path.next_pn, Timestamp::ZERO, w.len() as u16, Payload::None);
+        let mut sent =
+            SentPacket::new(path.next_pn, Timestamp::ZERO, w.len() as u16, Payload::None);
         sent.ack_eliciting = false;
         path.on_sent(sent, Timestamp::ZERO);
         Some(Transmit {
@@ -86,7 +91,8 @@ impl Session {
             return None;
         }
         let mut report = self.report.report;
-        report.interval_us = u32::try_from((now - self.report.since).as_micros()).unwrap_or(u32::MAX);
+        report.interval_us =
+            u32::try_from((now - self.report.since).as_micros()).unwrap_or(u32::MAX);
         self.report.report = Default::default();
         self.report.since = now;
         self.next_report_at = now + self.config.report_interval;
@@ -165,7 +171,9 @@ impl Session {
             .filter(|p| !p.is_failed())
             .map(|p| usize::from(p.config.max_datagram_size))
             .min()
-            .map_or(0, |mds| mds.saturating_sub(MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE))
+            .map_or(0, |mds| {
+                mds.saturating_sub(MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE)
+            })
     }
 
     fn session_credit(&self) -> u64 {
@@ -204,7 +212,13 @@ impl Session {
         (!self.controls.is_empty()).then_some(Item::Control)
     }
 
-    fn peek_chunk(&self, id: FlowId, max_chunk: usize, credit: u64, lost_only: bool) -> Option<Chunk> {
+    fn peek_chunk(
+        &self,
+        id: FlowId,
+        max_chunk: usize,
+        credit: u64,
+        lost_only: bool,
+    ) -> Option<Chunk> {
         let flow = self.flows.get(&id)?;
         let Body::Stream { send, .. } = &flow.body else {
             return None;
@@ -366,7 +380,10 @@ impl Session {
         if path.ack_pending() {
             write_ack(path, &mut w, now, report);
         }
-        if w.len() <= MAX_HEADER_LEN && matches!(sent.payload, Payload::None) && sent.controls[0].is_none() {
+        if w.len() <= MAX_HEADER_LEN
+            && matches!(sent.payload, Payload::None)
+            && sent.controls[0].is_none()
+        {
             Frame::Ping.encode(&mut w).ok()?;
         }
         sent.size = w.len() as u16;
@@ -430,21 +447,36 @@ impl Session {
 
     fn write_controls(&mut self, w: &mut Writer<'_>, sent: &mut SentPacket) {
         let mut n = 0;
-        while n < MAX_CONTROLS {
+        while n + 1 < MAX_CONTROLS {
             let Some(&c) = self.controls.front() else {
                 break;
             };
-            let needed = match c {
-                Control::Open(id) => self
-                    .flows
+            // A RESET of a flow the peer may not know yet travels with its OPEN, so that the
+            // peer never sees one without the other.
+            let open_first = match c {
+                Control::Reset(id) => self.flows.get(&id).is_some_and(|f| !f.open_acked),
+                _ => false,
+            };
+            let open_needed = |id: FlowId| {
+                self.flows
                     .get(&id)
-                    .map_or(0, |f| frame::open_len(id, f.target.as_ref())),
+                    .map_or(0, |f| frame::open_len(id, f.target.as_ref()))
+            };
+            let needed = match c {
+                Control::Open(id) => open_needed(id),
+                Control::Reset(id) if open_first => open_needed(id) + 32,
                 _ => 32,
             };
             if w.remaining() < needed + ACK_RESERVE / 2 {
                 break;
             }
             self.controls.pop_front();
+            if let (true, Control::Reset(id)) = (open_first, c)
+                && self.write_control(w, Control::Open(id))
+            {
+                sent.controls[n] = Some(Control::Open(id));
+                n += 1;
+            }
             if self.write_control(w, c) {
                 sent.controls[n] = Some(c);
                 n += 1;

@@ -75,6 +75,8 @@ mod tests {
 
     #[test]
     fn sent_packet_stays_small() {
-        assert!(std::mem::size_of::<SentPacket>() <= super::super::config::SENT_PACKET_SIZE as usize);
+        assert!(
+            std::mem::size_of::<SentPacket>() <= super::super::config::SENT_PACKET_SIZE as usize
+        );
     }
 }

@@ -211,7 +211,8 @@ impl SendStream {
         let was_lost = self.lost.overlap(range.clone());
         self.lost.remove(range.clone());
         if range.start < range.end && range.end > self.acked_below {
-            self.acked.insert(range.start.max(self.acked_below)..range.end);
+            self.acked
+                .insert(range.start.max(self.acked_below)..range.end);
             if let Some(first) = self.acked.first()
                 && first.start <= self.acked_below
             {
@@ -327,19 +328,33 @@ impl RecvStream {
     }
 
     /// Stores a STREAM frame's bytes.
-    pub fn on_data(&mut self, offset: u64, data: &[u8], fin: bool) -> Result<Received, RecvViolation> {
+    pub fn on_data(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<Received, RecvViolation> {
         let end = offset + data.len() as u64;
         if end > self.max_data {
-            return Err(RecvViolation::FlowControl { offset: end, limit: self.max_data });
+            return Err(RecvViolation::FlowControl {
+                offset: end,
+                limit: self.max_data,
+            });
         }
         if let Some(final_size) = self.final_size
             && (end > final_size || (fin && end != final_size))
         {
-            return Err(RecvViolation::FinalSize { offset: end, final_size });
+            return Err(RecvViolation::FinalSize {
+                offset: end,
+                final_size,
+            });
         }
         if fin {
             if end < self.highest {
-                return Err(RecvViolation::FinalSize { offset: end, final_size: self.highest });
+                return Err(RecvViolation::FinalSize {
+                    offset: end,
+                    final_size: self.highest,
+                });
             }
             self.final_size = Some(end);
         }
@@ -436,7 +451,10 @@ impl RecvStream {
             });
         }
         if final_size > self.max_data {
-            return Err(RecvViolation::FlowControl { offset: final_size, limit: self.max_data });
+            return Err(RecvViolation::FlowControl {
+                offset: final_size,
+                limit: self.max_data,
+            });
         }
         let growth = final_size - self.highest;
         self.highest = final_size;

@@ -59,12 +59,18 @@ fn recv_stream_reorders_and_enforces_limits() {
     assert_eq!(&out[..20], &[[1u8; 10], [2u8; 10]].concat()[..]);
     assert_eq!(
         r.on_data(60, &[0; 10], false),
-        Err(RecvViolation::FlowControl { offset: 70, limit: 64 })
+        Err(RecvViolation::FlowControl {
+            offset: 70,
+            limit: 64
+        })
     );
     r.on_data(20, &[3; 5], true).unwrap();
     assert_eq!(
         r.on_data(20, &[3; 6], false),
-        Err(RecvViolation::FinalSize { offset: 26, final_size: 25 })
+        Err(RecvViolation::FinalSize {
+            offset: 26,
+            final_size: 25
+        })
     );
     assert_eq!(r.read(&mut out), 5);
     assert!(r.is_finished());

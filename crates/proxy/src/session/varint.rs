@@ -171,7 +171,16 @@ mod tests {
 
     #[test]
     fn varints_round_trip_at_every_width() {
-        for v in [0, 63, 64, 16_383, 16_384, (1 << 30) - 1, 1 << 30, VARINT_MAX] {
+        for v in [
+            0,
+            63,
+            64,
+            16_383,
+            16_384,
+            (1 << 30) - 1,
+            1 << 30,
+            VARINT_MAX,
+        ] {
             let mut buf = [0u8; 8];
             let mut w = Writer::new(&mut buf);
             w.varint(v).unwrap();

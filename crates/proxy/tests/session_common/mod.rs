@@ -23,7 +23,11 @@ pub struct Bulk {
     pub received: u64,
     pub eof: bool,
     pub corrupt: bool,
+    /// The receiver saw the flow reset with this code.
     pub reset_code: Option<u64>,
+    /// The sender resets the flow with `code` once it has written `bytes`.
+    pub reset_after: Option<(u64, u64)>,
+    pub reset_sent: bool,
     pub done_at: Option<Timestamp>,
 }
 
@@ -40,6 +44,8 @@ impl Bulk {
             eof: false,
             corrupt: false,
             reset_code: None,
+            reset_after: None,
+            reset_sent: false,
             done_at: None,
         }
     }
@@ -80,8 +86,19 @@ impl Driver {
                 t.flow = s.open_flow(FlowKind::Stream, target).ok();
             }
             let Some(flow) = t.flow else { continue };
-            while t.written < t.len && t.reset_code.is_none() {
-                let n = (t.len - t.written).min(16 * 1024) as usize;
+            if let Some((after, code)) = t.reset_after
+                && t.written >= after
+                && !t.reset_sent
+            {
+                s.reset(flow, code).unwrap();
+                t.reset_sent = true;
+            }
+            if t.reset_sent {
+                continue;
+            }
+            let cap = t.reset_after.map_or(t.len, |(after, _)| after.min(t.len));
+            while t.written < cap {
+                let n = (cap - t.written).min(16 * 1024) as usize;
                 let chunk: Vec<u8> = (0..n as u64).map(|i| pattern(t.n, t.written + i)).collect();
                 match s.write(flow, &chunk) {
                     Ok(0) | Err(_) => break,
@@ -99,7 +116,7 @@ impl Driver {
                 }
                 if let Event::FlowReset { flow, code } = &e {
                     for t in &mut self.transfers {
-                        if t.flow == Some(*flow) {
+                        if t.flow == Some(*flow) && t.from != side {
                             t.reset_code = Some(*code);
                         }
                     }

@@ -1,0 +1,202 @@
+//! Property tests over random scenarios on the in-memory harness: K paths with random delay,
+//! rate, loss, reordering, duplication and outages; several flows in both directions, some
+//! reset midway. Every case checks that each flow's bytes arrive exactly once, in order and
+//! intact; that FIN and RST propagate; that memory stays within the configured bounds; that the
+//! session survives while one path lives; and that a path that comes back is live again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod session_common;
+
+use std::time::Duration;
+
+use braid_proxy::session::harness::{CLIENT, Harness, LinkConfig, SERVER};
+use braid_proxy::session::{PathConfig, SessionConfig};
+use braid_sched_core::{PathState, SchedulerKind, Timestamp};
+use proptest::prelude::*;
+use session_common::{Bulk, Driver};
+
+fn small_config() -> SessionConfig {
+    SessionConfig {
+        max_flows: 8,
+        flow_send_buffer: 48 * 1024,
+        flow_receive_window: 32 * 1024,
+        session_receive_window: 64 * 1024,
+        max_sent_packets: 512,
+        ..SessionConfig::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PathSpec {
+    rate_mbps: f64,
+    delay_ms: f64,
+    loss: f64,
+    reorder: f64,
+    duplicate: f64,
+    outage: Option<(f64, f64)>,
+}
+
+fn path_spec(allow_outage: bool) -> impl Strategy<Value = PathSpec> {
+    (
+        prop_oneof![Just(0.0), 2.0..40.0f64],
+        1.0..40.0f64,
+        prop_oneof![Just(0.0), 0.0..0.08f64],
+        prop_oneof![Just(0.0), 0.0..0.2f64],
+        prop_oneof![Just(0.0), 0.0..0.05f64],
+        proptest::option::weighted(0.4, (0.1..1.5f64, 0.2..2.5f64)),
+    )
+        .prop_map(move |(rate_mbps, delay_ms, loss, reorder, duplicate, outage)| PathSpec {
+            rate_mbps,
+            delay_ms,
+            loss,
+            reorder,
+            duplicate,
+            outage: outage.filter(|_| allow_outage),
+        })
+}
+
+#[derive(Clone, Debug)]
+struct TransferSpec {
+    from_server: bool,
+    len: u64,
+    reset_after: Option<u64>,
+}
+
+fn transfer_spec() -> impl Strategy<Value = TransferSpec> {
+    (
+        any::<bool>(),
+        prop_oneof![Just(0u64), 1u64..3_000, 3_000u64..300_000],
+        proptest::option::weighted(0.2, 0u64..150_000),
+    )
+        .prop_map(|(from_server, len, reset_after)| TransferSpec {
+            from_server,
+            len,
+            reset_after: reset_after.filter(|&r| r < len),
+        })
+}
+
+fn link(p: &PathSpec) -> LinkConfig {
+    let mut l = LinkConfig::new(p.rate_mbps, p.delay_ms);
+    l.loss = p.loss;
+    l.reorder = p.reorder;
+    l.reorder_delay = Duration::from_millis(8);
+    l.duplicate = p.duplicate;
+    if let Some((start, len)) = p.outage {
+        l.outages = vec![(Timestamp::from_secs_f64(start), Timestamp::from_secs_f64(start + len))];
+    }
+    l
+}
+
+fn check_scenario(
+    seed: u64,
+    scheduler: SchedulerKind,
+    paths: &[PathSpec],
+    transfers: &[TransferSpec],
+) -> Result<(), TestCaseError> {
+    let config = small_config();
+    let bound = config.memory_bound();
+    let links: Vec<LinkConfig> = paths.iter().map(link).collect();
+    let mut h = Harness::new(seed, config.clone(), scheduler, &links, PathConfig::default());
+    let bulks = transfers
+        .iter()
+        .enumerate()
+        .map(|(n, t)| {
+            let mut b = Bulk::new(n, if t.from_server { SERVER } else { CLIENT }, t.len);
+            b.reset_after = t.reset_after.map(|r| (r, 40 + n as u64));
+            b
+        })
+        .collect();
+    let mut d = Driver::new(bulks);
+    let limit = Timestamp::from_secs_f64(120.0);
+    let mut steps = 0u64;
+    while !d.all_done() && h.now() < limit {
+        d.step(&mut h);
+        h.step(limit);
+        steps += 1;
+        if steps % 64 == 0 {
+            for s in &h.endpoints {
+                let m = s.memory_usage();
+                prop_assert!(m.allocated <= bound, "allocated {} > bound {bound}", m.allocated);
+                prop_assert!(m.flows <= 2 * config.max_flows);
+                prop_assert!(m.send_buffered <= config.max_flows as u64 * config.flow_send_buffer);
+                prop_assert!(
+                    m.receive_buffered <= config.session_receive_window,
+                    "reorder/receive buffer {} > {}",
+                    m.receive_buffered,
+                    config.session_receive_window
+                );
+            }
+        }
+    }
+    prop_assert!(h.errors.is_empty(), "protocol errors: {:?}", h.errors);
+    for (n, t) in d.transfers.iter().enumerate() {
+        prop_assert!(!t.corrupt, "transfer {n} corrupted: {t:?}");
+        match t.reset_after {
+            Some((after, code)) => {
+                prop_assert_eq!(t.reset_code, Some(code), "RST of transfer {} lost: {:?}", n, t);
+                prop_assert!(t.received <= after);
+                prop_assert!(!t.eof);
+            }
+            None => {
+                prop_assert!(t.eof, "transfer {n} incomplete at {:?}: {t:?}", h.now());
+                prop_assert_eq!(t.received, t.len);
+            }
+        }
+    }
+    prop_assert!(!h.endpoints[CLIENT].is_closed() && !h.endpoints[SERVER].is_closed());
+    // Let the last acknowledgements and resets settle, then every flow is forgotten and every
+    // path whose outage ended is live again.
+    let settle = h.now() + Duration::from_secs(4);
+    let mut last_outage_end = 0.0f64;
+    for p in paths {
+        if let Some((s, l)) = p.outage {
+            last_outage_end = last_outage_end.max(s + l);
+        }
+    }
+    let settle = settle.max(Timestamp::from_secs_f64(last_outage_end + 4.0));
+    while h.step(settle) {
+        d.step(&mut h);
+    }
+    for side in [CLIENT, SERVER] {
+        let now = h.now();
+        let s = &mut h.endpoints[side];
+        prop_assert_eq!(s.memory_usage().flows, 0, "side {} keeps flows", side);
+        for status in s.path_status(now) {
+            prop_assert!(status.view.state != PathState::Failed, "path {:?} not back", status.view.id);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 700, ..ProptestConfig::default() })]
+
+    /// Any number of impaired paths where path 0 never goes dark.
+    #[test]
+    fn session_random_scenarios_deliver_exactly_once(
+        seed in any::<u64>(),
+        first in path_spec(false),
+        others in proptest::collection::vec(path_spec(true), 0..3),
+        transfers in proptest::collection::vec(transfer_spec(), 1..5),
+        rr in any::<bool>(),
+    ) {
+        let mut paths = vec![first];
+        paths.extend(others);
+        let scheduler = if rr { SchedulerKind::RoundRobin } else { SchedulerKind::MinRtt };
+        check_scenario(seed, scheduler, &paths, &transfers)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Every path may go dark (possibly all at once, for less than the idle timeout).
+    #[test]
+    fn session_survives_outages_on_every_path(
+        seed in any::<u64>(),
+        paths in proptest::collection::vec(path_spec(true), 1..4),
+        transfers in proptest::collection::vec(transfer_spec(), 1..3),
+    ) {
+        check_scenario(seed, SchedulerKind::MinRtt, &paths, &transfers)?;
+    }
+}
