@@ -67,7 +67,8 @@ pub enum TraceError {
 
 /// A looping schedule of delivery opportunities, each carrying [`OPPORTUNITY_BYTES`].
 ///
-/// Times are microseconds from the start of one loop, sorted, all below [`Trace::period_micros`].
+/// Times are microseconds from the start of one loop, sorted, none above
+/// [`Trace::period_micros`]; loop k offers each of them shifted by k periods.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Trace {
     source: PathBuf,
@@ -133,8 +134,9 @@ impl Trace {
             last_ms = ms;
             opportunities.push(ms * 1_000);
         }
-        // mahimahi loops with a period equal to the last timestamp; an opportunity exactly at
-        // the period is the same instant as time zero of the next loop.
+        // mahimahi loops with a period equal to the last timestamp: loop k offers the
+        // opportunities at k * period + t for every t in the file, so the last timestamp of
+        // one loop and the first of the next may be the same instant.
         let period_micros = last_ms * 1_000;
         if opportunities.is_empty() {
             return Err(empty(file, "no delivery opportunity in the trace"));
@@ -145,18 +147,10 @@ impl Trace {
                 "the last timestamp is 0, so the trace has no period",
             ));
         }
-        let in_period = opportunities.partition_point(|&t| t < period_micros);
-        let wrapped = opportunities.len() - in_period;
-        opportunities.truncate(in_period);
-        // Opportunities at exactly `period` belong to time zero of the next loop.
-        let mut with_wrapped = Vec::with_capacity(opportunities.len() + wrapped);
-        with_wrapped.extend(std::iter::repeat_n(0, wrapped));
-        with_wrapped.extend(opportunities);
-        with_wrapped.sort_unstable();
         Ok(Trace {
             source: file.to_path_buf(),
             format: TraceFormat::Mahimahi,
-            opportunities: with_wrapped,
+            opportunities,
             period_micros,
         })
     }
@@ -259,7 +253,12 @@ impl Trace {
         let loops = micros / self.period_micros;
         let offset = micros % self.period_micros;
         let within = self.opportunities.partition_point(|&t| t < offset) as u64;
-        loops * per_loop + within
+        let mut index = loops * per_loop + within;
+        // The previous loop's opportunities at exactly `period` fall at `micros` too.
+        while index > 0 && self.opportunity_time(index - 1) >= micros {
+            index -= 1;
+        }
+        index
     }
 }
 
@@ -289,15 +288,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mahimahi_wraps_opportunities_at_the_period() {
+    fn mahimahi_loops_with_the_last_timestamp_as_period() {
         let t = Trace::parse("0\n5\n5\n10\n", Path::new("x")).unwrap();
         assert_eq!(t.format(), TraceFormat::Mahimahi);
         assert_eq!(t.period_micros(), 10_000);
-        // 0 and 10 ms are the same instant of the loop.
-        assert_eq!(t.opportunities, vec![0, 0, 5_000, 5_000]);
+        assert_eq!(t.opportunities, vec![0, 5_000, 5_000, 10_000]);
+        // Loop 1 starts with the instant loop 0 ended on.
+        assert_eq!(t.opportunity_time(3), 10_000);
         assert_eq!(t.opportunity_time(4), 10_000);
-        assert_eq!(t.first_opportunity_at_or_after(5_001), 4);
-        assert_eq!(t.first_opportunity_at_or_after(5_000), 2);
+        assert_eq!(t.opportunity_time(5), 15_000);
+        assert_eq!(t.first_opportunity_at_or_after(5_001), 3);
+        assert_eq!(t.first_opportunity_at_or_after(5_000), 1);
+        assert_eq!(t.first_opportunity_at_or_after(10_000), 3);
+        assert_eq!(t.first_opportunity_at_or_after(0), 0);
     }
 
     #[test]
