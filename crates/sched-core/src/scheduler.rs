@@ -302,62 +302,17 @@ impl SchedulerConfig {
                 .collect::<Vec<_>>()
                 .join(", "),
         };
-        match (self, name) {
-            (SchedulerConfig::Ecf(c), "beta") => {
-                c.beta = in_range("beta", value, 0.0, 1.0, "a fraction in [0, 1]")?;
-            }
-            (SchedulerConfig::Blest(c), "lambda") => {
-                c.lambda = in_range("lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
-            }
-            (SchedulerConfig::Blest(c), "min_lambda") => {
-                c.min_lambda = in_range("min_lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
-            }
-            (SchedulerConfig::Blest(c), "max_lambda") => {
-                c.max_lambda = in_range("max_lambda", value, 0.1, 10.0, "a factor in [0.1, 10]")?;
-            }
-            (SchedulerConfig::Blest(c), "lambda_decrease") => {
-                c.lambda_decrease =
-                    in_range("lambda_decrease", value, 0.0, 1.0, "a step in [0, 1]")?;
-            }
-            (SchedulerConfig::Blest(c), "lambda_increase") => {
-                c.lambda_increase =
-                    in_range("lambda_increase", value, 0.0, 1.0, "a step in [0, 1]")?;
-            }
-            (SchedulerConfig::Peekaboo(c), "alpha") => {
-                c.alpha = in_range("alpha", value, 0.0, 100.0, "a weight in [0, 100]")?;
-            }
-            (SchedulerConfig::Peekaboo(c), "margin") => {
-                c.margin = in_range("margin", value, 0.0, 10.0, "a score gap in [0, 10]")?;
-            }
-            (SchedulerConfig::Peekaboo(c), "reward_interval_ms") => {
-                c.reward_interval_ms = in_range(
-                    "reward_interval_ms",
-                    value,
-                    0.001,
-                    3_600_000.0,
-                    "milliseconds in [0.001, 3600000]",
-                )?;
-            }
-            (SchedulerConfig::Peekaboo(c), "seed") => {
-                let seed = in_range(
-                    "seed",
-                    value,
-                    0.0,
-                    9_007_199_254_740_992.0,
-                    "an integer in [0, 2^53]",
-                )?;
-                if seed.fract() != 0.0 {
-                    return Err(ParamError::OutOfRange {
-                        name: "seed",
-                        value,
-                        expected: "an integer in [0, 2^53]",
-                    });
-                }
-                c.seed = seed as u64;
-            }
-            _ => return Err(unknown()),
-        }
-        Ok(())
+        let known = match self {
+            SchedulerConfig::Ecf(c) => c.set(name, value)?,
+            SchedulerConfig::Blest(c) => c.set(name, value)?,
+            SchedulerConfig::Peekaboo(c) => c.set(name, value)?,
+            SchedulerConfig::MinRtt(_)
+            | SchedulerConfig::RoundRobin(_)
+            | SchedulerConfig::WeightedRoundRobin(_)
+            | SchedulerConfig::Redundant(_)
+            | SchedulerConfig::Edf(_) => false,
+        };
+        if known { Ok(()) } else { Err(unknown()) }
     }
 
     /// Builds the scheduler. Allocation happens here, never per packet.
@@ -378,7 +333,7 @@ impl SchedulerConfig {
 }
 
 /// `value` when it is finite and within `[low, high]`, else the error naming `name`.
-fn in_range(
+pub(crate) fn in_range(
     name: &'static str,
     value: f64,
     low: f64,

@@ -29,7 +29,7 @@
 use crate::decision::Decision;
 use crate::packet::PacketMeta;
 use crate::path::{MAX_PATHS, PathId, PathView};
-use crate::scheduler::{ParamInfo, Scheduler, SchedulerInfo, SchedulerKind};
+use crate::scheduler::{ParamError, ParamInfo, Scheduler, SchedulerInfo, SchedulerKind, in_range};
 use crate::tier::TierGate;
 use crate::time::Timestamp;
 
@@ -46,6 +46,27 @@ pub struct BlestConfig {
     pub lambda_decrease: f64,
     /// Increase of λ per update after retransmissions (kernel `dyn_lambda_bad` = 4%).
     pub lambda_increase: f64,
+}
+
+impl BlestConfig {
+    /// Sets parameter `name`; `Ok(false)` when BLEST has no such parameter.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<bool, ParamError> {
+        const FACTOR: &str = "a factor in [0.1, 10]";
+        const STEP: &str = "a step in [0, 1]";
+        match name {
+            "lambda" => self.lambda = in_range("lambda", value, 0.1, 10.0, FACTOR)?,
+            "min_lambda" => self.min_lambda = in_range("min_lambda", value, 0.1, 10.0, FACTOR)?,
+            "max_lambda" => self.max_lambda = in_range("max_lambda", value, 0.1, 10.0, FACTOR)?,
+            "lambda_decrease" => {
+                self.lambda_decrease = in_range("lambda_decrease", value, 0.0, 1.0, STEP)?;
+            }
+            "lambda_increase" => {
+                self.lambda_increase = in_range("lambda_increase", value, 0.0, 1.0, STEP)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 impl Default for BlestConfig {

@@ -28,7 +28,7 @@ use crate::decision::Decision;
 use crate::packet::PacketMeta;
 use crate::path::PathView;
 use crate::sched::minrtt::{FastAndBest, fastest_and_best};
-use crate::scheduler::{ParamInfo, Scheduler, SchedulerInfo, SchedulerKind};
+use crate::scheduler::{ParamError, ParamInfo, Scheduler, SchedulerInfo, SchedulerKind, in_range};
 use crate::time::Timestamp;
 
 /// Configuration of [`Ecf`].
@@ -37,6 +37,17 @@ pub struct EcfConfig {
     /// Hysteresis β: once waiting, keep waiting while the fast path wins by less than this
     /// fraction. Kernel default 1/4 (`mptcp_ecf_r_beta` = 4).
     pub beta: f64,
+}
+
+impl EcfConfig {
+    /// Sets parameter `name`; `Ok(false)` when ECF has no such parameter.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<bool, ParamError> {
+        match name {
+            "beta" => self.beta = in_range("beta", value, 0.0, 1.0, "a fraction in [0, 1]")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 impl Default for EcfConfig {

@@ -31,7 +31,8 @@ use crate::path::PathView;
 use crate::sched::linucb::{Arm, Context, FEATURES};
 use crate::sched::minrtt::{FastAndBest, fastest_and_best};
 use crate::scheduler::{
-    AckInfo, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
+    AckInfo, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
+    in_range,
 };
 use crate::time::Timestamp;
 
@@ -62,6 +63,41 @@ pub struct PeekabooConfig {
     pub reward_interval_ms: f64,
     /// Seed of the stochastic adjustment's random generator.
     pub seed: u64,
+}
+
+impl PeekabooConfig {
+    /// Sets parameter `name`; `Ok(false)` when Peekaboo has no such parameter.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<bool, ParamError> {
+        const SEED: &str = "an integer in [0, 2^53]";
+        match name {
+            "alpha" => self.alpha = in_range("alpha", value, 0.0, 100.0, "a weight in [0, 100]")?,
+            "margin" => {
+                self.margin = in_range("margin", value, 0.0, 10.0, "a score gap in [0, 10]")?;
+            }
+            "reward_interval_ms" => {
+                self.reward_interval_ms = in_range(
+                    "reward_interval_ms",
+                    value,
+                    0.001,
+                    3_600_000.0,
+                    "milliseconds in [0.001, 3600000]",
+                )?;
+            }
+            "seed" => {
+                let seed = in_range("seed", value, 0.0, 9_007_199_254_740_992.0, SEED)?;
+                if seed.fract() != 0.0 {
+                    return Err(ParamError::OutOfRange {
+                        name: "seed",
+                        value,
+                        expected: SEED,
+                    });
+                }
+                self.seed = seed as u64;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 impl Default for PeekabooConfig {
