@@ -161,7 +161,10 @@ impl LinkConfig {
         let mut previous_end = 0.0;
         for &(start, end) in &self.outages {
             check_non_negative(start, "outages")?;
-            if !(end > start) || end.is_infinite() || start < previous_end {
+            if end.partial_cmp(&start) != Some(std::cmp::Ordering::Greater)
+                || end.is_infinite()
+                || start < previous_end
+            {
                 return bad(
                     "outages",
                     "sorted, non-overlapping [start, end] with end > start",
@@ -228,7 +231,7 @@ fn check_rate(v: f64, field: &'static str) -> Result<(), LinkConfigError> {
 }
 
 fn check_non_negative(v: f64, field: &'static str) -> Result<(), LinkConfigError> {
-    if v.is_finite() && v >= 0.0 && v <= 1e9 {
+    if (0.0..=1e9).contains(&v) {
         return Ok(());
     }
     Err(LinkConfigError {

@@ -182,7 +182,7 @@ impl Trace {
                 .parse()
                 .map_err(|_| malformed("expected a number before the comma"))?;
             let mbps = value * scale;
-            if !mbps.is_finite() || mbps < 0.0 || mbps > 1e6 {
+            if !(0.0..=1e6).contains(&mbps) {
                 return Err(malformed("expected a finite rate between 0 and 1e6 Mbit/s"));
             }
             let count = (mbps * 1e6 / (8.0 * f64::from(OPPORTUNITY_BYTES))).round() as u64;
