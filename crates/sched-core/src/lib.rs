@@ -20,10 +20,12 @@
 #![warn(missing_docs)]
 
 pub mod decision;
+pub mod nn;
 pub mod packet;
 pub mod path;
 pub mod sched;
 pub mod scheduler;
+pub mod slot;
 pub mod testing;
 pub mod tier;
 pub mod time;

@@ -1,0 +1,37 @@
+//! The synchronisation primitives the hand-off is built from, swappable for loom's.
+//!
+//! With the `loom` feature (tests only: `cargo test -p braid-sched-core --features loom --release
+//! --test loom_slot`) every atomic, lock, `Arc` and cell below is loom's model type, so loom can
+//! enumerate the interleavings of [`super::weights`] and [`super::experience`]. Otherwise they are
+//! the std types, plus a thin [`UnsafeCell`] with loom's closure-based access methods.
+
+#[cfg(feature = "loom")]
+pub(crate) use loom::cell::UnsafeCell;
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::{Arc, Mutex};
+
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::{Arc, Mutex};
+
+/// `std::cell::UnsafeCell` with the access methods of `loom::cell::UnsafeCell`, so that the same
+/// code compiles against both.
+#[cfg(not(feature = "loom"))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(feature = "loom"))]
+impl<T> UnsafeCell<T> {
+    /// Wraps `value`.
+    pub(crate) const fn new(value: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a mutable raw pointer to the contents.
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
