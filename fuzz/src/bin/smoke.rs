@@ -1,0 +1,155 @@
+//! Stable-Rust smoke pass of the `frame_decoder` fuzz target: runs the target body over valid
+//! packets, random bytes and mutations of valid packets (bit flips, truncations, insertions,
+//! splices), from a fixed seed. Usage: `smoke [iterations]` (default 200000). Exits non-zero
+//! (the target panics) on the first failure.
+
+use std::net::SocketAddr;
+
+use braid_proxy::session::frame::{
+    AckFields, DatagramDeadline, FlowKind, Frame, TargetRef, encode_ack, encode_header,
+};
+use braid_proxy::session::ranges::RangeSet;
+use braid_proxy::session::varint::Writer;
+use braid_sched_core::{FlowId, PathId, ReceiverReport};
+
+/// xorshift64*: deterministic, no dependencies.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn sample_frames() -> Vec<Frame<'static>> {
+    let addr: SocketAddr = "198.51.100.9:8443".parse().unwrap_or(SocketAddr::from(([0; 4], 0)));
+    vec![
+        Frame::Ping,
+        Frame::Stream { flow: FlowId(2), offset: 0, fin: false, data: b"GET / HTTP/1.1\r\n" },
+        Frame::Stream { flow: FlowId(4), offset: 70_000, fin: true, data: b"" },
+        Frame::Datagram { flow: FlowId(6), seq: 3, deadline: None, data: b"rtp" },
+        Frame::Datagram {
+            flow: FlowId(6),
+            seq: 4,
+            deadline: Some(DatagramDeadline { budget_us: 30_000, sent_at_us: 99 }),
+            data: b"rtp2",
+        },
+        Frame::Open { flow: FlowId(2), kind: FlowKind::Stream, target: TargetRef::Addr(addr) },
+        Frame::Open {
+            flow: FlowId(8),
+            kind: FlowKind::Datagram,
+            target: TargetRef::Domain { name: "media.example", port: 3478 },
+        },
+        Frame::Reset { flow: FlowId(2), code: 1, final_size: 16 },
+        Frame::MaxData(1 << 24),
+        Frame::MaxFlowData { flow: FlowId(2), max: 1 << 20 },
+        Frame::PathStatus { path: PathId(1), backup: true, seq: 1 },
+        Frame::Close { code: 0, reason: "done" },
+    ]
+}
+
+fn valid_packet(rng: &mut Rng, frames: &[Frame<'static>]) -> Vec<u8> {
+    let mut buf = [0u8; 1500];
+    let mut w = Writer::new(&mut buf);
+    let _ = encode_header(&mut w, rng.next() % 100_000);
+    for _ in 0..1 + rng.below(4) {
+        if rng.below(4) == 0 {
+            let mut received = RangeSet::default();
+            let mut pn = 0;
+            for _ in 0..1 + rng.below(10) {
+                pn += rng.next() % 20;
+                let len = 1 + rng.next() % 5;
+                received.insert(pn..pn + len);
+                pn += len;
+            }
+            let report = (rng.below(2) == 0).then_some(ReceiverReport {
+                interval_us: 100_000,
+                delivered_bytes: rng.next() % 1_000_000,
+                ..ReceiverReport::default()
+            });
+            let fields = AckFields {
+                path: PathId((rng.next() % 3) as u8),
+                ack_delay_us: rng.next() % 10_000,
+                receiver_time_us: rng.next() % (1 << 40),
+                report,
+            };
+            let room = w.remaining();
+            let _ = encode_ack(&mut w, &received, &fields, room);
+        } else {
+            let _ = frames[rng.below(frames.len())].encode(&mut w);
+        }
+    }
+    let n = w.len();
+    buf[..n].to_vec()
+}
+
+fn mutate(rng: &mut Rng, mut p: Vec<u8>, corpus: &[Vec<u8>]) -> Vec<u8> {
+    for _ in 0..1 + rng.below(4) {
+        match rng.below(6) {
+            0 if !p.is_empty() => {
+                let i = rng.below(p.len());
+                p[i] ^= 1 << rng.below(8);
+            }
+            1 if !p.is_empty() => {
+                let i = rng.below(p.len());
+                p[i] = rng.next() as u8;
+            }
+            2 => p.truncate(rng.below(p.len() + 1)),
+            3 => {
+                let i = rng.below(p.len() + 1);
+                p.insert(i, [0x00, 0x3f, 0x40, 0x7f, 0x80, 0xbf, 0xc0, 0xff][rng.below(8)]);
+            }
+            4 => {
+                let other = &corpus[rng.below(corpus.len())];
+                let from = rng.below(other.len() + 1);
+                p.extend_from_slice(&other[from..]);
+            }
+            _ => {
+                if p.len() > 1 {
+                    let i = rng.below(p.len() - 1);
+                    p.swap(i, i + 1);
+                }
+            }
+        }
+    }
+    p
+}
+
+fn main() {
+    let iterations: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200_000);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let frames = sample_frames();
+    let corpus: Vec<Vec<u8>> = (0..256).map(|_| valid_packet(&mut rng, &frames)).collect();
+    let start = std::time::Instant::now();
+    let mut valid = 0u64;
+    for i in 0..iterations {
+        let input = match i % 4 {
+            0 => corpus[rng.below(corpus.len())].clone(),
+            1 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+            _ => {
+                let base = corpus[rng.below(corpus.len())].clone();
+                mutate(&mut rng, base, &corpus)
+            }
+        };
+        if braid_proxy::session::frame::parse_packet(&input)
+            .map(|(_, mut f)| f.all(|x| x.is_ok()))
+            .unwrap_or(false)
+        {
+            valid += 1;
+        }
+        braid_fuzz::frame_decoder(&input);
+    }
+    println!(
+        "frame_decoder smoke pass: {iterations} inputs ({valid} fully valid) in {:.1} s, no panic",
+        start.elapsed().as_secs_f64()
+    );
+}
