@@ -54,12 +54,27 @@ pub struct BatchProblem<'a> {
 }
 
 /// The scheduling matrix `S` (packets × paths) and the number of timely packets it delivers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Cells outside the `M × N` in use are unspecified and ignored by `==`.
+#[derive(Debug, Clone, Copy)]
 pub struct BatchSchedule {
     share: [[f64; MAX_PATHS]; MAX_BATCH],
     packets: usize,
     paths: usize,
     delivered: f64,
+}
+
+impl PartialEq for BatchSchedule {
+    fn eq(&self, other: &Self) -> bool {
+        (self.packets, self.paths, self.delivered) == (other.packets, other.paths, other.delivered)
+            && (0..self.packets).all(|i| self.row(i) == other.row(i))
+    }
+}
+
+impl Default for BatchSchedule {
+    /// An empty `0 × 0` schedule, e.g. a buffer for [`BatchProblem::solve_into`].
+    fn default() -> Self {
+        Self::empty(0, 0)
+    }
 }
 
 impl BatchSchedule {
@@ -156,18 +171,25 @@ impl BatchProblem<'_> {
     /// Solves relaxed eq. (1) exactly by the nested-eligibility greedy (module docs).
     /// Allocation-free. Never infeasible: `S = 0` is always feasible.
     pub fn solve(&self) -> Result<BatchSchedule, LpError> {
+        let mut schedule = BatchSchedule::default();
+        self.solve_into(&mut schedule)?;
+        Ok(schedule)
+    }
+
+    /// [`BatchProblem::solve`] into a caller-owned schedule (reused across batches, so only
+    /// the `M × N` cells in use are cleared). On error `out` is left unchanged.
+    pub fn solve_into(&self, out: &mut BatchSchedule) -> Result<(), LpError> {
         self.validate()?;
         let (m, n) = (self.deadlines.len(), self.delays.len());
-        let mut schedule = BatchSchedule::empty(m, n);
+        out.packets = m;
+        out.paths = n;
+        out.delivered = 0.0;
+        for row in &mut out.share[..m] {
+            row[..n].fill(0.0);
+        }
         let mut left = [1.0f64; MAX_BATCH];
         let slowest_first = sorted_indices(self.delays, true);
-        let mut loosest_first = [0usize; MAX_BATCH];
-        for (slot, &index) in loosest_first
-            .iter_mut()
-            .zip(&sorted_packets(self.deadlines)[..m])
-        {
-            *slot = index;
-        }
+        let loosest_first = sorted_packets(self.deadlines);
         for &path in &slowest_first[..n] {
             let mut room = self.capacities[path];
             for &packet in &loosest_first[..m] {
@@ -176,14 +198,14 @@ impl BatchProblem<'_> {
                 }
                 if left[packet] > 0.0 && self.in_time(packet, path) {
                     let take = left[packet].min(room);
-                    schedule.share[packet][path] = take;
+                    out.share[packet][path] = take;
                     left[packet] -= take;
                     room -= take;
-                    schedule.delivered += take;
+                    out.delivered += take;
                 }
             }
         }
-        Ok(schedule)
+        Ok(())
     }
 
     /// Solves relaxed eq. (1) as written (all `M·N` cells, rows (1b)-(1d)) with good_lp on the
@@ -359,5 +381,24 @@ mod tests {
         ));
         assert_eq!(BATCH.solve().unwrap().share(99, 0), 0.0);
         assert!(BATCH.solve().unwrap().row(99).is_empty());
+    }
+
+    #[test]
+    fn a_reused_buffer_is_cleared_between_batches() {
+        let mut out = BatchSchedule::default();
+        BATCH.solve_into(&mut out).unwrap();
+        let smaller = BatchProblem {
+            deadlines: &[30.0, 5.0],
+            ..BATCH
+        };
+        smaller.solve_into(&mut out).unwrap();
+        assert_eq!(out, smaller.solve().unwrap());
+        assert_eq!((out.packets(), out.paths(), out.delivered()), (2, 2, 1.0));
+        let bad = BatchProblem {
+            capacities: &[f64::NAN, 1.0],
+            ..BATCH
+        };
+        assert!(bad.solve_into(&mut out).is_err());
+        assert_eq!(out.packets(), 2, "an error leaves the buffer as it was");
     }
 }

@@ -55,6 +55,9 @@ const MAX_STEPS: usize = 4 * MAX_PATHS + 8;
 /// Relative slack when accepting `g(z) <= C_b` during Newton's method.
 const NEWTON_SLACK: f64 = 1e-12;
 
+/// Absolute slack when deciding that a path's cap covers the rest of `L`.
+const MARGINAL_SLACK: f64 = 1e-12;
+
 /// One instance of OLMS eq. (8). All slices have one entry per path, `1 <= K <= MAX_PATHS`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BandwidthProblem<'a> {
@@ -68,13 +71,12 @@ pub struct BandwidthProblem<'a> {
     pub choose: usize,
 }
 
-/// The greedy point at one level `z`.
-struct Fill {
-    weights: [f64; MAX_PATHS],
-    /// `g(z) = vᵀb` at the greedy point.
-    cost: f64,
-    /// The right derivative `g'(z+)`, `<= 0`.
-    slope: f64,
+/// Per-instance data the level search reuses: the cheapest-first order and `1 / r_i`
+/// (0 for a zero RTT, whose cap is always 1).
+struct Levels<'p> {
+    problem: &'p BandwidthProblem<'p>,
+    cheapest_first: [usize; MAX_PATHS],
+    inverse_rtt: [f64; MAX_PATHS],
 }
 
 impl BandwidthProblem<'_> {
@@ -93,9 +95,8 @@ impl BandwidthProblem<'_> {
     /// Returns [`LpError::Infeasible`] when even the `L` cheapest paths exceed `C_b`.
     pub fn solve(&self) -> Result<Schedule, LpError> {
         self.validate()?;
-        let k = self.bandwidth.len();
-        let order = sorted_indices(self.bandwidth, false);
-        let floor: f64 = order[..self.choose]
+        let levels = Levels::new(self);
+        let floor: f64 = levels.cheapest_first[..self.choose]
             .iter()
             .map(|&p| self.bandwidth[p])
             .sum();
@@ -109,20 +110,14 @@ impl BandwidthProblem<'_> {
         // Within TOLERANCE of the floor counts as meeting it, so aim at the floor then.
         let target = limit.max(floor);
         let accept = target + NEWTON_SLACK * target.max(1.0);
-        let mut level = self.min_level();
+        let mut level = levels.min_level();
         for _ in 0..MAX_STEPS {
-            let fill = self.fill(&order[..k], level);
-            if fill.cost <= accept {
-                let objective = fill
-                    .weights
-                    .iter()
-                    .zip(self.rtt)
-                    .map(|(v, r)| v * r)
-                    .fold(0.0, f64::max);
-                return Ok(Schedule::new(fill.weights, k, objective));
+            let (cost, slope) = levels.cost_and_slope(level);
+            if cost <= accept {
+                return Ok(levels.schedule(level));
             }
-            level = if fill.slope < 0.0 {
-                level + (target - fill.cost) / fill.slope
+            level = if slope < 0.0 {
+                level + (target - cost) / slope
             } else {
                 // A zero slope with cost above target contradicts convexity unless rounding
                 // blurred it; every cap is 1 from the largest RTT on, where cost = floor.
@@ -133,81 +128,6 @@ impl BandwidthProblem<'_> {
             lp: LP,
             reason: "Newton's method on the level did not settle",
         })
-    }
-
-    /// `min(1, z / r_i)`, the cap on `v_i` at level `z`.
-    fn cap(&self, path: usize, level: f64) -> f64 {
-        let rtt = self.rtt[path];
-        if rtt <= level || rtt <= ZERO_RTT {
-            1.0
-        } else {
-            level / rtt
-        }
-    }
-
-    /// `z_L`: the least level at which the caps can hold `L` in total.
-    fn min_level(&self) -> f64 {
-        let k = self.rtt.len();
-        let order = sorted_indices(self.rtt, false);
-        let choose = self.choose as f64;
-        // Invariant at `pos`: paths order[..pos] are saturated (cap 1) on [r_{pos-1}, r_pos].
-        for pos in 0..k {
-            let rtt = self.rtt[order[pos]];
-            if rtt <= ZERO_RTT {
-                if pos + 1 >= self.choose {
-                    return 0.0;
-                }
-                continue;
-            }
-            let inverse_sum: f64 = order[pos..k].iter().map(|&p| 1.0 / self.rtt[p]).sum();
-            let level = (choose - pos as f64) / inverse_sum;
-            if level <= rtt {
-                return level;
-            }
-        }
-        // Unreachable for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
-        self.rtt.iter().fold(0.0, |m, &r| m.max(r))
-    }
-
-    /// The greedy (cheapest bandwidth first) point at `level`, its cost and right slope.
-    fn fill(&self, order: &[usize], level: f64) -> Fill {
-        let mut weights = [0.0; MAX_PATHS];
-        let mut left = self.choose as f64;
-        let mut cost = 0.0;
-        let mut marginal = None;
-        for (pos, &path) in order.iter().enumerate() {
-            let cap = self.cap(path, level);
-            // The marginal path is the first whose cap covers what is left; the slack absorbs
-            // rounding in `min_level`, where the caps sum to exactly L.
-            let take = if cap >= left - TOLERANCE * 1e-3 {
-                left.min(cap)
-            } else {
-                cap
-            };
-            weights[path] = take;
-            cost += take * self.bandwidth[path];
-            left -= take;
-            if take < cap || left <= TOLERANCE * 1e-3 {
-                marginal = Some(pos);
-                break;
-            }
-        }
-        let slope = match marginal {
-            Some(m) => {
-                let marginal_bandwidth = self.bandwidth[order[m]];
-                order[..m]
-                    .iter()
-                    .filter(|&&p| self.rtt[p] > level && self.rtt[p] > ZERO_RTT)
-                    .map(|&p| (self.bandwidth[p] - marginal_bandwidth) / self.rtt[p])
-                    .sum()
-            }
-            None => 0.0,
-        };
-        Fill {
-            weights,
-            cost,
-            slope,
-        }
     }
 
     /// Solves the epigraph form of eq. (8) with good_lp on the pure-Rust microlp solver.
@@ -241,6 +161,107 @@ impl BandwidthProblem<'_> {
             .map(|(v, r)| v * r)
             .fold(0.0, f64::max);
         Ok(Schedule::new(weights, k, objective))
+    }
+}
+
+impl<'p> Levels<'p> {
+    fn new(problem: &'p BandwidthProblem<'p>) -> Self {
+        let mut inverse_rtt = [0.0; MAX_PATHS];
+        for (inverse, &rtt) in inverse_rtt.iter_mut().zip(problem.rtt) {
+            *inverse = if rtt <= ZERO_RTT { 0.0 } else { 1.0 / rtt };
+        }
+        let cheapest_first = sorted_indices(problem.bandwidth, false);
+        Self {
+            problem,
+            cheapest_first,
+            inverse_rtt,
+        }
+    }
+
+    /// `min(1, z / r_i)`, the cap on `v_i` at level `z`.
+    fn cap(&self, path: usize, level: f64) -> f64 {
+        if self.problem.rtt[path] <= level || self.inverse_rtt[path] == 0.0 {
+            1.0
+        } else {
+            level * self.inverse_rtt[path]
+        }
+    }
+
+    /// `z_L`: the least level at which the caps can hold `L` in total. On `[r_(m), r_(m+1)]`
+    /// (RTTs ascending) the caps sum to `m + z Σ_{j > m} 1 / r_(j)`.
+    fn min_level(&self) -> f64 {
+        let rtt = self.problem.rtt;
+        let k = rtt.len();
+        let order = sorted_indices(rtt, false);
+        let choose = self.problem.choose as f64;
+        let mut inverse_sum: f64 = order[..k].iter().map(|&p| self.inverse_rtt[p]).sum();
+        for (pos, &path) in order[..k].iter().enumerate() {
+            if self.inverse_rtt[path] == 0.0 {
+                // A zero RTT is saturated at every level.
+                if pos + 1 >= self.problem.choose {
+                    return 0.0;
+                }
+                continue;
+            }
+            let level = (choose - pos as f64) / inverse_sum;
+            if level <= rtt[path] {
+                return level;
+            }
+            inverse_sum -= self.inverse_rtt[path];
+        }
+        // Unreachable for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
+        rtt.iter().fold(0.0, |m, &r| m.max(r))
+    }
+
+    /// `g(z)` and its right derivative `g'(z+)`, in one greedy pass (cheapest first).
+    fn cost_and_slope(&self, level: f64) -> (f64, f64) {
+        let bandwidth = self.problem.bandwidth;
+        let mut left = self.problem.choose as f64;
+        let mut cost = 0.0;
+        // Σ b_j / r_j and Σ 1 / r_j over the unsaturated paths before the marginal one.
+        let (mut weighted, mut inverse) = (0.0, 0.0);
+        for &path in &self.cheapest_first[..bandwidth.len()] {
+            let cap = self.cap(path, level);
+            // The marginal path is the first whose cap covers what is left; the slack absorbs
+            // rounding in `min_level`, where the caps sum to exactly L.
+            if cap >= left - MARGINAL_SLACK {
+                cost += left.min(cap) * bandwidth[path];
+                return (cost, weighted - bandwidth[path] * inverse);
+            }
+            cost += cap * bandwidth[path];
+            left -= cap;
+            if cap < 1.0 {
+                weighted += bandwidth[path] * self.inverse_rtt[path];
+                inverse += self.inverse_rtt[path];
+            }
+        }
+        (cost, 0.0)
+    }
+
+    /// The greedy point at `level` as a schedule, objective `max_i v_i r_i`.
+    fn schedule(&self, level: f64) -> Schedule {
+        let problem = self.problem;
+        let mut weights = [0.0; MAX_PATHS];
+        let mut left = problem.choose as f64;
+        for &path in &self.cheapest_first[..problem.bandwidth.len()] {
+            let cap = self.cap(path, level);
+            let take = if cap >= left - MARGINAL_SLACK {
+                left.min(cap)
+            } else {
+                cap
+            };
+            weights[path] = take;
+            left -= take;
+            if left <= MARGINAL_SLACK {
+                break;
+            }
+        }
+        let objective = weights
+            .iter()
+            .zip(problem.rtt)
+            .map(|(v, r)| v * r)
+            .fold(0.0, f64::max);
+        Schedule::new(weights, problem.bandwidth.len(), objective)
     }
 }
 
