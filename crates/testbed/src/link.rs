@@ -176,6 +176,17 @@ impl LinkConfig {
             }
             previous_end = end;
         }
+        self.validate_changes()
+    }
+
+    fn validate_changes(&self) -> Result<(), LinkConfigError> {
+        let bad = |field: &'static str, expected: &'static str, found: f64| {
+            Err(LinkConfigError {
+                field,
+                expected,
+                found: found.to_string(),
+            })
+        };
         let change_period = check_period(self.changes_period_s, "changes_period_s")?;
         let mut previous_at = 0.0;
         for change in &self.changes {

@@ -7,6 +7,7 @@
 //! path, the [`LinkConfig`] of each direction and the seed of each link's own random draws.
 //! The schema, field by field, is documented in `docs/scenarios.md`.
 
+mod check;
 mod raw;
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::link::{Capacity, JitterDistribution, Link, LinkChange, LinkConfig, LinkConfigError};
 use crate::trace::{Trace, TraceError};
+use check::Checker;
 pub use raw::Param;
 use raw::{JitterName, ObjectiveName, RawApp, RawChange, RawPath, RawReverse, RawScenario};
 
@@ -282,7 +284,7 @@ impl ScenarioFile {
             (Some(rate), None) => Capacity::Rate {
                 mbps: draw.real(&field("rate_mbps"), *rate),
             },
-            (None, None) => unreachable_capacity(&self.file, &field("rate_mbps"))?,
+            (None, None) => missing_capacity(&self.file, &field("rate_mbps"))?,
         };
         let value = |name: &str, p: Option<Param>| p.map_or(0.0, |p| draw.real(&field(name), p));
         let queue = path.queue_packets.map_or(DEFAULT_QUEUE_PACKETS, |p| {
@@ -386,7 +388,7 @@ impl ScenarioFile {
     }
 }
 
-fn unreachable_capacity(file: &Path, field: &str) -> Result<Capacity, ScenarioError> {
+fn missing_capacity(file: &Path, field: &str) -> Result<Capacity, ScenarioError> {
     // Validation already required exactly one of rate_mbps or trace.
     Err(ScenarioError::Invalid {
         file: file.to_path_buf(),
@@ -475,9 +477,6 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
-
-mod check;
-use check::Checker;
 
 /// The largest number of paths a scenario may have (sched-core's limit).
 pub const MAX_SCENARIO_PATHS: usize = MAX_PATHS;

@@ -374,3 +374,45 @@ fn traces_are_relative_to_the_scenario_file() {
         down.mean_rate_mbps()
     );
 }
+
+#[test]
+fn edar_handoff_windows_reach_the_links() {
+    let file = ScenarioFile::load(&scenarios_dir().join("edar-table3-handoff.toml")).unwrap();
+    let s = file.resolve(1).unwrap();
+    let (path1, _) = s.paths[0].links().unwrap();
+    let (path2, path2_back) = s.paths[1].links().unwrap();
+    for (t, down) in [
+        (10.0, false),
+        (20.0, true),
+        (39.9, true),
+        (40.0, false),
+        (70.0, true),
+        (90.0, false),
+    ] {
+        let now = braid_sched_core::Timestamp::from_secs_f64(t);
+        assert_eq!(path2.is_down(now), down, "path 2 at {t} s");
+        assert_eq!(path2_back.is_down(now), down, "path 2 return at {t} s");
+        assert!(!path1.is_down(now));
+    }
+    assert_eq!(s.receive_buffer_bytes, Some(131_072));
+    assert_eq!(s.duration.as_secs(), 100);
+}
+
+#[test]
+fn damps_variation_pairs_and_deadlines_are_encoded() {
+    for (p1, p2) in [(0, 0), (5, 10), (5, 20), (10, 30), (10, 40)] {
+        let name = format!("damps-table1-{p1}-{p2}.toml");
+        let s = ScenarioFile::load(&scenarios_dir().join(name))
+            .unwrap()
+            .resolve(1)
+            .unwrap();
+        let variation: Vec<f64> = s.paths.iter().map(|p| p.forward.delay_variation).collect();
+        assert_eq!(variation, [f64::from(p1) / 100.0, f64::from(p2) / 100.0]);
+        assert_eq!(s.paths[0].forward.delay_ms, 30.0);
+        assert_eq!(s.paths[1].reverse.delay_ms, 10.0);
+        let App::Realtime { deadline_ms, .. } = s.app else {
+            panic!("realtime")
+        };
+        assert_eq!(deadline_ms, (20.0, 50.0));
+    }
+}
