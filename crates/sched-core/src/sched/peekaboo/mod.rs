@@ -22,13 +22,13 @@
 //!   of the interval (up to [`PENDING`]; the oldest are overwritten) learns that reward.
 //!
 //! The learned matrices are saved with [`Peekaboo::save`] and loaded with [`Peekaboo::load`]
-//! (format in [`Peekaboo::save`]). Nothing is allocated per packet: the arms, the pending
+//! (format in [`model`]). Nothing is allocated per packet: the arms, the pending
 //! decisions and the random generator live in fixed arrays.
 
 use crate::decision::Decision;
 use crate::packet::PacketMeta;
 use crate::path::PathView;
-use crate::sched::linucb::{Arm, Context, FEATURES};
+use crate::sched::linucb::{Arm, Context};
 use crate::sched::minrtt::{FastAndBest, fastest_and_best};
 use crate::scheduler::{
     AckInfo, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
@@ -42,15 +42,12 @@ pub const PENDING: usize = 64;
 const WAIT: usize = 0;
 /// Index of the *send on the slower path* arm.
 const SEND: usize = 1;
+/// Number of actions (wait, send).
 const ACTIONS: usize = 2;
 
-/// Magic bytes opening a saved Peekaboo model.
-pub const MODEL_MAGIC: [u8; 4] = *b"BPKB";
-/// Version of the saved format written by this build.
-pub const MODEL_VERSION: u16 = 1;
-const HEADER_LEN: usize = 12;
-/// Length in bytes of a saved model.
-pub const MODEL_LEN: usize = HEADER_LEN + ACTIONS * (FEATURES * FEATURES + FEATURES) * 8;
+pub mod model;
+
+pub use model::{MODEL_LEN, MODEL_MAGIC, MODEL_VERSION, ModelError};
 
 /// Configuration of [`Peekaboo`].
 #[derive(Clone, Debug, PartialEq)]
@@ -109,55 +106,6 @@ impl Default for PeekabooConfig {
             seed: 1,
         }
     }
-}
-
-/// A saved model that cannot be loaded.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ModelError {
-    /// The input is not [`MODEL_LEN`] bytes long.
-    #[error("peekaboo model is {found} bytes, expected {expected}")]
-    Length {
-        /// Bytes required.
-        expected: usize,
-        /// Bytes given.
-        found: usize,
-    },
-    /// The input does not start with [`MODEL_MAGIC`].
-    #[error("peekaboo model starts with {found:02x?}, expected the magic {MODEL_MAGIC:02x?}")]
-    Magic {
-        /// The first four bytes.
-        found: [u8; 4],
-    },
-    /// The format version is not [`MODEL_VERSION`].
-    #[error("peekaboo model version {found} is not supported (expected {MODEL_VERSION})")]
-    Version {
-        /// The version in the input.
-        found: u16,
-    },
-    /// The model has another context dimension or number of actions.
-    #[error(
-        "peekaboo model has {features} features and {actions} actions, expected {FEATURES} and 2"
-    )]
-    Shape {
-        /// Context dimension in the input.
-        features: u16,
-        /// Number of actions in the input.
-        actions: u16,
-    },
-    /// A matrix entry is NaN or infinite.
-    #[error("peekaboo model: value {index} of action {action} is not finite")]
-    NotFinite {
-        /// Which action's arm.
-        action: usize,
-        /// Position of the value within that arm (A row-major, then b).
-        index: usize,
-    },
-    /// An arm's matrix A cannot be inverted.
-    #[error("peekaboo model: matrix A of action {action} is singular")]
-    Singular {
-        /// Which action's arm.
-        action: usize,
-    },
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -311,66 +259,15 @@ impl Peekaboo {
         self.pending_len
     }
 
-    /// Serialises the learned matrices. Format (all little-endian): the 4 magic bytes
-    /// [`MODEL_MAGIC`], `u16` version ([`MODEL_VERSION`]), `u16` features (6), `u16` actions
-    /// (2: wait, send), `u16` reserved (0); then per action its `A` (features² `f64`, row-major)
-    /// and `b` (features `f64`). [`MODEL_LEN`] bytes in all.
+    /// Serialises the learned matrices in the format of [`model`] ([`MODEL_LEN`] bytes).
     pub fn save(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(MODEL_LEN);
-        out.extend_from_slice(&MODEL_MAGIC);
-        out.extend_from_slice(&MODEL_VERSION.to_le_bytes());
-        out.extend_from_slice(&(FEATURES as u16).to_le_bytes());
-        out.extend_from_slice(&(ACTIONS as u16).to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        for arm in &self.arms {
-            for v in arm.a.iter().flatten().chain(arm.b.iter()) {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        out
+        model::encode(&self.arms)
     }
 
-    /// Replaces the learned matrices with a saved model; on error nothing changes.
+    /// Replaces the learned matrices with a saved model (format in [`model`]); on error nothing
+    /// changes.
     pub fn load(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
-        if bytes.len() != MODEL_LEN {
-            return Err(ModelError::Length {
-                expected: MODEL_LEN,
-                found: bytes.len(),
-            });
-        }
-        let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
-        let magic = [bytes[0], bytes[1], bytes[2], bytes[3]];
-        if magic != MODEL_MAGIC {
-            return Err(ModelError::Magic { found: magic });
-        }
-        if u16_at(4) != MODEL_VERSION {
-            return Err(ModelError::Version { found: u16_at(4) });
-        }
-        let (features, actions) = (u16_at(6), u16_at(8));
-        if usize::from(features) != FEATURES || usize::from(actions) != ACTIONS {
-            return Err(ModelError::Shape { features, actions });
-        }
-        let mut arms = [Arm::default(), Arm::default()];
-        let mut values = bytes[HEADER_LEN..].chunks_exact(8).map(|c| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            f64::from_le_bytes(b)
-        });
-        for (action, arm) in arms.iter_mut().enumerate() {
-            for index in 0..FEATURES * FEATURES + FEATURES {
-                let v = values.next().unwrap_or(f64::NAN);
-                if !v.is_finite() {
-                    return Err(ModelError::NotFinite { action, index });
-                }
-                if index < FEATURES * FEATURES {
-                    arm.a[index / FEATURES][index % FEATURES] = v;
-                } else {
-                    arm.b[index - FEATURES * FEATURES] = v;
-                }
-            }
-            arm.a_inv = Arm::invert(&arm.a).ok_or(ModelError::Singular { action })?;
-        }
-        self.arms = arms;
+        self.arms = model::decode(bytes)?;
         Ok(())
     }
 }
@@ -431,8 +328,10 @@ impl Scheduler for Peekaboo {
 
 #[cfg(test)]
 mod tests {
+    use super::model::HEADER_LEN;
     use super::*;
     use crate::path::PathId;
+    use crate::sched::linucb::FEATURES;
 
     fn paths() -> [PathView; 2] {
         let mut fast = PathView::new(PathId(0), 10_000, 20_000);
