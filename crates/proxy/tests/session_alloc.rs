@@ -62,15 +62,30 @@ struct Wire {
 fn session_send_path_does_not_allocate_after_warm_up() {
     let config = SessionConfig::default();
     let mut ends = [
-        Session::new(config.clone(), Role::Client, AnyScheduler::with_defaults(SchedulerKind::MinRtt), Timestamp::ZERO),
-        Session::new(config, Role::Server, AnyScheduler::with_defaults(SchedulerKind::MinRtt), Timestamp::ZERO),
+        Session::new(
+            config.clone(),
+            Role::Client,
+            AnyScheduler::with_defaults(SchedulerKind::MinRtt),
+            Timestamp::ZERO,
+        ),
+        Session::new(
+            config,
+            Role::Server,
+            AnyScheduler::with_defaults(SchedulerKind::MinRtt),
+            Timestamp::ZERO,
+        ),
     ];
     for s in &mut ends {
-        s.add_path(PathId(0), PathConfig::default(), Timestamp::ZERO).unwrap();
-        s.add_path(PathId(1), PathConfig::default(), Timestamp::ZERO).unwrap();
+        s.add_path(PathId(0), PathConfig::default(), Timestamp::ZERO)
+            .unwrap();
+        s.add_path(PathId(1), PathConfig::default(), Timestamp::ZERO)
+            .unwrap();
     }
     let flow = ends[0]
-        .open_flow(FlowKind::Stream, Target::Addr("192.0.2.7:80".parse().unwrap()))
+        .open_flow(
+            FlowKind::Stream,
+            Target::Addr("192.0.2.7:80".parse().unwrap()),
+        )
         .unwrap();
     let mut wire = Wire {
         in_flight: VecDeque::with_capacity(100_000),
@@ -104,11 +119,17 @@ fn session_send_path_does_not_allocate_after_warm_up() {
             while ends[0].poll_event().is_some() {}
         });
         // Transmit everything the windows allow.
-        for side in 0..2 {
-            while let Some(t) = counted(|| ends[side].poll_transmit(now, &mut out)) {
+        for (side, end) in ends.iter_mut().enumerate() {
+            while let Some(t) = counted(|| end.poll_transmit(now, &mut out)) {
                 let mut buf = wire.spare.pop().unwrap();
                 buf[..t.len].copy_from_slice(&out[..t.len]);
-                wire.in_flight.push_back((now + delays[t.path.index()], 1 - side, t.path, buf, t.len));
+                wire.in_flight.push_back((
+                    now + delays[t.path.index()],
+                    1 - side,
+                    t.path,
+                    buf,
+                    t.len,
+                ));
                 packets += 1;
             }
         }
@@ -132,8 +153,17 @@ fn session_send_path_does_not_allocate_after_warm_up() {
     }
     let steady = ALLOCATIONS.load(Ordering::Relaxed) - warm_allocations;
     println!("{packets} packets after warm-up, {received} bytes received, {steady} allocations");
-    assert!(warm_allocations > 0, "the counter saw the warm-up buffers being allocated");
-    assert!(packets > 10_000, "too few packets to mean anything: {packets}");
+    assert!(
+        warm_allocations > 0,
+        "the counter saw the warm-up buffers being allocated"
+    );
+    assert!(
+        packets > 10_000,
+        "too few packets to mean anything: {packets}"
+    );
     assert!(received > 10_000_000);
-    assert_eq!(steady, 0, "session allocated {steady} times over {packets} packets");
+    assert_eq!(
+        steady, 0,
+        "session allocated {steady} times over {packets} packets"
+    );
 }

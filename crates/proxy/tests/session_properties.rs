@@ -45,14 +45,16 @@ fn path_spec(allow_outage: bool) -> impl Strategy<Value = PathSpec> {
         prop_oneof![Just(0.0), 0.0..0.05f64],
         proptest::option::weighted(0.4, (0.1..1.5f64, 0.2..2.5f64)),
     )
-        .prop_map(move |(rate_mbps, delay_ms, loss, reorder, duplicate, outage)| PathSpec {
-            rate_mbps,
-            delay_ms,
-            loss,
-            reorder,
-            duplicate,
-            outage: outage.filter(|_| allow_outage),
-        })
+        .prop_map(
+            move |(rate_mbps, delay_ms, loss, reorder, duplicate, outage)| PathSpec {
+                rate_mbps,
+                delay_ms,
+                loss,
+                reorder,
+                duplicate,
+                outage: outage.filter(|_| allow_outage),
+            },
+        )
 }
 
 #[derive(Clone, Debug)]
@@ -82,7 +84,10 @@ fn link(p: &PathSpec) -> LinkConfig {
     l.reorder_delay = Duration::from_millis(8);
     l.duplicate = p.duplicate;
     if let Some((start, len)) = p.outage {
-        l.outages = vec![(Timestamp::from_secs_f64(start), Timestamp::from_secs_f64(start + len))];
+        l.outages = vec![(
+            Timestamp::from_secs_f64(start),
+            Timestamp::from_secs_f64(start + len),
+        )];
     }
     l
 }
@@ -96,7 +101,13 @@ fn check_scenario(
     let config = small_config();
     let bound = config.memory_bound();
     let links: Vec<LinkConfig> = paths.iter().map(link).collect();
-    let mut h = Harness::new(seed, config.clone(), scheduler, &links, PathConfig::default());
+    let mut h = Harness::new(
+        seed,
+        config.clone(),
+        scheduler,
+        &links,
+        PathConfig::default(),
+    );
     let bulks = transfers
         .iter()
         .enumerate()
@@ -113,10 +124,14 @@ fn check_scenario(
         d.step(&mut h);
         h.step(limit);
         steps += 1;
-        if steps % 64 == 0 {
+        if steps.is_multiple_of(64) {
             for s in &h.endpoints {
                 let m = s.memory_usage();
-                prop_assert!(m.allocated <= bound, "allocated {} > bound {bound}", m.allocated);
+                prop_assert!(
+                    m.allocated <= bound,
+                    "allocated {} > bound {bound}",
+                    m.allocated
+                );
                 prop_assert!(m.flows <= 2 * config.max_flows);
                 prop_assert!(m.send_buffered <= config.max_flows as u64 * config.flow_send_buffer);
                 prop_assert!(
@@ -133,7 +148,13 @@ fn check_scenario(
         prop_assert!(!t.corrupt, "transfer {n} corrupted: {t:?}");
         match t.reset_after {
             Some((after, code)) => {
-                prop_assert_eq!(t.reset_code, Some(code), "RST of transfer {} lost: {:?}", n, t);
+                prop_assert_eq!(
+                    t.reset_code,
+                    Some(code),
+                    "RST of transfer {} lost: {:?}",
+                    n,
+                    t
+                );
                 prop_assert!(t.received <= after);
                 prop_assert!(!t.eof);
             }
@@ -162,7 +183,11 @@ fn check_scenario(
         let s = &mut h.endpoints[side];
         prop_assert_eq!(s.memory_usage().flows, 0, "side {} keeps flows", side);
         for status in s.path_status(now) {
-            prop_assert!(status.view.state != PathState::Failed, "path {:?} not back", status.view.id);
+            prop_assert!(
+                status.view.state != PathState::Failed,
+                "path {:?} not back",
+                status.view.id
+            );
         }
     }
     Ok(())

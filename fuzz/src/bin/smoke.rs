@@ -28,29 +28,70 @@ impl Rng {
 }
 
 fn sample_frames() -> Vec<Frame<'static>> {
-    let addr: SocketAddr = "198.51.100.9:8443".parse().unwrap_or(SocketAddr::from(([0; 4], 0)));
+    let addr: SocketAddr = "198.51.100.9:8443"
+        .parse()
+        .unwrap_or(SocketAddr::from(([0; 4], 0)));
     vec![
         Frame::Ping,
-        Frame::Stream { flow: FlowId(2), offset: 0, fin: false, data: b"GET / HTTP/1.1\r\n" },
-        Frame::Stream { flow: FlowId(4), offset: 70_000, fin: true, data: b"" },
-        Frame::Datagram { flow: FlowId(6), seq: 3, deadline: None, data: b"rtp" },
+        Frame::Stream {
+            flow: FlowId(2),
+            offset: 0,
+            fin: false,
+            data: b"GET / HTTP/1.1\r\n",
+        },
+        Frame::Stream {
+            flow: FlowId(4),
+            offset: 70_000,
+            fin: true,
+            data: b"",
+        },
+        Frame::Datagram {
+            flow: FlowId(6),
+            seq: 3,
+            deadline: None,
+            data: b"rtp",
+        },
         Frame::Datagram {
             flow: FlowId(6),
             seq: 4,
-            deadline: Some(DatagramDeadline { budget_us: 30_000, sent_at_us: 99 }),
+            deadline: Some(DatagramDeadline {
+                budget_us: 30_000,
+                sent_at_us: 99,
+            }),
             data: b"rtp2",
         },
-        Frame::Open { flow: FlowId(2), kind: FlowKind::Stream, target: TargetRef::Addr(addr) },
+        Frame::Open {
+            flow: FlowId(2),
+            kind: FlowKind::Stream,
+            target: TargetRef::Addr(addr),
+        },
         Frame::Open {
             flow: FlowId(8),
             kind: FlowKind::Datagram,
-            target: TargetRef::Domain { name: "media.example", port: 3478 },
+            target: TargetRef::Domain {
+                name: "media.example",
+                port: 3478,
+            },
         },
-        Frame::Reset { flow: FlowId(2), code: 1, final_size: 16 },
+        Frame::Reset {
+            flow: FlowId(2),
+            code: 1,
+            final_size: 16,
+        },
         Frame::MaxData(1 << 24),
-        Frame::MaxFlowData { flow: FlowId(2), max: 1 << 20 },
-        Frame::PathStatus { path: PathId(1), backup: true, seq: 1 },
-        Frame::Close { code: 0, reason: "done" },
+        Frame::MaxFlowData {
+            flow: FlowId(2),
+            max: 1 << 20,
+        },
+        Frame::PathStatus {
+            path: PathId(1),
+            backup: true,
+            seq: 1,
+        },
+        Frame::Close {
+            code: 0,
+            reason: "done",
+        },
     ]
 }
 
@@ -103,7 +144,10 @@ fn mutate(rng: &mut Rng, mut p: Vec<u8>, corpus: &[Vec<u8>]) -> Vec<u8> {
             2 => p.truncate(rng.below(p.len() + 1)),
             3 => {
                 let i = rng.below(p.len() + 1);
-                p.insert(i, [0x00, 0x3f, 0x40, 0x7f, 0x80, 0xbf, 0xc0, 0xff][rng.below(8)]);
+                p.insert(
+                    i,
+                    [0x00, 0x3f, 0x40, 0x7f, 0x80, 0xbf, 0xc0, 0xff][rng.below(8)],
+                );
             }
             4 => {
                 let other = &corpus[rng.below(corpus.len())];

@@ -71,7 +71,9 @@ impl Driver {
     }
 
     pub fn all_done(&self) -> bool {
-        self.transfers.iter().all(|t| t.eof || t.reset_code.is_some())
+        self.transfers
+            .iter()
+            .all(|t| t.eof || t.reset_code.is_some())
     }
 
     pub fn step(&mut self, h: &mut Harness) {
