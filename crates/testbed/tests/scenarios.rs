@@ -416,3 +416,82 @@ fn damps_variation_pairs_and_deadlines_are_encoded() {
         assert_eq!(deadline_ms, (20.0, 50.0));
     }
 }
+
+#[test]
+fn the_design_example_parses_with_every_name_kept() {
+    let design = r#"
+name = "olms-app1-maxrtt"
+duration_s = 20.0
+seed = 1
+[[path]]                 # one table per path
+name = "wifi"
+rate_mbps = 30.0         # or trace = "path/to/file"
+delay_ms = 10.0          # one-way propagation delay
+jitter_ms = 2.5
+loss = 0.01              # random loss probability
+queue_packets = 100
+outages = [[20.0, 40.0]] # seconds during which the path is down (handoff)
+changes = [{ at_s = 5.0, rate_mbps = 1.0 }, { at_s = 10.0, delay_ms = 50.0 }]
+[app]
+kind = "bulk"            # bulk | web | realtime
+bytes = 200_000_000
+[objective]              # optional: what OLMS regret/violation is measured against
+kind = "maxrtt"          # maxrtt | bandwidth
+threshold = 0.5
+rtt_scale_ms = 100.0
+bw_scale_mbps = 100.0
+paths_per_decision = 1   # L
+"#;
+    let s = parse(design).unwrap().resolve(1).unwrap();
+    let wifi = &s.paths[0].forward;
+    assert_eq!(
+        (wifi.delay_ms, wifi.jitter_ms, wifi.loss, wifi.queue_packets),
+        (10.0, 2.5, 0.01, 100)
+    );
+    assert_eq!(wifi.outages, [(20.0, 40.0)]);
+    assert_eq!(wifi.changes[0].rate_mbps, Some(1.0));
+    assert_eq!(wifi.changes[1].delay_ms, Some(50.0));
+    assert_eq!(s.app, App::Bulk { bytes: 200_000_000 });
+    let web = parse(
+        &design
+            .replace("kind = \"bulk\"", "kind = \"web\"")
+            .replace("bytes = 200_000_000", "objects = [1000, 2000]"),
+    )
+    .unwrap();
+    assert_eq!(
+        web.resolve(1).unwrap().app,
+        App::Web {
+            objects: vec![1000, 2000]
+        }
+    );
+    let realtime = design
+        .replace("kind = \"bulk\"", "kind = \"realtime\"")
+        .replace(
+            "bytes = 200_000_000",
+            "packet_bytes = 1200\ninterval_ms = 10.0\ndeadline_ms = [20, 50]",
+        );
+    let App::Realtime {
+        packet_bytes,
+        interval,
+        deadline_ms,
+    } = parse(&realtime).unwrap().resolve(1).unwrap().app
+    else {
+        panic!("realtime")
+    };
+    assert_eq!(
+        (packet_bytes, interval.as_millis(), deadline_ms),
+        (1200, 10, (20.0, 50.0))
+    );
+}
+
+#[test]
+fn print_sample_errors() {
+    // Not an assertion on wording beyond the other tests: shows what a user sees.
+    for text in [
+        MINIMAL.replace("seed = 7", "seed = 7\ncolour = 1"),
+        MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = 10.0\nloss = 1.5"),
+        MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = [10.0, 5.0]"),
+    ] {
+        println!("{}", error_text(&text));
+    }
+}
