@@ -27,3 +27,17 @@ fi
 
 echo "== cargo test"
 cargo test --workspace
+
+# --- learner hand-off under loom, and the `torch` feature ----------------------------------
+# The experience queue and weight slot (sched-core::slot) over every interleaving loom finds.
+echo "== loom: learner hand-off"
+cargo test -p braid-sched-core --features loom --release --test loom_slot
+# PyTorch 2.13.0 in ${BRAID_TORCH_VENV:-~/.cache/braid/torch-venv} (installed when missing),
+# then braid-learners with tch: clippy, its tests (tch parity within 1e-5), the tch benches build.
+echo "== torch: set-up"
+# shellcheck source=scripts/setup-torch.sh
+source scripts/setup-torch.sh
+echo "== torch: clippy and tests of braid-learners --features torch"
+cargo clippy -p braid-learners -p braid-benches --all-targets --features torch -- -D warnings
+cargo test -p braid-learners --features torch
+# --- end loom and torch --------------------------------------------------------------------

@@ -1,0 +1,12 @@
+//! With the `torch` feature, makes the bench binaries find libtorch without `LD_LIBRARY_PATH`:
+//! braid-learners (links = "braid_torch") hands on the directory torch-sys linked against, and
+//! this script bakes it into braid-benches' own binaries as an rpath (link arguments from a
+//! dependency's build script do not reach a dependant's binaries).
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=DEP_BRAID_TORCH_LIBTORCH_LIB");
+    if let Ok(lib_dir) = std::env::var("DEP_BRAID_TORCH_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
+    }
+}
