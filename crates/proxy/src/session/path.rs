@@ -57,6 +57,7 @@ pub(crate) struct Path {
     loss_time: Option<Timestamp>,
     pto_count: u32,
     last_ack_eliciting_sent: Timestamp,
+    last_ack_received: Timestamp,
     /// A PING must go out on this path (probe timeout, heartbeat, or failed-path probe).
     pub probe_due: bool,
     next_failed_probe: Timestamp,
@@ -122,6 +123,7 @@ impl Path {
             loss_time: None,
             pto_count: 0,
             last_ack_eliciting_sent: now,
+            last_ack_received: now,
             probe_due: false,
             next_failed_probe: now,
             failed_since: None,
@@ -158,24 +160,21 @@ impl Path {
         self.sent.len() < self.max_sent
     }
 
-    /// The scheduler's view of this path; `pacing_wakeup` learns when a paced or capped path
-    /// frees up.
-    pub fn view(&mut self, now: Timestamp, pacing_wakeup: &mut Option<Timestamp>) -> PathView {
+    /// The scheduler's view of this path; `wakeup` learns when a rate-capped path frees up.
+    /// Pacing is not part of the view (it is applied after the scheduler chose the path, see
+    /// [`Path::pacing_delay`]): `rate_limited` means the configured rate cap, as the contract
+    /// says, so pacing gaps neither spill traffic to slower paths nor open backup tiers.
+    pub fn view(&mut self, now: Timestamp, wakeup: &mut Option<Timestamp>) -> PathView {
         let mds = u64::from(self.config.max_datagram_size);
         let window = self.cc.window();
         let mut rate_limited = false;
-        if !self.is_failed() && self.bytes_in_flight + mds <= window {
-            if let Some(at) = self.pacer.delay(now, mds, window, self.rtt.srtt()) {
-                rate_limited = true;
-                *pacing_wakeup = Some(pacing_wakeup.map_or(at, |w| w.min(at)));
-            }
-            if let Some(bucket) = self.bucket.as_mut()
-                && !bucket.has_tokens(now, mds)
-            {
-                rate_limited = true;
-                let at = bucket.ready_at(mds);
-                *pacing_wakeup = Some(pacing_wakeup.map_or(at, |w| w.min(at)));
-            }
+        if !self.is_failed()
+            && let Some(bucket) = self.bucket.as_mut()
+            && !bucket.has_tokens(now, mds)
+        {
+            rate_limited = true;
+            let at = bucket.ready_at(mds);
+            *wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
         }
         let cwnd = if self.can_track() {
             window
@@ -201,6 +200,13 @@ impl Path {
             rate_limited,
             max_datagram_size: self.config.max_datagram_size,
         }
+    }
+
+    /// When the pacer lets the next full-size packet go, if not now.
+    pub fn pacing_delay(&mut self, now: Timestamp) -> Option<Timestamp> {
+        let mds = u64::from(self.config.max_datagram_size);
+        let window = self.cc.window();
+        self.pacer.delay(now, mds, window, self.rtt.srtt())
     }
 
     /// Records a packet handed to the driver.
@@ -301,6 +307,7 @@ impl Path {
         }
         self.update_delivery_rate(now, out.acked_bytes);
         self.pto_count = 0;
+        self.last_ack_received = now;
         if self.is_failed() {
             self.recover(now);
             out.recovered = true;
@@ -395,6 +402,7 @@ impl Path {
             take(Some(self.next_failed_probe));
         } else {
             take(self.pto_deadline(config));
+            take(self.failure_deadline(config));
             if self.ack_eliciting_in_flight == 0 {
                 take(Some(
                     self.last_ack_eliciting_sent + config.heartbeat_interval,
@@ -410,6 +418,21 @@ impl Path {
         }
         let base = self.rtt.pto_base() + config.max_ack_delay;
         Some(self.last_ack_eliciting_sent + base * (1u32 << self.pto_count.min(16)))
+    }
+
+    /// When the path is declared failed if nothing is acknowledged: the oldest unacknowledged
+    /// packet (or the last ACK, if later) plus as long as `failure_probe_timeouts` consecutive
+    /// probe timeouts take. Unlike the probe timer, new packets sent into a dead path do not
+    /// postpone it.
+    fn failure_deadline(&self, config: &SessionConfig) -> Option<Timestamp> {
+        if self.ack_eliciting_in_flight == 0 {
+            return None;
+        }
+        let oldest = self.sent.iter().find(|p| !p.done && p.in_flight)?.time_sent;
+        let since = oldest.max(self.last_ack_received);
+        let base = self.rtt.pto_base() + config.max_ack_delay;
+        let rounds = (1u32 << config.failure_probe_timeouts.min(16)) - 1;
+        Some(since + base * rounds)
     }
 
     /// Runs the path's expired timers. Returns true when the path just failed.
@@ -431,6 +454,10 @@ impl Path {
                 self.next_failed_probe = now + config.failed_probe_interval;
             }
             return false;
+        }
+        if self.failure_deadline(config).is_some_and(|d| d <= now) {
+            self.fail(now, lost);
+            return true;
         }
         if self.pto_deadline(config).is_some_and(|d| d <= now) {
             self.pto_count += 1;
@@ -470,6 +497,7 @@ impl Path {
 
     fn recover(&mut self, now: Timestamp) {
         self.state = tier_state(self.config.tier);
+        self.last_ack_received = now;
         self.failed_since = None;
         self.cc = self.congestion_config.build();
         let srtt = self.rtt.srtt();

@@ -156,6 +156,20 @@ impl Session {
         }
     }
 
+    /// True when `p`'s pacer holds the next packet back; the release time becomes a timer.
+    fn paced(&mut self, p: PathId, now: Timestamp) -> bool {
+        let Some(at) = self
+            .paths
+            .get_mut(p.index())
+            .and_then(Option::as_mut)
+            .and_then(|path| path.pacing_delay(now))
+        else {
+            return false;
+        };
+        self.pacing_wakeup = Some(self.pacing_wakeup.map_or(at, |w| w.min(at)));
+        true
+    }
+
     fn path_usable(&self, p: PathId) -> bool {
         self.paths
             .get(p.index())
@@ -289,6 +303,9 @@ impl Session {
                 .select(&self.views[..self.view_count], &meta, now);
             match decision {
                 Decision::Send(p) if self.path_usable(p) => {
+                    if self.paced(p, now) {
+                        return None;
+                    }
                     return self.emit(now, buf, p, Some((item, PathSet::EMPTY)), &meta);
                 }
                 Decision::Duplicate(set) => {
@@ -297,6 +314,9 @@ impl Session {
                         usable.insert(p);
                     }
                     let first = usable.iter().next()?;
+                    if self.paced(first, now) {
+                        return None;
+                    }
                     let mut rest = PathSet::EMPTY;
                     for p in usable.iter().skip(1) {
                         rest.insert(p);
@@ -345,6 +365,7 @@ impl Session {
             }
             Some((Item::Datagram, copies)) => {
                 let d = self.datagrams.pop()?;
+                sent.carried_open = self.write_open_for_datagram(&mut w, &d);
                 write_datagram(&mut w, &d, now)?;
                 sent.payload = Payload::Datagram { flow: d.flow };
                 if copies.is_empty() {
@@ -364,6 +385,7 @@ impl Session {
                     self.write_stream(&mut w, flow, chunk, &mut sent, false)?;
                 }
                 Some(CopyOf::Datagram(d)) => {
+                    sent.carried_open = self.write_open_for_datagram(&mut w, d);
                     write_datagram(&mut w, d, now)?;
                     sent.payload = Payload::Datagram { flow: d.flow };
                 }
@@ -391,6 +413,26 @@ impl Session {
         path.on_sent(sent, now);
         self.scheduler.on_sent(p, meta, now);
         Some(Transmit { path: p, len })
+    }
+
+    /// Writes the OPEN of a datagram's flow in front of it while the peer may not know the flow
+    /// (when it fits next to the payload); returns whether it did.
+    fn write_open_for_datagram(&self, w: &mut Writer<'_>, d: &QueuedDatagram) -> bool {
+        let Some(flow) = self.flows.get(&d.flow).filter(|f| !f.open_acked) else {
+            return false;
+        };
+        let target = flow.target.as_ref();
+        let needed = frame::open_len(d.flow, target) + MAX_DATAGRAM_HEADER_LEN + d.data.len();
+        if w.remaining() < needed {
+            return false;
+        }
+        Frame::Open {
+            flow: d.flow,
+            kind: flow.kind,
+            target,
+        }
+        .encode(w)
+        .is_ok()
     }
 
     fn write_stream(

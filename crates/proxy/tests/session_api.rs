@@ -1,0 +1,376 @@
+//! The session's API end to end over the harness: datagram flows and deadlines, the flow limit,
+//! malformed input, CLOSE, paths joining and leaving, backup tiers, the idle timeout, rate caps.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod session_common;
+
+use std::time::Duration;
+
+use braid_proxy::session::error::{FLOW_REFUSED_CODE, IDLE_TIMEOUT_CODE};
+use braid_proxy::session::frame::{Frame, encode_header};
+use braid_proxy::session::harness::{CLIENT, Harness, LinkConfig, SERVER};
+use braid_proxy::session::varint::Writer;
+use braid_proxy::session::{
+    Event, FlowError, FlowKind, FrameError, PathConfig, SessionConfig, SessionError, Target, Tier,
+};
+use braid_sched_core::{FlowId, PathId, SchedulerKind, Timestamp};
+use session_common::{Bulk, Driver};
+
+fn harness(links: &[LinkConfig], config: SessionConfig, path: PathConfig) -> Harness {
+    Harness::new(7, config, SchedulerKind::MinRtt, links, path)
+}
+
+fn two_paths() -> Harness {
+    harness(
+        &[LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)],
+        SessionConfig::default(),
+        PathConfig::default(),
+    )
+}
+
+fn secs(s: f64) -> Timestamp {
+    Timestamp::from_secs_f64(s)
+}
+
+fn events(h: &mut Harness, side: usize) -> Vec<Event> {
+    std::iter::from_fn(|| h.endpoints[side].poll_event()).collect()
+}
+
+#[test]
+fn session_datagrams_flow_both_ways_and_expired_ones_are_dropped() {
+    let mut h = two_paths();
+    let target = Target::Addr("203.0.113.5:5004".parse().unwrap());
+    let flow = h
+        .client()
+        .open_flow(FlowKind::Datagram, target.clone())
+        .unwrap();
+    let now = h.now();
+    for i in 0..50u32 {
+        let payload = i.to_be_bytes();
+        h.client()
+            .send_datagram(flow, &payload, Some(200_000), now)
+            .unwrap();
+    }
+    // Budget 0: expired before it can be sent, dropped locally.
+    for _ in 0..5 {
+        h.client()
+            .send_datagram(flow, b"late", Some(0), now)
+            .unwrap();
+    }
+    h.run_until(secs(0.5), |_| {});
+    let ev = events(&mut h, SERVER);
+    assert!(ev.contains(&Event::FlowOpened {
+        flow,
+        kind: FlowKind::Datagram,
+        target
+    }));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while let Some(n) = h.server().recv_datagram(flow, &mut buf).unwrap() {
+        got.push(u32::from_be_bytes(buf[..n].try_into().unwrap()));
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..50).collect::<Vec<_>>());
+    // The server answers on the same flow.
+    let now = h.now();
+    h.server().send_datagram(flow, b"pong", None, now).unwrap();
+    h.run_until(secs(1.0), |_| {});
+    assert_eq!(h.client().recv_datagram(flow, &mut buf).unwrap(), Some(4));
+    assert_eq!(&buf[..4], b"pong");
+    // API misuse is a typed error.
+    let now = h.now();
+    assert_eq!(
+        h.client().send_datagram(flow, &[0; 5000], None, now),
+        Err(FlowError::DatagramTooLarge {
+            len: 5000,
+            max: 1100
+        })
+    );
+    assert_eq!(
+        h.client().write(flow, b"x"),
+        Err(FlowError::WrongKind(flow))
+    );
+    assert_eq!(
+        h.client().read(FlowId(1000), &mut buf),
+        Err(FlowError::UnknownFlow(FlowId(1000)))
+    );
+}
+
+#[test]
+fn session_flow_limit_refuses_extra_flows() {
+    let config = SessionConfig {
+        max_flows: 2,
+        ..SessionConfig::default()
+    };
+    let mut h = harness(&[LinkConfig::new(0.0, 5.0)], config, PathConfig::default());
+    let target = || Target::Domain {
+        name: "a.example".into(),
+        port: 1,
+    };
+    let a = h.client().open_flow(FlowKind::Stream, target()).unwrap();
+    let b = h.client().open_flow(FlowKind::Stream, target()).unwrap();
+    assert_eq!(
+        h.client().open_flow(FlowKind::Stream, target()),
+        Err(FlowError::TooManyFlows { max: 2 })
+    );
+    // The server opens one of its own while the client's two are in flight: one of the three
+    // ends up refused by whichever side is over its limit.
+    let c = h.server().open_flow(FlowKind::Stream, target()).unwrap();
+    for f in [a, b] {
+        h.client().write(f, b"hello").unwrap();
+    }
+    h.server().write(c, b"hi").unwrap();
+    h.run_until(secs(1.0), |_| {});
+    let refused = |ev: &[Event]| {
+        ev.iter()
+            .filter(|e| matches!(e, Event::FlowReset { code, .. } if *code == FLOW_REFUSED_CODE))
+            .count()
+    };
+    let (client_ev, server_ev) = (events(&mut h, CLIENT), events(&mut h, SERVER));
+    assert!(
+        refused(&client_ev) + refused(&server_ev) >= 1,
+        "{client_ev:?} {server_ev:?}"
+    );
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+}
+
+fn packet(frames: &[Frame<'_>], pn: u64) -> Vec<u8> {
+    let mut buf = [0u8; 1200];
+    let mut w = Writer::new(&mut buf);
+    encode_header(&mut w, pn).unwrap();
+    for f in frames {
+        f.encode(&mut w).unwrap();
+    }
+    let n = w.len();
+    buf[..n].to_vec()
+}
+
+#[test]
+fn session_rejects_bad_input_with_typed_errors() {
+    let mut h = two_paths();
+    let now = h.now();
+    let s = h.server();
+    assert_eq!(
+        s.handle_datagram(PathId(0), &[9, 0, 1], now),
+        Err(SessionError::Frame {
+            path: PathId(0),
+            source: FrameError::UnsupportedVersion(9)
+        })
+    );
+    assert_eq!(
+        s.handle_datagram(PathId(5), &packet(&[Frame::Ping], 0), now),
+        Err(SessionError::UnknownPath(PathId(5)))
+    );
+    // A frame cut short anywhere in the packet rejects the whole packet.
+    let mut cut = packet(&[Frame::Ping, Frame::MaxData(1 << 30)], 1);
+    cut.pop();
+    assert!(matches!(
+        s.handle_datagram(PathId(0), &cut, now),
+        Err(SessionError::Frame {
+            source: FrameError::Truncated { .. },
+            ..
+        })
+    ));
+    // Sending beyond the advertised flow window.
+    let open = Frame::Open {
+        flow: FlowId(0),
+        kind: FlowKind::Stream,
+        target: braid_proxy::session::frame::TargetRef::Addr("192.0.2.1:1".parse().unwrap()),
+    };
+    let flood = Frame::Stream {
+        flow: FlowId(0),
+        offset: (1 << 20) - 2,
+        fin: false,
+        data: b"abcd",
+    };
+    assert_eq!(
+        s.handle_datagram(PathId(0), &packet(&[open, flood], 2), now),
+        Err(SessionError::FlowControl {
+            flow: FlowId(0),
+            offset: (1 << 20) + 2,
+            limit: 1 << 20
+        })
+    );
+    // Nothing was ever sent: an ACK of packet 50 is a protocol error.
+    let mut ack = vec![1, 3, 0x02, 0, 50, 0, 0, 0, 0];
+    assert!(matches!(
+        s.handle_datagram(PathId(0), &ack, now),
+        Err(SessionError::AckOfUnsent { packet: 50, .. })
+    ));
+    ack[4] = 0x3f;
+    ack[8] = 0x40; // first range 0x40.. runs below zero
+    assert!(s.handle_datagram(PathId(0), &ack, now).is_err());
+}
+
+#[test]
+fn session_close_reaches_the_peer() {
+    let mut h = two_paths();
+    h.run_until(secs(0.2), |_| {});
+    let now = h.now();
+    h.client().close(7, now);
+    h.run_until(secs(0.5), |_| {});
+    assert!(events(&mut h, SERVER).contains(&Event::Closed {
+        code: 7,
+        by_peer: true
+    }));
+    assert!(events(&mut h, CLIENT).contains(&Event::Closed {
+        code: 7,
+        by_peer: false
+    }));
+    assert!(h.client().is_closed() && h.server().is_closed());
+    assert_eq!(
+        h.client().open_flow(
+            FlowKind::Stream,
+            Target::Addr("192.0.2.1:1".parse().unwrap())
+        ),
+        Err(FlowError::SessionClosed)
+    );
+}
+
+#[test]
+fn session_paths_join_and_leave_during_a_transfer() {
+    let links = [
+        LinkConfig::new(10.0, 10.0),
+        LinkConfig::new(10.0, 10.0),
+        LinkConfig::new(10.0, 12.0),
+    ];
+    let mut h = harness(&links, SessionConfig::default(), PathConfig::default());
+    // Path 2 is not joined at first.
+    for side in [CLIENT, SERVER] {
+        h.endpoints[side]
+            .remove_path(PathId(2), Timestamp::ZERO)
+            .unwrap();
+    }
+    let bytes = 6_000_000;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    let mut joined = false;
+    let mut left = false;
+    h.run_until(secs(20.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now();
+        if !joined && now >= secs(1.0) {
+            for s in &mut h.endpoints {
+                s.add_path(PathId(2), PathConfig::default(), now).unwrap();
+            }
+            joined = true;
+        }
+        if !left && now >= secs(2.0) {
+            for s in &mut h.endpoints {
+                s.remove_path(PathId(0), now).unwrap();
+            }
+            left = true;
+        }
+    });
+    let t = &d.transfers[0];
+    assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let now = h.now();
+    let status: Vec<_> = h.client().path_status(now).collect();
+    assert_eq!(status.len(), 2, "path 0 left, path 2 joined");
+    let on_new = status.iter().find(|s| s.view.id == PathId(2)).unwrap();
+    assert!(on_new.stats.packets_sent > 1_000, "{on_new:?}");
+}
+
+#[test]
+fn session_backup_path_is_used_only_when_the_primary_fails() {
+    let mut primary = LinkConfig::new(10.0, 10.0);
+    primary.outages = vec![(secs(3.0), secs(60.0))];
+    let links = [primary, LinkConfig::new(10.0, 5.0)];
+    let mut h = harness(&links, SessionConfig::default(), PathConfig::default());
+    for side in [CLIENT, SERVER] {
+        h.endpoints[side]
+            .set_path_tier(PathId(1), Tier::Backup, Timestamp::ZERO)
+            .unwrap();
+    }
+    // 20 KB every 100 ms: far below the primary's capacity.
+    let flow = h
+        .client()
+        .open_flow(
+            FlowKind::Stream,
+            Target::Addr("192.0.2.1:9".parse().unwrap()),
+        )
+        .unwrap();
+    let mut received = 0usize;
+    let mut backup_sent_at_3s = None;
+    let mut buf = vec![0u8; 1 << 16];
+    for tick in 1..=80 {
+        h.client().write(flow, &[1u8; 20_000]).unwrap();
+        h.run_until(secs(f64::from(tick) * 0.1), |h| {
+            while let Ok(Some(n)) = h.server().read(flow, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                received += n;
+            }
+        });
+        if tick == 30 {
+            let now = h.now();
+            let status: Vec<_> = h.client().path_status(now).collect();
+            backup_sent_at_3s = Some(status[1].stats.packets_sent);
+        }
+    }
+    let before = backup_sent_at_3s.unwrap();
+    // Before the outage the backup path only carried heartbeats and ACKs.
+    assert!(
+        before < 40,
+        "backup used while the primary had room: {before} packets"
+    );
+    let now = h.now();
+    let after = h
+        .client()
+        .path_status(now)
+        .nth(1)
+        .unwrap()
+        .stats
+        .packets_sent;
+    println!(
+        "backup path: {before} packets before the outage, {after} at the end; {received} bytes received"
+    );
+    assert!(
+        after - before > 500,
+        "backup not used after the primary failed"
+    );
+    assert!(received > 1_500_000, "received only {received}");
+}
+
+#[test]
+fn session_closes_after_the_idle_timeout_when_every_path_is_dead() {
+    let config = SessionConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..SessionConfig::default()
+    };
+    let mut link = LinkConfig::new(10.0, 10.0);
+    link.outages = vec![(secs(1.0), secs(100.0))];
+    let mut h = harness(&[link.clone(), link], config, PathConfig::default());
+    h.run_until(secs(10.0), |_| {});
+    let ev = events(&mut h, CLIENT);
+    assert!(ev.contains(&Event::PathFailed(PathId(0))));
+    assert!(ev.contains(&Event::Closed {
+        code: IDLE_TIMEOUT_CODE,
+        by_peer: false
+    }));
+    assert!(h.client().is_closed());
+}
+
+#[test]
+fn session_rate_cap_limits_a_path() {
+    let path = PathConfig {
+        rate_cap: Some(1_000_000),
+        ..PathConfig::default()
+    };
+    let mut h = harness(&[LinkConfig::new(0.0, 5.0)], SessionConfig::default(), path);
+    let bytes = 3_000_000;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    h.run_until(secs(20.0), |h| {
+        if !d.all_done() {
+            d.step(h)
+        }
+    });
+    let t = &d.transfers[0];
+    assert!(t.eof && t.received == bytes);
+    let took = t.done_at.unwrap().as_secs_f64();
+    // Payload plus headers at 1 MB/s: at least ~2.9 s, and the cap should not waste much.
+    assert!((2.8..4.0).contains(&took), "took {took:.3} s");
+}
