@@ -72,6 +72,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hot_path_values_stay_small() {
+        // Returned by value on every OLMS decision: K weights inline, no heap.
+        assert!(std::mem::size_of::<Schedule>() <= 8 * MAX_PATHS + 16);
+        assert!(std::mem::size_of::<crate::LpError>() <= 64);
+        assert_eq!(std::mem::size_of::<crate::PathMask>(), 4);
+    }
+
+    #[test]
     fn sorted_indices_is_stable_both_ways() {
         let keys = [0.3, 0.1, 0.3, 0.2];
         assert_eq!(&sorted_indices(&keys, false)[..4], &[1, 3, 0, 2]);
