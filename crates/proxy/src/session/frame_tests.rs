@@ -1,6 +1,8 @@
 //! Per-frame round trips and rejection of malformed input.
 
 use super::*;
+use crate::session::ranges::RangeSet;
+use braid_sched_core::ReceiverReport;
 use proptest::prelude::*;
 
 fn round_trip(frame: Frame<'_>) {

@@ -29,6 +29,8 @@ pub mod harness;
 pub mod ranges;
 pub mod varint;
 
+mod ack;
+mod control;
 mod datagram;
 mod flow;
 mod path;

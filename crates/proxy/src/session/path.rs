@@ -262,24 +262,7 @@ impl Path {
         }
         let first_new = acked.len();
         let in_flight_before = self.bytes_in_flight;
-        let mut largest_newly_acked: Option<SentPacket> = None;
-        for (lo, hi) in ack.ranges() {
-            let mut i = self.sent.partition_point(|p| p.pn < lo);
-            while let Some(p) = self.sent.get_mut(i) {
-                if p.pn > hi {
-                    break;
-                }
-                if !p.done {
-                    p.done = true;
-                    let copy = *p;
-                    if largest_newly_acked.is_none_or(|l| l.pn < copy.pn) {
-                        largest_newly_acked = Some(copy);
-                    }
-                    acked.push(copy);
-                }
-                i += 1;
-            }
-        }
+        let largest_newly_acked = self.mark_acked(ack, acked);
         let mut out = AckOutcome::default();
         let Some(largest) = largest_newly_acked else {
             return Ok(out);
@@ -315,6 +298,34 @@ impl Path {
         out.lost_bytes = self.detect_lost(now, lost);
         self.pop_done();
         Ok(out)
+    }
+
+    /// Marks every packet the ACK covers as done, appends the newly acknowledged ones to
+    /// `acked`, and returns the largest of them.
+    fn mark_acked(
+        &mut self,
+        ack: &AckFrame<'_>,
+        acked: &mut Vec<SentPacket>,
+    ) -> Option<SentPacket> {
+        let mut largest: Option<SentPacket> = None;
+        for (lo, hi) in ack.ranges() {
+            let mut i = self.sent.partition_point(|p| p.pn < lo);
+            while let Some(p) = self.sent.get_mut(i) {
+                if p.pn > hi {
+                    break;
+                }
+                if !p.done {
+                    p.done = true;
+                    let copy = *p;
+                    if largest.is_none_or(|l| l.pn < copy.pn) {
+                        largest = Some(copy);
+                    }
+                    acked.push(copy);
+                }
+                i += 1;
+            }
+        }
+        largest
     }
 
     fn update_owd(&mut self, receiver_time_us: u64, sent: Timestamp) {

@@ -16,13 +16,13 @@ use super::frame::{
     MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header, encode_stream_header,
 };
 use super::path::Path;
-use super::sent::{Control, MAX_CONTROLS, Payload, SentPacket};
+use super::sent::{Payload, SentPacket};
 use super::stream::Chunk;
 use super::varint::Writer;
 use super::{Session, SessionState, Transmit};
 
 /// Room left in every data packet for a piggybacked ACK.
-const ACK_RESERVE: usize = 32;
+pub(crate) const ACK_RESERVE: usize = 32;
 /// Bytes charged for a control-only packet when asking the scheduler.
 const CONTROL_PACKET_LEN: u32 = 48;
 
@@ -352,46 +352,7 @@ impl Session {
         let mut w = Writer::new(&mut buf[..mds]);
         encode_header(&mut w, pn).ok()?;
         let mut sent = SentPacket::new(pn, now, 0, Payload::None);
-        match item {
-            Some((Item::Stream { flow, chunk }, copies)) => {
-                self.write_stream(&mut w, flow, chunk, &mut sent, true)?;
-                if !copies.is_empty() {
-                    self.pending_copy = Some(PendingCopy {
-                        remaining: copies,
-                        meta: *meta,
-                        what: CopyOf::Stream { flow, chunk },
-                    });
-                }
-            }
-            Some((Item::Datagram, copies)) => {
-                let d = self.datagrams.pop()?;
-                sent.carried_open = self.write_open_for_datagram(&mut w, &d);
-                write_datagram(&mut w, &d, now)?;
-                sent.payload = Payload::Datagram { flow: d.flow };
-                if copies.is_empty() {
-                    self.datagrams.recycle(d.data);
-                } else {
-                    self.pending_copy = Some(PendingCopy {
-                        remaining: copies,
-                        meta: *meta,
-                        what: CopyOf::Datagram(d),
-                    });
-                }
-            }
-            Some((Item::Control, _)) => {}
-            None => match self.pending_copy.as_ref().map(|c| &c.what) {
-                Some(CopyOf::Stream { flow, chunk }) => {
-                    let (flow, chunk) = (*flow, *chunk);
-                    self.write_stream(&mut w, flow, chunk, &mut sent, false)?;
-                }
-                Some(CopyOf::Datagram(d)) => {
-                    sent.carried_open = self.write_open_for_datagram(&mut w, d);
-                    write_datagram(&mut w, d, now)?;
-                    sent.payload = Payload::Datagram { flow: d.flow };
-                }
-                None => return None,
-            },
-        }
+        self.write_item(&mut w, item, &mut sent, meta, now)?;
         self.write_controls(&mut w, &mut sent);
         let report = if self.paths[p.index()].as_ref()?.ack_pending() {
             self.take_report(now)
@@ -413,6 +374,58 @@ impl Session {
         path.on_sent(sent, now);
         self.scheduler.on_sent(p, meta, now);
         Some(Transmit { path: p, len })
+    }
+
+    /// Writes the packet's data frame: the item (or, with `None`, the pending copy).
+    fn write_item(
+        &mut self,
+        w: &mut Writer<'_>,
+        item: Option<(Item, PathSet)>,
+        sent: &mut SentPacket,
+        meta: &PacketMeta,
+        now: Timestamp,
+    ) -> Option<()> {
+        match item {
+            Some((Item::Stream { flow, chunk }, copies)) => {
+                self.write_stream(w, flow, chunk, sent, true)?;
+                if !copies.is_empty() {
+                    self.pending_copy = Some(PendingCopy {
+                        remaining: copies,
+                        meta: *meta,
+                        what: CopyOf::Stream { flow, chunk },
+                    });
+                }
+            }
+            Some((Item::Datagram, copies)) => {
+                let d = self.datagrams.pop()?;
+                sent.carried_open = self.write_open_for_datagram(w, &d);
+                write_datagram(w, &d, now)?;
+                sent.payload = Payload::Datagram { flow: d.flow };
+                if copies.is_empty() {
+                    self.datagrams.recycle(d.data);
+                } else {
+                    self.pending_copy = Some(PendingCopy {
+                        remaining: copies,
+                        meta: *meta,
+                        what: CopyOf::Datagram(d),
+                    });
+                }
+            }
+            Some((Item::Control, _)) => {}
+            None => match self.pending_copy.as_ref().map(|c| &c.what) {
+                Some(CopyOf::Stream { flow, chunk }) => {
+                    let (flow, chunk) = (*flow, *chunk);
+                    self.write_stream(w, flow, chunk, sent, false)?;
+                }
+                Some(CopyOf::Datagram(d)) => {
+                    sent.carried_open = self.write_open_for_datagram(w, d);
+                    write_datagram(w, d, now)?;
+                    sent.payload = Payload::Datagram { flow: d.flow };
+                }
+                None => return None,
+            },
+        }
+        Some(())
     }
 
     /// Writes the OPEN of a datagram's flow in front of it while the peer may not know the flow
@@ -485,91 +498,6 @@ impl Session {
             }
         }
         Some(())
-    }
-
-    fn write_controls(&mut self, w: &mut Writer<'_>, sent: &mut SentPacket) {
-        let mut n = 0;
-        while n + 1 < MAX_CONTROLS {
-            let Some(&c) = self.controls.front() else {
-                break;
-            };
-            // A RESET of a flow the peer may not know yet travels with its OPEN, so that the
-            // peer never sees one without the other.
-            let open_first = match c {
-                Control::Reset(id) => self.flows.get(&id).is_some_and(|f| !f.open_acked),
-                _ => false,
-            };
-            let open_needed = |id: FlowId| {
-                self.flows
-                    .get(&id)
-                    .map_or(0, |f| frame::open_len(id, f.target.as_ref()))
-            };
-            let needed = match c {
-                Control::Open(id) => open_needed(id),
-                Control::Reset(id) if open_first => open_needed(id) + 32,
-                _ => 32,
-            };
-            if w.remaining() < needed + ACK_RESERVE / 2 {
-                break;
-            }
-            self.controls.pop_front();
-            if let (true, Control::Reset(id)) = (open_first, c)
-                && self.write_control(w, Control::Open(id))
-            {
-                sent.controls[n] = Some(Control::Open(id));
-                n += 1;
-            }
-            if self.write_control(w, c) {
-                sent.controls[n] = Some(c);
-                n += 1;
-            }
-        }
-    }
-
-    /// Writes `c` if it still applies; returns whether it was written.
-    fn write_control(&mut self, w: &mut Writer<'_>, c: Control) -> bool {
-        let frame = match c {
-            Control::Open(id) => match self.flows.get(&id) {
-                Some(f) if !f.open_acked => Frame::Open {
-                    flow: id,
-                    kind: f.kind,
-                    target: f.target.as_ref(),
-                },
-                _ => return false,
-            },
-            Control::Reset(id) => match self.flows.get(&id) {
-                Some(f) if !f.reset_acked => Frame::Reset {
-                    flow: id,
-                    code: f.local_reset.unwrap_or(0),
-                    final_size: match &f.body {
-                        Body::Stream { send, .. } => send.sent_below(),
-                        Body::Datagram(d) => d.next_seq,
-                    },
-                },
-                _ => return false,
-            },
-            Control::MaxFlowData(id) => match self.flows.get(&id).map(|f| &f.body) {
-                Some(Body::Stream { recv, .. }) if !recv.fin_received() => Frame::MaxFlowData {
-                    flow: id,
-                    max: recv.max_data,
-                },
-                _ => return false,
-            },
-            Control::MaxData => Frame::MaxData(self.local_max_data),
-            Control::PathStatus(p) => match self.paths.get(p.index()).and_then(Option::as_ref) {
-                Some(path) => {
-                    self.path_status_seq += 1;
-                    Frame::PathStatus {
-                        path: p,
-                        backup: path.config.tier == super::Tier::Backup,
-                        seq: self.path_status_seq,
-                    }
-                }
-                None => return false,
-            },
-        };
-        // A frame that does not fit leaves the writer unusable; the size was checked above.
-        frame.encode(w).is_ok()
     }
 }
 

@@ -1,0 +1,99 @@
+//! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS) that ride in packets
+//! after the data frame. They are queued once ([`super::Session::push_control`]), written with
+//! their value at the time of sending, and queued again when the packet carrying them is lost.
+
+use braid_sched_core::FlowId;
+
+use super::Session;
+use super::flow::Body;
+use super::frame::{self, Frame};
+use super::send::ACK_RESERVE;
+use super::sent::{Control, MAX_CONTROLS, SentPacket};
+use super::varint::Writer;
+
+impl Session {
+    pub(crate) fn write_controls(&mut self, w: &mut Writer<'_>, sent: &mut SentPacket) {
+        let mut n = 0;
+        while n + 1 < MAX_CONTROLS {
+            let Some(&c) = self.controls.front() else {
+                break;
+            };
+            // A RESET of a flow the peer may not know yet travels with its OPEN, so that the
+            // peer never sees one without the other.
+            let open_first = match c {
+                Control::Reset(id) => self.flows.get(&id).is_some_and(|f| !f.open_acked),
+                _ => false,
+            };
+            let open_needed = |id: FlowId| {
+                self.flows
+                    .get(&id)
+                    .map_or(0, |f| frame::open_len(id, f.target.as_ref()))
+            };
+            let needed = match c {
+                Control::Open(id) => open_needed(id),
+                Control::Reset(id) if open_first => open_needed(id) + 32,
+                _ => 32,
+            };
+            if w.remaining() < needed + ACK_RESERVE / 2 {
+                break;
+            }
+            self.controls.pop_front();
+            if let (true, Control::Reset(id)) = (open_first, c)
+                && self.write_control(w, Control::Open(id))
+            {
+                sent.controls[n] = Some(Control::Open(id));
+                n += 1;
+            }
+            if self.write_control(w, c) {
+                sent.controls[n] = Some(c);
+                n += 1;
+            }
+        }
+    }
+
+    /// Writes `c` if it still applies; returns whether it was written.
+    fn write_control(&mut self, w: &mut Writer<'_>, c: Control) -> bool {
+        let frame = match c {
+            Control::Open(id) => match self.flows.get(&id) {
+                Some(f) if !f.open_acked => Frame::Open {
+                    flow: id,
+                    kind: f.kind,
+                    target: f.target.as_ref(),
+                },
+                _ => return false,
+            },
+            Control::Reset(id) => match self.flows.get(&id) {
+                Some(f) if !f.reset_acked => Frame::Reset {
+                    flow: id,
+                    code: f.local_reset.unwrap_or(0),
+                    final_size: match &f.body {
+                        Body::Stream { send, .. } => send.sent_below(),
+                        Body::Datagram(d) => d.next_seq,
+                    },
+                },
+                _ => return false,
+            },
+            Control::MaxFlowData(id) => match self.flows.get(&id).map(|f| &f.body) {
+                Some(Body::Stream { recv, .. }) if !recv.fin_received() => Frame::MaxFlowData {
+                    flow: id,
+                    max: recv.max_data,
+                },
+                _ => return false,
+            },
+            Control::MaxData => Frame::MaxData(self.local_max_data),
+            Control::PathStatus(p) => match self.paths.get(p.index()).and_then(Option::as_ref) {
+                Some(path) => {
+                    self.path_status_seq += 1;
+                    Frame::PathStatus {
+                        path: p,
+                        backup: path.config.tier == super::Tier::Backup,
+                        seq: self.path_status_seq,
+                    }
+                }
+                None => return false,
+            },
+        };
+        // A frame that does not fit leaves the writer unusable; the size was checked above.
+        frame.encode(w).is_ok()
+    }
+}
