@@ -374,3 +374,69 @@ fn session_rate_cap_limits_a_path() {
     // Payload plus headers at 1 MB/s: at least ~2.9 s, and the cap should not waste much.
     assert!((2.8..4.0).contains(&took), "took {took:.3} s");
 }
+
+#[test]
+fn session_estimates_rtt_and_one_way_delay_per_path() {
+    let links = [LinkConfig::new(0.0, 10.0), LinkConfig::new(0.0, 30.0)];
+    let mut h = harness(&links, SessionConfig::default(), PathConfig::default());
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 200_000)]);
+    h.run_until(secs(3.0), |h| {
+        if !d.all_done() {
+            d.step(h)
+        }
+    });
+    assert!(d.all_done());
+    let now = h.now();
+    let views: Vec<_> = h.client().path_status(now).map(|s| s.view).collect();
+    for (v, one_way_ms) in views.iter().zip([10u32, 30]) {
+        let rtt = 2 * one_way_ms * 1_000;
+        assert!(
+            v.min_rtt_us >= rtt && v.min_rtt_us <= rtt + 6_000,
+            "path {:?}: min rtt {} µs for {} µs",
+            v.id,
+            v.min_rtt_us,
+            rtt
+        );
+        let owd = one_way_ms * 1_000;
+        assert!(
+            v.owd_us >= owd && v.owd_us <= owd + 10_000,
+            "path {:?}: owd {} µs for {} µs",
+            v.id,
+            v.owd_us,
+            owd
+        );
+    }
+}
+
+#[test]
+fn session_receiver_report_counts_delivered_bytes_and_deadlines() {
+    let mut h = two_paths();
+    let flow = h
+        .client()
+        .open_flow(
+            FlowKind::Datagram,
+            Target::Addr("203.0.113.5:9".parse().unwrap()),
+        )
+        .unwrap();
+    let mut buf = [0u8; 256];
+    for tick in 1..=20u32 {
+        let now = h.now();
+        for _ in 0..5 {
+            // Paths of 10 and 20 ms one way: a 15 ms budget is met on one path only, 100 ms on both.
+            h.client()
+                .send_datagram(flow, &[3; 100], Some(15_000), now)
+                .unwrap();
+            h.client()
+                .send_datagram(flow, &[4; 100], Some(100_000), now)
+                .unwrap();
+        }
+        h.run_until(secs(f64::from(tick) * 0.05), |h| {
+            while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {}
+        });
+    }
+    h.run_until(secs(1.5), |_| {});
+    let report = h.client().peer_report().expect("a report arrived");
+    assert!(report.interval_us > 0);
+    assert!(report.deadline_total > 0, "{report:?}");
+    assert!(report.deadline_met <= report.deadline_total);
+}

@@ -178,6 +178,33 @@ impl SessionConfig {
                 return Err(err(field, value, "positive"));
             }
         }
+        if self.max_flows > MAX_FLOWS_LIMIT {
+            return Err(err("max_flows", self.max_flows, "at most 65536"));
+        }
+        if self.flow_send_buffer > BUFFER_LIMIT || self.flow_receive_window > BUFFER_LIMIT {
+            return Err(err(
+                "flow_send_buffer/flow_receive_window",
+                self.flow_send_buffer.max(self.flow_receive_window),
+                "at most 1 GiB",
+            ));
+        }
+        if self.datagram_send_queue > QUEUE_LIMIT
+            || self.datagram_receive_queue > QUEUE_LIMIT
+            || self.max_sent_packets > QUEUE_LIMIT * 64
+        {
+            return Err(err(
+                "datagram queues/max_sent_packets",
+                self.max_sent_packets,
+                "queues at most 65536, max_sent_packets at most 4194304",
+            ));
+        }
+        if self.failure_probe_timeouts > 16 {
+            return Err(err(
+                "failure_probe_timeouts",
+                self.failure_probe_timeouts,
+                "1..=16",
+            ));
+        }
         if self.session_receive_window < self.flow_receive_window {
             return Err(err(
                 "session_receive_window",
@@ -201,8 +228,31 @@ impl SessionConfig {
         Ok(())
     }
 
+    /// The configuration with every value forced into its accepted range (the largest values
+    /// are generous upper limits that keep allocations bounded).
+    pub fn clamped(&self) -> SessionConfig {
+        let mut c = self.clone();
+        c.max_flows = c.max_flows.clamp(1, MAX_FLOWS_LIMIT);
+        c.flow_send_buffer = c.flow_send_buffer.clamp(1, BUFFER_LIMIT);
+        c.flow_receive_window = c.flow_receive_window.clamp(1, BUFFER_LIMIT);
+        c.session_receive_window = c
+            .session_receive_window
+            .clamp(c.flow_receive_window, BUFFER_LIMIT * 64);
+        c.datagram_send_queue = c.datagram_send_queue.clamp(1, QUEUE_LIMIT);
+        c.datagram_receive_queue = c.datagram_receive_queue.clamp(1, QUEUE_LIMIT);
+        c.max_datagram_payload = c.max_datagram_payload.clamp(1, 65_000);
+        c.max_sent_packets = c.max_sent_packets.clamp(1, QUEUE_LIMIT * 64);
+        c.max_ack_ranges = c.max_ack_ranges.clamp(1, 64);
+        c.failure_probe_timeouts = c.failure_probe_timeouts.clamp(1, 16);
+        c.initial_rtt = c.initial_rtt.max(Duration::from_micros(1));
+        c.heartbeat_interval = c.heartbeat_interval.max(Duration::from_millis(1));
+        c.failed_probe_interval = c.failed_probe_interval.max(Duration::from_millis(1));
+        c
+    }
+
     /// The most bytes the session's buffers may hold, from the limits above: every flow's send
-    /// buffer and receive window, the datagram queues, and the per-path packet and range records.
+    /// buffer and receive window, the datagram queues, the per-path packet and range records, and
+    /// the session's tables (flow queues, control queue, events, scratch packet tables).
     /// [`super::Session::memory_usage`] stays below it.
     pub fn memory_bound(&self) -> u64 {
         let flows = self.max_flows as u64
@@ -214,9 +264,18 @@ impl SessionConfig {
             * (self.max_sent_packets as u64 * SENT_PACKET_SIZE
                 + self.max_ack_ranges as u64 * 16
                 + PATH_OVERHEAD);
-        flows + datagrams + paths
+        // The session's two scratch tables for acknowledged and lost packets.
+        let scratch = 2 * self.max_sent_packets as u64 * SENT_PACKET_SIZE;
+        flows + datagrams + paths + scratch
     }
 }
+
+/// Upper limit of `max_flows`.
+const MAX_FLOWS_LIMIT: usize = 1 << 16;
+/// Upper limit of a flow's buffers.
+const BUFFER_LIMIT: u64 = 1 << 30;
+/// Upper limit of the queues (datagrams; `max_sent_packets` may be 64 times more).
+const QUEUE_LIMIT: usize = 1 << 16;
 
 /// Bookkeeping bytes charged per flow besides its buffers.
 pub(crate) const FLOW_OVERHEAD: u64 = 4096;

@@ -188,16 +188,20 @@ pub struct Session {
     next_report_at: Timestamp,
     all_failed_since: Option<Timestamp>,
     path_status_seq: u64,
+    peer_report: Option<ReceiverReport>,
 }
 
 impl Session {
-    /// A session with no paths yet. `config` should have passed [`SessionConfig::validate`].
+    /// A session with no paths yet. `config` should have passed [`SessionConfig::validate`];
+    /// values outside the accepted ranges are clamped into them (see
+    /// [`SessionConfig::clamped`]), so construction never panics or allocates without bound.
     pub fn new(
         config: SessionConfig,
         role: Role,
         scheduler: AnyScheduler,
         now: Timestamp,
     ) -> Session {
+        let config = config.clamped();
         let flows_cap = config.max_flows;
         let controls_cap = 3 * flows_cap + 2 * MAX_PATHS + 4;
         Session {
@@ -234,8 +238,15 @@ impl Session {
             next_report_at: now + config.report_interval,
             all_failed_since: Some(now),
             path_status_seq: 0,
+            peer_report: None,
             config,
         }
+    }
+
+    /// The last receiver report the peer sent (what it received from us), with our own
+    /// deadline drops added to its deadline total, as handed to the scheduler.
+    pub fn peer_report(&self) -> Option<ReceiverReport> {
+        self.peer_report
     }
 
     /// This end's role.
@@ -341,12 +352,18 @@ impl Session {
         };
         for flow in self.flows.values() {
             let (allocated, send, recv, datagrams) = flow.memory();
-            usage.allocated += allocated + config::FLOW_OVERHEAD / 4;
+            usage.allocated += allocated + std::mem::size_of::<Flow>() as u64;
             usage.send_buffered += send;
             usage.receive_buffered += recv;
             usage.datagrams_queued += datagrams;
         }
-        usage.allocated += self.datagrams.allocated();
+        usage.allocated += self.datagrams.allocated()
+            + ((self.send_queue.capacity() + self.retransmit_queue.capacity())
+                * std::mem::size_of::<FlowId>()
+                + self.controls.capacity() * std::mem::size_of::<Control>()
+                + self.events.capacity() * std::mem::size_of::<Event>()
+                + (self.scratch_acked.capacity() + self.scratch_lost.capacity())
+                    * std::mem::size_of::<SentPacket>()) as u64;
         for p in self.paths.iter().flatten() {
             usage.allocated += p.allocated();
         }

@@ -594,3 +594,7 @@ fn tier_state(tier: Tier) -> PathState {
 fn micros32(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+#[path = "path_tests.rs"]
+mod tests;

@@ -149,6 +149,7 @@ impl Session {
             report.deadline_total += self.locally_dropped_deadlines;
             self.locally_dropped_deadlines = 0;
             self.scheduler.on_report(&report, now);
+            self.peer_report = Some(report);
         }
         if outcome.recovered {
             self.scheduler.on_path_state(id, state, now);

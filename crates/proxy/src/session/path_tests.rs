@@ -1,0 +1,174 @@
+//! Loss detection thresholds, probe timeouts, failure and recovery of one path in isolation.
+
+use super::*;
+use crate::session::frame::{AckFields, Frame, encode_ack};
+use crate::session::sent::Payload;
+use crate::session::varint::{Reader, Writer};
+
+fn ack_bytes(path: PathId, ranges: &[(u64, u64)]) -> Vec<u8> {
+    let mut set = RangeSet::default();
+    for r in ranges {
+        set.insert(r.0..r.1);
+    }
+    let mut buf = [0u8; 512];
+    let mut w = Writer::new(&mut buf);
+    let fields = AckFields {
+        path,
+        ack_delay_us: 0,
+        receiver_time_us: 1_000_000,
+        report: None,
+    };
+    assert!(encode_ack(&mut w, &set, &fields, 512).unwrap());
+    let n = w.len();
+    buf[..n].to_vec()
+}
+
+fn apply_ack(
+    p: &mut Path,
+    ranges: &[(u64, u64)],
+    now: Timestamp,
+) -> (Vec<u64>, Vec<u64>, AckOutcome) {
+    let bytes = ack_bytes(p.id, ranges);
+    let Ok(Frame::Ack(ack)) = Frame::decode(&mut Reader::new(&bytes)) else {
+        panic!("not an ACK");
+    };
+    let (mut acked, mut lost) = (Vec::new(), Vec::new());
+    let out = p
+        .on_ack(&ack, now, Duration::from_millis(5), &mut acked, &mut lost)
+        .unwrap();
+    (
+        acked.iter().map(|s| s.pn).collect(),
+        lost.iter().map(|s| s.pn).collect(),
+        out,
+    )
+}
+
+fn path() -> (Path, SessionConfig) {
+    let config = SessionConfig::default();
+    (
+        Path::new(PathId(2), PathConfig::default(), &config, Timestamp::ZERO),
+        config,
+    )
+}
+
+fn send(p: &mut Path, pn: u64, at: Timestamp) {
+    p.on_sent(SentPacket::new(pn, at, 1_200, Payload::None), at);
+}
+
+#[test]
+fn packet_threshold_declares_older_packets_lost() {
+    let (mut p, _) = path();
+    for pn in 0..10 {
+        send(&mut p, pn, Timestamp::from_millis(pn));
+    }
+    assert_eq!(p.bytes_in_flight, 12_000);
+    let (acked, lost, out) = apply_ack(&mut p, &[(5, 10)], Timestamp::from_millis(30));
+    assert_eq!(acked, vec![5, 6, 7, 8, 9]);
+    // 9 - 3 = 6: packets 0..=4 are lost (5 and 6 were acknowledged).
+    assert_eq!(lost, vec![0, 1, 2, 3, 4]);
+    assert_eq!(out.lost_bytes, 6_000);
+    assert_eq!(p.bytes_in_flight, 0);
+    assert!(out.rtt_sample.is_some());
+}
+
+#[test]
+fn time_threshold_declares_old_packets_lost_and_arms_a_timer() {
+    let (mut p, config) = path();
+    send(&mut p, 0, Timestamp::ZERO);
+    send(&mut p, 1, Timestamp::from_millis(40));
+    send(&mut p, 2, Timestamp::from_millis(41));
+    let (_, lost, _) = apply_ack(&mut p, &[(2, 3)], Timestamp::from_millis(91));
+    // RTT 50 ms: 9/8 of it is 56.25 ms; packet 0 (91 ms old) is lost, packet 1 (51 ms) not yet.
+    assert_eq!(lost, vec![0]);
+    let timer = p.next_timeout(&config).unwrap();
+    assert!(
+        timer <= Timestamp::from_micros(40_000 + 56_250),
+        "{timer:?}"
+    );
+    let mut later = Vec::new();
+    p.on_timeout(Timestamp::from_millis(97), &config, &mut later);
+    assert_eq!(later.iter().map(|s| s.pn).collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn silent_path_fails_reinjects_and_recovers_on_a_probe_ack() {
+    let (mut p, config) = path();
+    for pn in 0..4 {
+        send(&mut p, pn, Timestamp::ZERO);
+    }
+    let mut lost = Vec::new();
+    let mut now = Timestamp::ZERO;
+    let mut failed_at = None;
+    while failed_at.is_none() && now < Timestamp::from_secs_f64(10.0) {
+        now = p.next_timeout(&config).unwrap().max(now);
+        if p.on_timeout(now, &config, &mut lost) {
+            failed_at = Some(now);
+        }
+        if p.probe_due {
+            p.probe_due = false;
+            let pn = p.next_pn;
+            send(&mut p, pn, now);
+        }
+    }
+    assert!(p.is_failed(), "never failed");
+    // Every packet in flight came back for reinjection (the 4 and the probes).
+    assert!(lost.len() >= 4);
+    assert_eq!(p.bytes_in_flight, 0);
+    // Failed paths are probed; an ACK of the probe brings the path back.
+    let probe_at = p.next_timeout(&config).unwrap();
+    assert!(probe_at <= failed_at.unwrap() + config.failed_probe_interval);
+    p.on_timeout(probe_at, &config, &mut lost);
+    assert!(p.probe_due);
+    let pn = p.next_pn;
+    let mut probe = SentPacket::new(pn, probe_at, 30, Payload::None);
+    probe.in_flight = false;
+    p.on_sent(probe, probe_at);
+    let (acked, _, out) = apply_ack(
+        &mut p,
+        &[(pn, pn + 1)],
+        probe_at + Duration::from_millis(20),
+    );
+    assert_eq!(acked, vec![pn]);
+    assert!(out.recovered && !p.is_failed());
+    assert_eq!(p.state, PathState::Active);
+}
+
+#[test]
+fn ack_of_an_unsent_packet_is_an_error() {
+    let (mut p, _) = path();
+    send(&mut p, 0, Timestamp::ZERO);
+    let bytes = ack_bytes(p.id, &[(0, 5)]);
+    let Ok(Frame::Ack(ack)) = Frame::decode(&mut Reader::new(&bytes)) else {
+        panic!("not an ACK");
+    };
+    let err = p
+        .on_ack(
+            &ack,
+            Timestamp::ZERO,
+            Duration::ZERO,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        SessionError::AckOfUnsent {
+            path: PathId(2),
+            packet: 4
+        }
+    );
+}
+
+#[test]
+fn received_packets_drive_ack_timing() {
+    let (mut p, _) = path();
+    let now = Timestamp::from_millis(1);
+    assert!(p.on_received(0, now));
+    p.on_ack_eliciting(now, Duration::from_millis(5));
+    assert!(p.ack_pending() && !p.ack_due());
+    assert!(!p.on_received(0, now), "duplicate");
+    assert!(p.on_received(2, now), "gap");
+    assert!(p.ack_due(), "a gap is acknowledged at once");
+    p.on_ack_sent();
+    assert!(!p.ack_pending());
+}
