@@ -225,3 +225,67 @@ proptest! {
         check_scenario(seed, SchedulerKind::MinRtt, &paths, &transfers)?;
     }
 }
+
+fn datagram_payload(index: u32, len: usize) -> Vec<u8> {
+    let mut p = index.to_be_bytes().to_vec();
+    p.extend((0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(index) as u8));
+    p
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// Datagram flows: every datagram arrives at most once and intact, all of them on clean
+    /// unlimited paths, and the queues stay within their bounds.
+    #[test]
+    fn session_datagrams_arrive_at_most_once_and_intact(
+        seed in any::<u64>(),
+        paths in proptest::collection::vec(path_spec(true), 1..4),
+        sizes in proptest::collection::vec(0usize..1_000, 1..300),
+        budget in proptest::option::of(1_000u32..300_000),
+    ) {
+        use braid_proxy::session::{FlowKind, Target};
+        let config = small_config();
+        let links: Vec<LinkConfig> = paths.iter().map(link).collect();
+        let mut h = Harness::new(seed, config.clone(), SchedulerKind::MinRtt, &links, PathConfig::default());
+        let flow = h
+            .client()
+            .open_flow(FlowKind::Datagram, Target::Addr("192.0.2.4:5000".parse().unwrap()))
+            .unwrap();
+        let mut seen = vec![false; sizes.len()];
+        let mut buf = vec![0u8; 2048];
+        let mut queued = 0usize;
+        for (i, &len) in sizes.iter().enumerate() {
+            let now = h.now();
+            if h.client().send_datagram(flow, &datagram_payload(i as u32, len), budget, now).is_ok() {
+                queued += 1;
+            }
+            h.run_until(Timestamp::from_micros(1_000 * (i as u64 + 1)), |_| {});
+            while let Ok(Some(n)) = h.server().recv_datagram(flow, &mut buf) {
+                let index = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+                prop_assert!(index < sizes.len());
+                prop_assert!(!seen[index], "datagram {} delivered twice", index);
+                seen[index] = true;
+                prop_assert_eq!(&buf[..n], &datagram_payload(index as u32, sizes[index])[..]);
+            }
+            let m = h.client().memory_usage();
+            prop_assert!(m.datagrams_queued <= config.datagram_send_queue);
+            prop_assert!(m.allocated <= config.memory_bound());
+        }
+        let end = h.now() + Duration::from_secs(3);
+        h.run_until(end, |_| {});
+        while let Ok(Some(n)) = h.server().recv_datagram(flow, &mut buf) {
+            let index = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+            prop_assert!(!seen[index], "datagram {} delivered twice", index);
+            seen[index] = true;
+            prop_assert_eq!(&buf[..n], &datagram_payload(index as u32, sizes[index])[..]);
+        }
+        prop_assert!(h.errors.is_empty(), "{:?}", h.errors);
+        let clean = paths.iter().all(|p| {
+            p.rate_mbps == 0.0 && p.loss == 0.0 && p.outage.is_none() && p.duplicate == 0.0
+        });
+        if clean && budget.is_none() && queued == sizes.len() && sizes.len() <= config.datagram_receive_queue {
+            prop_assert!(seen.iter().all(|&s| s), "a datagram went missing on clean paths");
+        }
+    }
+}

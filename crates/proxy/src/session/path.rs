@@ -51,6 +51,7 @@ pub(crate) struct Path {
     pub next_pn: u64,
     sent: VecDeque<SentPacket>,
     max_sent: usize,
+    max_ack_delay: Duration,
     pub bytes_in_flight: u64,
     ack_eliciting_in_flight: u32,
     largest_acked: Option<u64>,
@@ -117,6 +118,7 @@ impl Path {
             next_pn: 0,
             sent: VecDeque::with_capacity(session.max_sent_packets),
             max_sent: session.max_sent_packets,
+            max_ack_delay: session.max_ack_delay,
             bytes_in_flight: 0,
             ack_eliciting_in_flight: 0,
             largest_acked: None,
@@ -354,6 +356,9 @@ impl Path {
     }
 
     /// RFC 9002 §6.1: declares lost what the thresholds say is lost; returns the lost bytes.
+    /// Persistent congestion (§7.6) is established when a run of consecutive packets declared
+    /// lost together spans three probe timeouts (conservatively: packets settled earlier break
+    /// the run).
     pub fn detect_lost(&mut self, now: Timestamp, lost: &mut Vec<SentPacket>) -> u64 {
         self.loss_time = None;
         let Some(largest_acked) = self.largest_acked else {
@@ -361,15 +366,19 @@ impl Path {
         };
         let rtt = self.rtt.srtt().max(self.rtt.latest());
         let loss_delay = (rtt * 9 / 8).max(GRANULARITY);
+        let persistent_span = (self.rtt.pto_base() + self.max_ack_delay) * 3;
         let first = lost.len();
         let mut lost_bytes = 0;
         let mut newest_lost = None;
+        let mut run_start: Option<Timestamp> = None;
+        let mut persistent = false;
         for i in 0..self.sent.len() {
             let p = self.sent[i];
             if p.pn >= largest_acked {
                 break;
             }
             if p.done {
+                run_start = None;
                 continue;
             }
             if now.saturating_duration_since(p.time_sent) >= loss_delay
@@ -380,9 +389,12 @@ impl Path {
                 if p.in_flight {
                     lost_bytes += u64::from(p.size);
                     newest_lost = Some(p.time_sent);
+                    let start = *run_start.get_or_insert(p.time_sent);
+                    persistent |= self.rtt.has_sample() && p.time_sent - start >= persistent_span;
                 }
                 lost.push(p);
             } else {
+                run_start = None;
                 let at = p.time_sent + loss_delay;
                 self.loss_time = Some(self.loss_time.map_or(at, |t| t.min(at)));
             }
@@ -394,7 +406,7 @@ impl Path {
         }
         if let Some(sent_time) = newest_lost {
             self.cc
-                .on_congestion_event(now, sent_time, false, lost_bytes);
+                .on_congestion_event(now, sent_time, persistent, lost_bytes);
         }
         self.pop_done();
         lost_bytes

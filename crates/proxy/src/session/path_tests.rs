@@ -172,3 +172,25 @@ fn received_packets_drive_ack_timing() {
     p.on_ack_sent();
     assert!(!p.ack_pending());
 }
+
+#[test]
+fn a_long_run_of_losses_is_persistent_congestion() {
+    let (mut p, _) = path();
+    let initial = p.cc.window();
+    // One RTT sample of 20 ms first.
+    send(&mut p, 0, Timestamp::ZERO);
+    apply_ack(&mut p, &[(0, 1)], Timestamp::from_millis(20));
+    // Packets over 1 s, all lost, then one acknowledged.
+    for pn in 1..=11 {
+        send(&mut p, pn, Timestamp::from_millis(20 + 100 * pn));
+    }
+    send(&mut p, 12, Timestamp::from_millis(1_200));
+    let (_, lost, _) = apply_ack(&mut p, &[(12, 13)], Timestamp::from_millis(1_220));
+    assert_eq!(lost.len(), 11);
+    // Persistent congestion collapses the window to the minimum.
+    assert!(
+        p.cc.window() < initial / 2,
+        "window {} after persistent congestion",
+        p.cc.window()
+    );
+}
