@@ -440,3 +440,36 @@ fn session_receiver_report_counts_delivered_bytes_and_deadlines() {
     assert!(report.deadline_total > 0, "{report:?}");
     assert!(report.deadline_met <= report.deadline_total);
 }
+
+#[test]
+fn session_harness_runs_are_deterministic() {
+    let run = |seed: u64| {
+        let mut link = LinkConfig::new(8.0, 12.0);
+        link.loss = 0.02;
+        link.reorder = 0.1;
+        link.duplicate = 0.01;
+        let mut h = Harness::new(
+            seed,
+            SessionConfig::default(),
+            SchedulerKind::MinRtt,
+            &[link, LinkConfig::new(5.0, 20.0)],
+            PathConfig::default(),
+        );
+        let mut d = Driver::new(vec![
+            Bulk::new(0, CLIENT, 500_000),
+            Bulk::new(1, SERVER, 300_000),
+        ]);
+        h.run_until(secs(10.0), |h| {
+            if !d.all_done() {
+                d.step(h)
+            }
+        });
+        assert!(d.all_done());
+        (
+            h.stats,
+            d.transfers.iter().map(|t| t.done_at).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(run(11), run(11));
+    assert_ne!(run(11).0, run(12).0, "the seed drives the links");
+}

@@ -289,3 +289,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    /// The same guarantees under every built-in scheduler (duplicating ones included).
+    #[test]
+    fn session_every_scheduler_delivers_exactly_once(
+        seed in any::<u64>(),
+        which in 0usize..64,
+        first in path_spec(false),
+        others in proptest::collection::vec(path_spec(true), 0..3),
+        transfers in proptest::collection::vec(transfer_spec(), 1..4),
+    ) {
+        let scheduler = SchedulerKind::ALL[which % SchedulerKind::ALL.len()];
+        let mut paths = vec![first];
+        paths.extend(others);
+        check_scenario(seed, scheduler, &paths, &transfers)?;
+    }
+}
