@@ -241,9 +241,10 @@ fn session_paths_join_and_leave_during_a_transfer() {
             .remove_path(PathId(2), Timestamp::ZERO)
             .unwrap();
     }
-    let bytes = 6_000_000;
+    let bytes = 15_000_000;
     let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
     let mut joined = false;
+    let mut received_at_leave = 0;
     let mut left = false;
     h.run_until(secs(20.0), |h| {
         if !d.all_done() {
@@ -257,6 +258,7 @@ fn session_paths_join_and_leave_during_a_transfer() {
             joined = true;
         }
         if !left && now >= secs(2.0) {
+            received_at_leave = d.transfers[0].received;
             for s in &mut h.endpoints {
                 s.remove_path(PathId(0), now).unwrap();
             }
@@ -265,6 +267,10 @@ fn session_paths_join_and_leave_during_a_transfer() {
     });
     let t = &d.transfers[0];
     assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    assert!(
+        received_at_leave > 0 && received_at_leave < bytes / 2,
+        "path 0 must leave mid-transfer ({received_at_leave} of {bytes} bytes)"
+    );
     assert!(h.errors.is_empty(), "{:?}", h.errors);
     let now = h.now();
     let status: Vec<_> = h.client().path_status(now).collect();
