@@ -1,0 +1,46 @@
+//! The `braid` command line (see the CLI contract in the design guide). Exit codes: 0 success,
+//! 2 bad usage or bad config, 1 runtime error.
+//!
+//! One file per subcommand; this module only parses and dispatches.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod schedulers;
+
+pub use schedulers::scheduler_catalogue;
+
+/// braid: a multipath QUIC proxy daemon.
+#[derive(Debug, Parser)]
+#[command(name = "braid", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the built-in schedulers with their parameters and defaults.
+    Schedulers,
+}
+
+/// Parses `std::env::args` and runs the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Schedulers => {
+            print!("{}", scheduler_catalogue());
+            ExitCode::SUCCESS
+        }
+    }
+}
