@@ -44,7 +44,12 @@ impl Scheduler for RoundRobin {
         let gate = TierGate::new(paths, packet.len);
         let start = self.next % n;
         for step in 0..n {
-            let i = (start + step) % n;
+            // (start + step) mod n without a division per step: both terms are below n.
+            let i = if start + step >= n {
+                start + step - n
+            } else {
+                start + step
+            };
             let p = &paths[i];
             if p.can_send(packet.len) && gate.admits(p) {
                 self.next = i + 1;
