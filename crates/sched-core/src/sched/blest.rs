@@ -1,5 +1,5 @@
 //! BLEST, BLocking ESTimation (Ferlin et al., "BLEST: Blocking Estimation-based MPTCP
-//! Scheduler for Heterogeneous Networks", IFIP Networking 2016, §III), as implemented by the
+//! Scheduler for Heterogeneous Networks", IFIP Networking 2016), as implemented by the
 //! Linux MPTCP v0.95 kernel scheduler `net/mptcp/mptcp_blest.c`.
 //!
 //! When the fastest path has room the packet goes there. When only a slower path has room,
@@ -114,27 +114,27 @@ impl Blest {
             ParamInfo {
                 name: "lambda",
                 default: 1.2,
-                description: "initial scaling of the fast path's estimated bytes",
+                description: "initial scaling of the fast path's estimated bytes, in [0.1, 10]",
             },
             ParamInfo {
                 name: "min_lambda",
                 default: 1.0,
-                description: "lower bound of lambda",
+                description: "lower bound of lambda, in [0.1, 10]",
             },
             ParamInfo {
                 name: "max_lambda",
                 default: 1.3,
-                description: "upper bound of lambda",
+                description: "upper bound of lambda, in [0.1, 10]",
             },
             ParamInfo {
                 name: "lambda_decrease",
                 default: 0.01,
-                description: "lambda decrease per slow-path min RTT without retransmissions",
+                description: "lambda decrease per slow-path min RTT without retransmissions, in [0, 1]",
             },
             ParamInfo {
                 name: "lambda_increase",
                 default: 0.04,
-                description: "lambda increase per slow-path min RTT with retransmissions",
+                description: "lambda increase per slow-path min RTT with retransmissions, in [0, 1]",
             },
         ],
     };

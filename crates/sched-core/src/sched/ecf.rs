@@ -1,5 +1,5 @@
 //! ECF, Earliest Completion First (Lim et al., "ECF: An MPTCP Path Scheduler to Manage
-//! Heterogeneous Paths", CoNEXT 2017, Alg. 1), as implemented by the Linux MPTCP v0.95 kernel
+//! Heterogeneous Paths", CoNEXT 2017), as implemented by the Linux MPTCP v0.95 kernel
 //! scheduler `net/mptcp/mptcp_ecf.c`.
 //!
 //! When the fastest path (lowest srtt, window full or not) has room, the packet goes there. When

@@ -1,6 +1,8 @@
-//! EDF: earliest deadline first for packets with deadlines, in the manner of deadline-aware
-//! multipath schedulers for real-time traffic (e.g. DEMS, Guo et al., CoNEXT 2017; the DaMPS
-//! baseline of the braid papers).
+//! EDF: earliest deadline first (Liu & Layland, JACM 1973) for multipath packet placement, the
+//! deadline-aware baseline of the DaMPS paper (seeds/damps.txt, evaluation: "prioritizes the
+//! packet with the tightest deadline and schedules it to the path with the smallest RTT").
+//! Unlike that baseline, which "is unable to drop packets", braid's EDF also checks that the
+//! path can still deliver in time and drops real-time packets no path can deliver in time.
 //!
 //! The session orders its queue by deadline, tightest first, and asks for each packet in turn.
 //! For a packet with a deadline EDF picks, among the usable, tier-admitted paths with room, the
@@ -35,7 +37,7 @@ impl Edf {
     pub const INFO: SchedulerInfo = SchedulerInfo {
         kind: SchedulerKind::Edf,
         summary: "tightest deadline first, on the lowest-RTT path that still meets it; drops late real-time packets",
-        source: "earliest deadline first over paths (DEMS, CoNEXT 2017 style); minRTT without deadline",
+        source: "earliest deadline first (Liu & Layland, JACM 1973), as the DaMPS paper's EDF baseline",
         params: &[],
     };
 

@@ -1,9 +1,9 @@
-//! Peekaboo (Wu, Ferlin, Caso, Alay, Brunstrom, "Peekaboo: Learning-based Multipath Scheduling
-//! for Dynamic Heterogeneous Environments", IEEE JSAC 38(10), 2020, §III–IV).
+//! Peekaboo (Wu et al., "Peekaboo: Learning-based Multipath Scheduling for Dynamic Heterogeneous
+//! Environments", IEEE JSAC 2020: its online-learning scheduler design).
 //!
 //! Peekaboo is minRTT while the fastest path has room. When it has none and a slower path
 //! does, an online contextual bandit decides between two actions, *wait* for the fast path or
-//! *send* on the slower one (§IV-A), instead of ECF's and BLEST's fixed models:
+//! *send* on the slower one, instead of ECF's and BLEST's fixed models:
 //!
 //! - **Context** (d = 6, our choice of the paper's path-state features, each scaled to about
 //!   [0, 1]): a bias 1; `srtt_f / srtt_s`; the backlog relative to both windows,
@@ -11,7 +11,7 @@
 //!   the fast path's share of capacity `cwnd_f / (cwnd_f + cwnd_s)`; the slow path's loss rate.
 //! - **Deterministic part**: disjoint LinUCB ([`super::linucb`]), one arm per action, score
 //!   `θᵀx + α·√(xᵀA⁻¹x)`.
-//! - **Stochastic adjustment** (§IV-B): when the two scores are within `margin` of each other
+//! - **Stochastic adjustment**: when the two scores are within `margin` of each other
 //!   the action is drawn at random, with the probability of *send* rising linearly from 0 to 1
 //!   across the margin; outside it the better score wins. This keeps exploring as the paths
 //!   drift, which is what makes Peekaboo track dynamic environments.
@@ -136,27 +136,27 @@ impl Peekaboo {
     pub const INFO: SchedulerInfo = SchedulerInfo {
         kind: SchedulerKind::Peekaboo,
         summary: "minRTT, but a LinUCB bandit with stochastic adjustment learns when to wait for the fast path",
-        source: "Wu et al., Peekaboo, IEEE JSAC 2020, §IV",
+        source: "Wu et al., Peekaboo, IEEE JSAC 2020 (LinUCB with stochastic adjustment)",
         params: &[
             ParamInfo {
                 name: "alpha",
                 default: 0.5,
-                description: "LinUCB exploration weight, >= 0",
+                description: "LinUCB exploration weight, in [0, 100]",
             },
             ParamInfo {
                 name: "margin",
                 default: 0.05,
-                description: "score gap within which the action is drawn at random, >= 0",
+                description: "score gap within which the action is drawn at random, in [0, 10]",
             },
             ParamInfo {
                 name: "reward_interval_ms",
                 default: 100.0,
-                description: "reward interval when no receiver reports arrive, ms, > 0",
+                description: "reward interval when no receiver reports arrive, ms, in (0, 3600000]",
             },
             ParamInfo {
                 name: "seed",
                 default: 1.0,
-                description: "seed of the stochastic adjustment, integer >= 0",
+                description: "seed of the stochastic adjustment, integer in [0, 2^53]",
             },
         ],
     };
