@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
 mod schedulers;
+mod server;
+mod status;
 
 pub use schedulers::scheduler_catalogue;
 
@@ -25,6 +28,12 @@ pub struct Cli {
 pub enum Command {
     /// List the built-in schedulers with their parameters and defaults.
     Schedulers,
+    /// The client daemon: links to the server, SOCKS5 and HTTP CONNECT inbounds.
+    Client(client::ClientArgs),
+    /// The server daemon: accepts clients' paths and sends their traffic on.
+    Server(server::ServerArgs),
+    /// The running daemon's paths, scheduler and counters.
+    Status(status::StatusArgs),
 }
 
 /// Parses `std::env::args` and runs the command.
@@ -42,5 +51,8 @@ pub fn main() -> ExitCode {
             print!("{}", scheduler_catalogue());
             ExitCode::SUCCESS
         }
+        Command::Client(args) => client::run(&args),
+        Command::Server(args) => server::run(&args),
+        Command::Status(args) => status::run(&args),
     }
 }

@@ -1,0 +1,80 @@
+//! `braid client -c FILE`: the client daemon (links, session, SOCKS5/HTTP CONNECT inbounds,
+//! control socket) until Ctrl-C or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::ClientConfig;
+
+/// Arguments of `braid client`.
+#[derive(Debug, clap::Args)]
+pub struct ClientArgs {
+    /// The client configuration file (see docs/config.md).
+    #[arg(short = 'c', long = "config")]
+    pub config: PathBuf,
+}
+
+/// Starts the tracing subscriber (`RUST_LOG`, default `info`).
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Builds the multi-threaded runtime, or reports why not (exit 1).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("braid: cannot start the async runtime: {e}");
+            ExitCode::from(1)
+        })
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+/// Runs `braid client`.
+pub fn run(args: &ClientArgs) -> ExitCode {
+    let config = match ClientConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("braid: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let mut client = match crate::daemon::start_client(config).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("braid: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
+        shutdown_signal().await;
+        tracing::info!("client stopping");
+        client.shutdown();
+        ExitCode::SUCCESS
+    })
+}

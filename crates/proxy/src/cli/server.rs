@@ -1,0 +1,66 @@
+//! `braid server -c FILE [--print-fingerprint]`: the server daemon until Ctrl-C or SIGTERM, or
+//! just the certificate fingerprint clients pin (the certificate is generated on first use).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::client::{init_logging, runtime, shutdown_signal};
+use crate::config::ServerConfig;
+use crate::tls::ServerIdentity;
+
+/// Arguments of `braid server`.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The server configuration file (see docs/config.md).
+    #[arg(short = 'c', long = "config")]
+    pub config: PathBuf,
+    /// Print the certificate's SHA-256 fingerprint (for clients' `server_fingerprint`) and exit.
+    #[arg(long)]
+    pub print_fingerprint: bool,
+}
+
+/// Runs `braid server`.
+pub fn run(args: &ServerArgs) -> ExitCode {
+    let config = match ServerConfig::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("braid: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let identity = match ServerIdentity::load_or_generate(&config.state_dir, &config.server_name) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("braid: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.print_fingerprint {
+        println!("{}", identity.fingerprint());
+        return ExitCode::SUCCESS;
+    }
+    init_logging();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let mut server = match crate::daemon::start_server(config, identity).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("braid: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        println!("braid server listening on {}", server.addr);
+        println!(
+            "certificate fingerprint (server_fingerprint): {}",
+            server.fingerprint
+        );
+        tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
+        shutdown_signal().await;
+        tracing::info!("server stopping");
+        server.shutdown();
+        ExitCode::SUCCESS
+    })
+}

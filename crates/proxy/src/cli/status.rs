@@ -1,0 +1,64 @@
+//! `braid status [-c FILE | --socket PATH] [--json]`: the running daemon's paths, scheduler,
+//! model version and counters, read from its control socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::client::runtime;
+use crate::control;
+
+/// Arguments of `braid status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The daemon's configuration file (its `state_dir` holds the socket).
+    #[arg(short = 'c', long = "config", conflicts_with = "socket")]
+    pub config: Option<PathBuf>,
+    /// The control socket itself.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Print the JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `braid status`.
+pub fn run(args: &StatusArgs) -> ExitCode {
+    let path = match (&args.socket, &args.config) {
+        (Some(p), _) => p.clone(),
+        (None, Some(file)) => match crate::config::detect_role(file) {
+            Ok((role, dir)) => control::socket_path(&dir, role),
+            Err(e) => {
+                eprintln!("braid: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {
+            eprintln!("braid: status needs -c FILE or --socket PATH");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(control::query(&path)) {
+        Ok(status) => {
+            if args.json {
+                match serde_json::to_string_pretty(&status) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("braid: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                print!("{}", status.to_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("braid: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

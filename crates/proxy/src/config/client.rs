@@ -1,0 +1,386 @@
+//! The client daemon's configuration (`config/client.toml`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use braid_sched_core::SchedulerConfig;
+use serde::Deserialize;
+
+use super::{ConfigFileError, RawScheduler, host_port, invalid, key_hex, socket_addr};
+use crate::session::Tier;
+
+/// How the client checks the server's certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerTrust {
+    /// The SHA-256 of the server's DER certificate (`server_fingerprint`).
+    Fingerprint([u8; 32]),
+    /// A PEM file of CA certificates (`ca_file`), verified the usual webpki way.
+    CaFile(PathBuf),
+}
+
+/// A SOCKS5 username/password pair (RFC 1929).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocksUser {
+    /// The user name.
+    pub name: String,
+    /// The password.
+    pub password: String,
+}
+
+/// One link (one path of the session).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// A name for logs and status.
+    pub name: String,
+    /// The local address its UDP socket binds to (`None`: any address of the server's family).
+    pub local_addr: Option<SocketAddr>,
+    /// A network device to bind to (`SO_BINDTODEVICE`).
+    pub interface: Option<String>,
+    /// Fail the link (instead of warning and carrying on unbound) when binding to the device is
+    /// not permitted.
+    pub interface_required: bool,
+    /// The server, `host:port`.
+    pub server: String,
+    /// Weight for weighted schedulers (at least 1).
+    pub weight: u16,
+    /// Primary or backup.
+    pub tier: Tier,
+    /// Optional upstream rate cap, Mbit/s.
+    pub rate_cap_mbps: Option<f64>,
+}
+
+/// The validated client configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientConfig {
+    /// The user name the server knows this client by.
+    pub user: String,
+    /// The user's 32-byte key.
+    pub key: [u8; 32],
+    /// How the server certificate is checked.
+    pub trust: ServerTrust,
+    /// The TLS server name sent and (with a CA file) verified.
+    pub server_name: String,
+    /// Where the status socket lives.
+    pub state_dir: PathBuf,
+    /// The SOCKS5 listener.
+    pub socks_listen: SocketAddr,
+    /// The HTTP CONNECT listener, when enabled.
+    pub http_listen: Option<SocketAddr>,
+    /// SOCKS5 users; empty means no authentication.
+    pub socks_users: Vec<SocksUser>,
+    /// The upstream scheduler.
+    pub scheduler: SchedulerConfig,
+    /// The links, in path-id order.
+    pub links: Vec<LinkConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    user: String,
+    key: String,
+    server_fingerprint: Option<String>,
+    ca_file: Option<PathBuf>,
+    server_name: Option<String>,
+    state_dir: Option<PathBuf>,
+    socks_listen: Option<String>,
+    http_listen: Option<String>,
+    #[serde(default)]
+    socks: RawSocks,
+    scheduler: Option<RawScheduler>,
+    #[serde(default)]
+    link: Vec<RawLink>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSocks {
+    #[serde(default)]
+    users: Vec<RawSocksUser>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSocksUser {
+    name: String,
+    password: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    name: String,
+    local_addr: Option<String>,
+    interface: Option<String>,
+    #[serde(default)]
+    interface_required: bool,
+    server: String,
+    #[serde(default = "one")]
+    weight: u16,
+    #[serde(default = "primary")]
+    tier: String,
+    rate_cap_mbps: Option<f64>,
+}
+
+fn one() -> u16 {
+    1
+}
+
+fn primary() -> String {
+    "primary".to_owned()
+}
+
+/// Parses a SHA-256 fingerprint: 32 bytes as hex, with or without colons.
+pub fn parse_fingerprint(value: &str) -> Option<[u8; 32]> {
+    let digits: Vec<u8> = value.bytes().filter(|&b| b != b':').collect();
+    if digits.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in digits.chunks_exact(2).enumerate() {
+        out[i] = super::hex_digit(pair[0])? << 4 | super::hex_digit(pair[1])?;
+    }
+    Some(out)
+}
+
+impl ClientConfig {
+    /// Reads and validates a client configuration file.
+    pub fn load(file: &Path) -> Result<ClientConfig, ConfigFileError> {
+        let raw: RawClient = super::read_toml(file)?;
+        Self::validate(file, raw)
+    }
+
+    /// Parses and validates `text` as if read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<ClientConfig, ConfigFileError> {
+        Self::validate(file, super::parse_toml(file, text)?)
+    }
+
+    fn validate(file: &Path, raw: RawClient) -> Result<ClientConfig, ConfigFileError> {
+        if raw.user.is_empty() || raw.user.len() > 64 {
+            return Err(invalid(file, "user", "a name of 1..=64 bytes", &raw.user));
+        }
+        let key = key_hex(file, "key", &raw.key)?;
+        let trust = match (&raw.server_fingerprint, &raw.ca_file) {
+            (Some(fp), None) => {
+                ServerTrust::Fingerprint(parse_fingerprint(fp).ok_or_else(|| {
+                    invalid(
+                        file,
+                        "server_fingerprint",
+                        "64 hex digits, colons optional",
+                        fp,
+                    )
+                })?)
+            }
+            (None, Some(ca)) => ServerTrust::CaFile(ca.clone()),
+            _ => {
+                return Err(invalid(
+                    file,
+                    "server_fingerprint/ca_file",
+                    "exactly one of the two",
+                    "both or neither",
+                ));
+            }
+        };
+        let socks_listen = match &raw.socks_listen {
+            Some(s) => socket_addr(file, "socks_listen", s)?,
+            None => SocketAddr::from(([127, 0, 0, 1], 1080)),
+        };
+        let http_listen = match &raw.http_listen {
+            Some(s) => Some(socket_addr(file, "http_listen", s)?),
+            None => None,
+        };
+        let mut socks_users = Vec::new();
+        for (i, u) in raw.socks.users.iter().enumerate() {
+            if u.name.is_empty() || u.name.len() > 255 {
+                return Err(invalid(
+                    file,
+                    format!("socks.users[{i}].name"),
+                    "1..=255 bytes",
+                    &u.name,
+                ));
+            }
+            if u.password.is_empty() || u.password.len() > 255 {
+                return Err(invalid(
+                    file,
+                    format!("socks.users[{i}].password"),
+                    "1..=255 bytes",
+                    "<redacted>",
+                ));
+            }
+            socks_users.push(SocksUser {
+                name: u.name.clone(),
+                password: u.password.clone(),
+            });
+        }
+        if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
+            return Err(invalid(
+                file,
+                "link",
+                format!("1..={} [[link]] tables", braid_sched_core::MAX_PATHS),
+                raw.link.len(),
+            ));
+        }
+        let links = raw
+            .link
+            .iter()
+            .enumerate()
+            .map(|(i, l)| link(file, i, l))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, l) in links.iter().enumerate() {
+            if links[..i].iter().any(|o| o.name == l.name) {
+                return Err(invalid(
+                    file,
+                    format!("link[{i}].name"),
+                    "a unique name",
+                    &l.name,
+                ));
+            }
+        }
+        Ok(ClientConfig {
+            user: raw.user,
+            key,
+            trust,
+            server_name: raw.server_name.unwrap_or_else(|| "braid".to_owned()),
+            state_dir: raw
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),
+            socks_listen,
+            http_listen,
+            socks_users,
+            scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
+            links,
+        })
+    }
+}
+
+fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileError> {
+    let field = |f: &str| format!("link[{i}].{f}");
+    if raw.name.is_empty() || raw.name.len() > 64 {
+        return Err(invalid(
+            file,
+            field("name"),
+            "a name of 1..=64 bytes",
+            &raw.name,
+        ));
+    }
+    let local_addr = match &raw.local_addr {
+        Some(s) => Some(socket_addr(file, &field("local_addr"), s)?),
+        None => None,
+    };
+    if let Some(dev) = &raw.interface
+        && (dev.is_empty() || dev.len() > 15 || dev.contains('/'))
+    {
+        return Err(invalid(
+            file,
+            field("interface"),
+            "a device name of 1..=15 bytes",
+            dev,
+        ));
+    }
+    let server = host_port(file, &field("server"), &raw.server)?;
+    if raw.weight == 0 {
+        return Err(invalid(file, field("weight"), "1..=65535", raw.weight));
+    }
+    let tier = match raw.tier.to_ascii_lowercase().as_str() {
+        "primary" => Tier::Primary,
+        "backup" => Tier::Backup,
+        _ => {
+            return Err(invalid(
+                file,
+                field("tier"),
+                "\"primary\" or \"backup\"",
+                &raw.tier,
+            ));
+        }
+    };
+    if let Some(cap) = raw.rate_cap_mbps
+        && !(cap.is_finite() && cap > 0.0 && cap <= 100_000.0)
+    {
+        return Err(invalid(
+            file,
+            field("rate_cap_mbps"),
+            "a rate in (0, 100000] Mbit/s",
+            cap,
+        ));
+    }
+    Ok(LinkConfig {
+        name: raw.name.clone(),
+        local_addr,
+        interface: raw.interface.clone(),
+        interface_required: raw.interface_required,
+        server,
+        weight: raw.weight,
+        tier,
+        rate_cap_mbps: raw.rate_cap_mbps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        format!(
+            "user = \"alice\"\nkey = \"{}\"\nserver_fingerprint = \"{}\"\n\
+             [[link]]\nname = \"wifi\"\nserver = \"127.0.0.1:4433\"\n",
+            "11".repeat(32),
+            "AB:".repeat(31) + "AB"
+        )
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = ClientConfig::parse(Path::new("c.toml"), &base()).unwrap();
+        assert_eq!(c.socks_listen, SocketAddr::from(([127, 0, 0, 1], 1080)));
+        assert_eq!(c.http_listen, None);
+        assert_eq!(c.links[0].tier, Tier::Primary);
+        assert_eq!(c.links[0].weight, 1);
+        assert_eq!(c.trust, ServerTrust::Fingerprint([0xab; 32]));
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let cases = [
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"x\"\n",
+                "link[1].server: expected host:port",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\ntier = \"gold\"\n",
+                "link[1].tier",
+            ),
+            (
+                "[[link]]\nname = \"wifi\"\nserver = \"h:1\"\n",
+                "link[1].name",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nrate_cap_mbps = -1.0\n",
+                "link[1].rate_cap_mbps",
+            ),
+            ("bogus = 1\n", "bogus"),
+        ];
+        for (extra, want) in cases {
+            let text = if extra.starts_with("bogus") {
+                format!("{extra}{}", base())
+            } else {
+                format!("{}{extra}", base())
+            };
+            let e = ClientConfig::parse(Path::new("c.toml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("c.toml: ") && e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn exactly_one_trust_anchor() {
+        let text = base().replace(
+            "server_fingerprint",
+            "ca_file = \"ca.pem\"\nserver_fingerprint",
+        );
+        let e = ClientConfig::parse(Path::new("c.toml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("server_fingerprint/ca_file"), "{e}");
+    }
+}

@@ -1,0 +1,266 @@
+//! The daemons' TOML configuration files (`docs/config.md` documents every field): the raw
+//! serde shapes with `deny_unknown_fields`, and their validation into [`ClientConfig`] and
+//! [`ServerConfig`]. Every error names the file, the field path and what was expected; the
+//! command line turns them into exit code 2.
+
+pub(crate) mod client;
+mod server;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use serde::Deserialize;
+
+pub use client::{ClientConfig, LinkConfig, ServerTrust, SocksUser, parse_fingerprint};
+pub use server::{EgressPolicy, ServerConfig, UserEntry};
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML of the expected shape (unknown field, wrong type, missing field).
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The TOML parser's message (it names the line, the key and what was expected).
+        message: String,
+    },
+    /// A field holds a value that parses but cannot be used.
+    #[error("{file}: {field}: expected {expected}, got {got}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The field path, e.g. `link[1].server`.
+        field: String,
+        /// What is accepted.
+        expected: String,
+        /// The offending value, printed.
+        got: String,
+    },
+}
+
+/// A shortcut for building [`ConfigFileError::Invalid`].
+pub(crate) fn invalid(
+    file: &Path,
+    field: impl Into<String>,
+    expected: impl Into<String>,
+    got: impl std::fmt::Display,
+) -> ConfigFileError {
+    ConfigFileError::Invalid {
+        file: file.to_owned(),
+        field: field.into(),
+        expected: expected.into(),
+        got: format!("{got:?}", got = got.to_string()),
+    }
+}
+
+/// Reads `file` and parses it as `T`.
+pub(crate) fn read_toml<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<T, ConfigFileError> {
+    let text = std::fs::read_to_string(file).map_err(|source| ConfigFileError::Read {
+        file: file.to_owned(),
+        source,
+    })?;
+    parse_toml(file, &text)
+}
+
+/// Parses `text` (the contents of `file`) as `T`.
+pub(crate) fn parse_toml<T: for<'de> Deserialize<'de>>(
+    file: &Path,
+    text: &str,
+) -> Result<T, ConfigFileError> {
+    toml::from_str(text).map_err(|e| ConfigFileError::Parse {
+        file: file.to_owned(),
+        message: e.to_string().trim_end().to_owned(),
+    })
+}
+
+/// `[scheduler]`: a name and optional parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawScheduler {
+    name: String,
+    #[serde(default)]
+    params: BTreeMap<String, f64>,
+}
+
+/// Validates `[scheduler]` (default: minrtt).
+pub(crate) fn scheduler(
+    file: &Path,
+    raw: Option<&RawScheduler>,
+) -> Result<SchedulerConfig, ConfigFileError> {
+    let Some(raw) = raw else {
+        return Ok(SchedulerConfig::new(SchedulerKind::MinRtt));
+    };
+    let names: Vec<&str> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
+    let kind: SchedulerKind = raw.name.parse().map_err(|_| {
+        invalid(
+            file,
+            "scheduler.name",
+            format!("one of {}", names.join(", ")),
+            &raw.name,
+        )
+    })?;
+    let mut config = SchedulerConfig::new(kind);
+    for (name, &value) in &raw.params {
+        config.set(name, value).map_err(|e| {
+            invalid(
+                file,
+                format!("scheduler.params.{name}"),
+                e.to_string(),
+                value,
+            )
+        })?;
+    }
+    Ok(config)
+}
+
+/// Parses a socket address field (`ip:port`, IPv6 in brackets).
+pub(crate) fn socket_addr(
+    file: &Path,
+    field: &str,
+    value: &str,
+) -> Result<SocketAddr, ConfigFileError> {
+    value
+        .parse()
+        .map_err(|_| invalid(file, field, "ip:port (IPv6 as [addr]:port)", value))
+}
+
+/// Checks a `host:port` field (a name or address; the port must be 1..=65535).
+pub(crate) fn host_port(file: &Path, field: &str, value: &str) -> Result<String, ConfigFileError> {
+    let bad = || invalid(file, field, "host:port", value);
+    if value.parse::<SocketAddr>().is_ok() {
+        return Ok(value.to_owned());
+    }
+    let (host, port) = value.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
+    if port == 0 || !host_ok {
+        return Err(bad());
+    }
+    Ok(value.to_owned())
+}
+
+/// Parses a 32-byte key written as 64 hex digits.
+pub(crate) fn key_hex(file: &Path, field: &str, value: &str) -> Result<[u8; 32], ConfigFileError> {
+    let mut out = [0u8; 32];
+    let bytes = value.as_bytes();
+    if bytes.len() != 64 {
+        return Err(invalid(
+            file,
+            field,
+            "64 hex digits (32 bytes)",
+            "<redacted>",
+        ));
+    }
+    for (i, pair) in bytes.chunks_exact(2).enumerate() {
+        let hi = hex_digit(pair[0]);
+        let lo = hex_digit(pair[1]);
+        match (hi, lo) {
+            (Some(h), Some(l)) => out[i] = h << 4 | l,
+            _ => {
+                return Err(invalid(
+                    file,
+                    field,
+                    "64 hex digits (32 bytes)",
+                    "<redacted>",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Which daemon a configuration file is for, guessed from its fields (`listen` or `[[user]]`:
+/// server; `[[link]]`: client). Used by `braid status -c FILE`.
+pub fn detect_role(file: &Path) -> Result<(crate::session::Role, PathBuf), ConfigFileError> {
+    #[derive(Deserialize)]
+    struct Probe {
+        listen: Option<String>,
+        user: Option<toml::Value>,
+        state_dir: Option<PathBuf>,
+    }
+    let probe: Probe = read_toml(file)?;
+    let role = if probe.listen.is_some() || matches!(probe.user, Some(toml::Value::Array(_))) {
+        crate::session::Role::Server
+    } else {
+        crate::session::Role::Client
+    };
+    let dir = probe
+        .state_dir
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    Ok((role, dir))
+}
+
+/// The state directory used when a file names none.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/braid";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_accepts_names_and_addresses() {
+        let f = Path::new("f.toml");
+        assert!(host_port(f, "x", "vps.example.net:4433").is_ok());
+        assert!(host_port(f, "x", "127.0.0.1:1").is_ok());
+        assert!(host_port(f, "x", "[::1]:4433").is_ok());
+        for bad in ["x", "host:", ":80", "host:0", "host:70000", "a b:1"] {
+            let e = host_port(f, "link[1].server", bad).unwrap_err().to_string();
+            assert!(
+                e.contains("f.toml: link[1].server: expected host:port"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_are_64_hex_digits_and_never_echoed() {
+        let f = Path::new("f.toml");
+        let k = key_hex(f, "key", &"ab".repeat(32)).unwrap();
+        assert_eq!(k, [0xab; 32]);
+        let e = key_hex(f, "user[0].key", &"zz".repeat(32))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user[0].key") && !e.contains("zz"), "{e}");
+    }
+
+    #[test]
+    fn scheduler_names_and_params_are_checked() {
+        let f = Path::new("f.toml");
+        let raw = RawScheduler {
+            name: "nope".into(),
+            params: BTreeMap::new(),
+        };
+        let e = scheduler(f, Some(&raw)).unwrap_err().to_string();
+        assert!(e.contains("scheduler.name") && e.contains("minrtt"), "{e}");
+        let raw = RawScheduler {
+            name: "minrtt".into(),
+            params: BTreeMap::from([("bogus".to_owned(), 1.0)]),
+        };
+        let e = scheduler(f, Some(&raw)).unwrap_err().to_string();
+        assert!(e.contains("scheduler.params.bogus"), "{e}");
+    }
+}

@@ -1,0 +1,273 @@
+//! The server daemon's configuration (`config/server.toml`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use braid_sched_core::SchedulerConfig;
+use serde::Deserialize;
+
+use super::{ConfigFileError, RawScheduler, invalid, key_hex, socket_addr};
+
+/// A user allowed to join.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserEntry {
+    /// The name the client sends.
+    pub name: String,
+    /// The 32-byte key the client proves it holds.
+    pub key: [u8; 32],
+}
+
+impl std::fmt::Debug for UserEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserEntry")
+            .field("name", &self.name)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Where the server may send traffic, and its timeouts (`[egress]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressPolicy {
+    /// Allow private, link-local, CGNAT, ULA, multicast and broadcast destinations.
+    pub allow_private: bool,
+    /// Allow loopback (and unspecified, which reaches loopback) destinations.
+    pub allow_loopback: bool,
+    /// How long a TCP connect (with name resolution) may take.
+    pub connect_timeout: Duration,
+    /// A UDP association with no traffic for this long is closed.
+    pub udp_idle_timeout: Duration,
+}
+
+impl Default for EgressPolicy {
+    fn default() -> Self {
+        EgressPolicy {
+            allow_private: false,
+            allow_loopback: false,
+            connect_timeout: Duration::from_secs(10),
+            udp_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The validated server configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerConfig {
+    /// The UDP address the QUIC endpoint listens on.
+    pub listen: SocketAddr,
+    /// Where the certificate, key and status socket live.
+    pub state_dir: PathBuf,
+    /// The name in the self-signed certificate.
+    pub server_name: String,
+    /// The users allowed to join.
+    pub users: Vec<UserEntry>,
+    /// The downstream scheduler.
+    pub scheduler: SchedulerConfig,
+    /// Egress policy and timeouts.
+    pub egress: EgressPolicy,
+    /// Most sessions at once.
+    pub max_sessions: usize,
+    /// Most connections between handshake and an answered join at once.
+    pub max_pending_joins: usize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: String,
+    state_dir: Option<PathBuf>,
+    server_name: Option<String>,
+    #[serde(default)]
+    user: Vec<RawUser>,
+    scheduler: Option<RawScheduler>,
+    #[serde(default)]
+    egress: RawEgress,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUser {
+    name: String,
+    key: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEgress {
+    #[serde(default)]
+    allow_private: bool,
+    #[serde(default)]
+    allow_loopback: bool,
+    connect_timeout_s: Option<f64>,
+    udp_idle_timeout_s: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_sessions: Option<usize>,
+    max_pending_joins: Option<usize>,
+}
+
+fn seconds(
+    file: &Path,
+    field: &str,
+    v: Option<f64>,
+    default: u64,
+) -> Result<Duration, ConfigFileError> {
+    match v {
+        None => Ok(Duration::from_secs(default)),
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid(file, field, "seconds in (0, 86400]", s)),
+    }
+}
+
+fn limit(
+    file: &Path,
+    field: &str,
+    v: Option<usize>,
+    default: usize,
+) -> Result<usize, ConfigFileError> {
+    match v {
+        None => Ok(default),
+        Some(n) if (1..=100_000).contains(&n) => Ok(n),
+        Some(n) => Err(invalid(file, field, "1..=100000", n)),
+    }
+}
+
+impl ServerConfig {
+    /// Reads and validates a server configuration file.
+    pub fn load(file: &Path) -> Result<ServerConfig, ConfigFileError> {
+        let raw: RawServer = super::read_toml(file)?;
+        Self::validate(file, raw)
+    }
+
+    /// Parses and validates `text` as if read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<ServerConfig, ConfigFileError> {
+        Self::validate(file, super::parse_toml(file, text)?)
+    }
+
+    fn validate(file: &Path, raw: RawServer) -> Result<ServerConfig, ConfigFileError> {
+        let listen = socket_addr(file, "listen", &raw.listen)?;
+        let mut users = Vec::with_capacity(raw.user.len());
+        for (i, u) in raw.user.iter().enumerate() {
+            if u.name.is_empty() || u.name.len() > 64 {
+                return Err(invalid(
+                    file,
+                    format!("user[{i}].name"),
+                    "a name of 1..=64 bytes",
+                    &u.name,
+                ));
+            }
+            if users.iter().any(|o: &UserEntry| o.name == u.name) {
+                return Err(invalid(
+                    file,
+                    format!("user[{i}].name"),
+                    "a unique name",
+                    &u.name,
+                ));
+            }
+            let key = key_hex(file, &format!("user[{i}].key"), &u.key)?;
+            users.push(UserEntry {
+                name: u.name.clone(),
+                key,
+            });
+        }
+        if users.is_empty() {
+            return Err(invalid(file, "user", "at least one [[user]] table", 0));
+        }
+        let egress = EgressPolicy {
+            allow_private: raw.egress.allow_private,
+            allow_loopback: raw.egress.allow_loopback,
+            connect_timeout: seconds(
+                file,
+                "egress.connect_timeout_s",
+                raw.egress.connect_timeout_s,
+                10,
+            )?,
+            udp_idle_timeout: seconds(
+                file,
+                "egress.udp_idle_timeout_s",
+                raw.egress.udp_idle_timeout_s,
+                60,
+            )?,
+        };
+        Ok(ServerConfig {
+            listen,
+            state_dir: raw
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),
+            server_name: raw.server_name.unwrap_or_else(|| "braid".to_owned()),
+            users,
+            scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
+            egress,
+            max_sessions: limit(file, "limits.max_sessions", raw.limits.max_sessions, 256)?,
+            max_pending_joins: limit(
+                file,
+                "limits.max_pending_joins",
+                raw.limits.max_pending_joins,
+                64,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> String {
+        format!(
+            "listen = \"0.0.0.0:4433\"\n[[user]]\nname = \"alice\"\nkey = \"{}\"\n",
+            "22".repeat(32)
+        )
+    }
+
+    #[test]
+    fn defaults_refuse_private_and_loopback() {
+        let c = ServerConfig::parse(Path::new("s.toml"), &base()).unwrap();
+        assert!(!c.egress.allow_private && !c.egress.allow_loopback);
+        assert_eq!(c.egress.connect_timeout, Duration::from_secs(10));
+        assert_eq!(c.users[0].key, [0x22; 32]);
+        assert!(!format!("{:?}", c.users[0]).contains("22"));
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let cases = [
+            (
+                base().replace("0.0.0.0:4433", "nowhere"),
+                "listen: expected ip:port",
+            ),
+            (
+                base() + "[egress]\nconnect_timeout_s = 0.0\n",
+                "egress.connect_timeout_s",
+            ),
+            (
+                base() + "[scheduler]\nname = \"fastest\"\n",
+                "scheduler.name",
+            ),
+            (
+                base() + "[[user]]\nname = \"alice\"\nkey = \"\"\n",
+                "user[1].name",
+            ),
+            (
+                base() + "[limits]\nmax_sessions = 0\n",
+                "limits.max_sessions",
+            ),
+            (
+                "listen = \"0.0.0.0:1\"\n".to_owned(),
+                "user: expected at least one",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = ServerConfig::parse(Path::new("s.toml"), &text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("s.toml: ") && e.contains(want), "{e}");
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The daemons' local control endpoint: a Unix domain socket in the state directory (directory
+//! mode 0700, socket mode 0600, so only the daemon's user can use it). Each connection gets one
+//! JSON [`DaemonStatus`] document and is closed; `braid status` reads it ([`query`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::session::Role;
+use crate::transport::server::ServerShared;
+use crate::transport::{DaemonStatus, SessionHandle};
+
+/// Largest status document `query` accepts, bytes.
+pub const MAX_STATUS: u64 = 4 << 20;
+
+/// A control endpoint problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The socket could not be created, reached or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The answer is not a status document.
+    #[error("{path}: not a status document: {reason}")]
+    Malformed {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The control socket of `role` in `state_dir`.
+pub fn socket_path(state_dir: &Path, role: Role) -> PathBuf {
+    state_dir.join(match role {
+        Role::Client => "client.sock",
+        Role::Server => "server.sock",
+    })
+}
+
+/// Where a status comes from.
+#[derive(Debug, Clone)]
+pub enum StatusSource {
+    /// The client's current session.
+    Client(watch::Receiver<Option<SessionHandle>>),
+    /// The server's sessions.
+    Server(Arc<ServerShared>),
+}
+
+impl StatusSource {
+    /// Collects the status now.
+    pub async fn collect(&self) -> DaemonStatus {
+        let (role, handles, refused, accepted) = match self {
+            StatusSource::Client(slot) => {
+                let handle = slot.borrow().clone();
+                ("client", handle.into_iter().collect::<Vec<_>>(), 0, 0)
+            }
+            StatusSource::Server(shared) => (
+                "server",
+                shared.sessions(),
+                shared.joins_refused.load(Ordering::Relaxed),
+                shared.joins_accepted.load(Ordering::Relaxed),
+            ),
+        };
+        let mut sessions = Vec::with_capacity(handles.len());
+        for h in handles {
+            if let Ok(s) = h.status().await {
+                sessions.push(s);
+            }
+        }
+        DaemonStatus {
+            role: role.to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            joins_refused: refused,
+            joins_accepted: accepted,
+            sessions,
+        }
+    }
+}
+
+/// Binds the control socket at `path` (replacing a stale one), mode 0600 in a 0700 directory.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let io = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        crate::tls::create_private_dir(dir).map_err(|e| match e {
+            crate::tls::TlsError::Io { source, .. } => io(source),
+            other => io(std::io::Error::other(other.to_string())),
+        })?;
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    Ok(listener)
+}
+
+/// Answers every connection with the current status.
+pub async fn serve(listener: UnixListener, source: StatusSource) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let source = source.clone();
+        tokio::spawn(async move {
+            let status = source.collect().await;
+            match serde_json::to_vec(&status) {
+                Ok(mut body) => {
+                    body.push(b'\n');
+                    let _ = stream.write_all(&body).await;
+                    let _ = stream.shutdown().await;
+                }
+                Err(e) => debug!(error = %e, "status not serialised"),
+            }
+        });
+    }
+}
+
+/// Asks the daemon behind `path` for its status.
+pub async fn query(path: &Path) -> Result<DaemonStatus, ControlError> {
+    let io = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let stream = UnixStream::connect(path).await.map_err(io)?;
+    let mut body = Vec::new();
+    stream
+        .take(MAX_STATUS)
+        .read_to_end(&mut body)
+        .await
+        .map_err(io)?;
+    serde_json::from_slice(&body).map_err(|e| ControlError::Malformed {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}

@@ -1,0 +1,337 @@
+//! The server's egress: every flow a client opens becomes a TCP connection (stream flows) or a
+//! UDP relay (datagram flows) to the destination, under an address policy.
+//!
+//! Policy: the *resolved* address is checked, never the name. Loopback and unspecified
+//! addresses (which reach loopback) need `allow_loopback`; private (RFC 1918), CGNAT
+//! (100.64.0.0/10), link-local, ULA (fc00::/7), multicast, broadcast and reserved (240/4)
+//! addresses need `allow_private`. IPv4-mapped IPv6 addresses are checked as IPv4.
+//!
+//! Convention on a stream flow: once the TCP connection is up the server writes one byte
+//! [`CONNECTED`] before the destination's bytes; a failure resets the flow with
+//! `RESET_BASE | <SOCKS5 reply code>` ([`reset_code`]), which the client maps back to a SOCKS5
+//! reply or an HTTP 502. Datagram flows carry SOCKS5 UDP datagrams (RFC 1928 §7 header, then the
+//! payload) in both directions: the destination on the way out, the source on the way back.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::net::{TcpStream, UdpSocket};
+use tracing::debug;
+
+use crate::config::EgressPolicy;
+use crate::inbound::socks5::{self, Reply};
+use crate::session::{FlowKind, Target};
+use crate::transport::flow::{FlowHandle, FlowMsg, FlowWriter};
+use crate::transport::relay::relay_tcp;
+
+/// The byte a stream flow starts with once the destination is connected.
+pub const CONNECTED: u8 = 0x00;
+/// Reset codes carrying a SOCKS5 reply are `RESET_BASE | reply byte`.
+pub const RESET_BASE: u64 = 0x5200;
+/// Largest UDP payload relayed.
+const MAX_UDP: usize = 65_536;
+/// Names cached per UDP association.
+const DNS_CACHE: usize = 64;
+
+/// The reset code that tells the client `reply`.
+pub fn reset_code(reply: Reply) -> u64 {
+    RESET_BASE | u64::from(reply.byte())
+}
+
+/// The SOCKS5 reply a reset code stands for (general failure for unknown codes).
+pub fn reply_for_reset(code: u64) -> Reply {
+    const ALL: [Reply; 8] = [
+        Reply::GeneralFailure,
+        Reply::NotAllowed,
+        Reply::NetworkUnreachable,
+        Reply::HostUnreachable,
+        Reply::ConnectionRefused,
+        Reply::TtlExpired,
+        Reply::CommandNotSupported,
+        Reply::AddressTypeNotSupported,
+    ];
+    ALL.into_iter()
+        .find(|r| reset_code(*r) == code)
+        .unwrap_or(Reply::GeneralFailure)
+}
+
+fn v4_private(ip: Ipv4Addr) -> bool {
+    let o = ip.octets();
+    ip.is_private()
+        || ip.is_link_local()
+        || ip.is_multicast()
+        || ip.is_broadcast()
+        || (o[0] == 100 && (o[1] & 0xc0) == 64)
+        || o[0] >= 240
+}
+
+/// True when `policy` lets the server send to `ip`.
+pub fn allowed(policy: &EgressPolicy, ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    };
+    let (loopback, private) = match ip {
+        IpAddr::V4(v4) => (
+            v4.is_loopback() || v4.is_unspecified() || v4.octets()[0] == 0,
+            v4_private(v4),
+        ),
+        IpAddr::V6(v6) => (v6.is_loopback() || v6.is_unspecified(), v6_private(v6)),
+    };
+    (!loopback || policy.allow_loopback) && (!private || policy.allow_private)
+}
+
+fn v6_private(ip: Ipv6Addr) -> bool {
+    let s = ip.segments();
+    (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80 || ip.is_multicast()
+}
+
+/// Resolves `target` and keeps the addresses the policy allows; `Err` carries the SOCKS5 reply.
+pub async fn resolve(target: &Target, policy: &EgressPolicy) -> Result<Vec<SocketAddr>, Reply> {
+    let all: Vec<SocketAddr> = match target {
+        Target::Addr(a) => vec![*a],
+        Target::Domain { name, port } => tokio::net::lookup_host((name.as_str(), *port))
+            .await
+            .map_err(|_| Reply::HostUnreachable)?
+            .collect(),
+    };
+    if all.is_empty() {
+        return Err(Reply::HostUnreachable);
+    }
+    let ok: Vec<SocketAddr> = all
+        .into_iter()
+        .filter(|a| allowed(policy, a.ip()))
+        .collect();
+    if ok.is_empty() {
+        Err(Reply::NotAllowed)
+    } else {
+        Ok(ok)
+    }
+}
+
+fn connect_reply(e: &std::io::Error) -> Reply {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => Reply::ConnectionRefused,
+        std::io::ErrorKind::NetworkUnreachable => Reply::NetworkUnreachable,
+        std::io::ErrorKind::HostUnreachable => Reply::HostUnreachable,
+        std::io::ErrorKind::TimedOut => Reply::TtlExpired,
+        _ => Reply::GeneralFailure,
+    }
+}
+
+async fn connect(target: &Target, policy: &EgressPolicy) -> Result<TcpStream, Reply> {
+    let work = async {
+        let addrs = resolve(target, policy).await?;
+        let mut last = Reply::HostUnreachable;
+        for addr in addrs {
+            match TcpStream::connect(addr).await {
+                Ok(s) => return Ok(s),
+                Err(e) => last = connect_reply(&e),
+            }
+        }
+        Err(last)
+    };
+    tokio::time::timeout(policy.connect_timeout, work)
+        .await
+        .unwrap_or(Err(Reply::TtlExpired))
+}
+
+/// Serves a flow the client opened (called by the session driver; spawns a task).
+pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: Arc<EgressPolicy>) {
+    tokio::spawn(async move {
+        match kind {
+            FlowKind::Stream => stream_flow(flow, target, &policy).await,
+            FlowKind::Datagram => udp_flow(flow, &policy).await,
+        }
+    });
+}
+
+async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy) {
+    let id = flow.id;
+    let (writer, reader) = flow.split();
+    let stream = match connect(&target, policy).await {
+        Ok(s) => s,
+        Err(reply) => {
+            debug!(flow = id.0, ?target, ?reply, "egress refused or failed");
+            let _ = writer.reset(reset_code(reply)).await;
+            return;
+        }
+    };
+    if writer
+        .write(Bytes::from_static(&[CONNECTED]))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if let Err(e) = relay_tcp(stream, writer, reader, Bytes::new(), Bytes::new()).await {
+        debug!(flow = id.0, error = %e, "egress relay ended");
+    }
+}
+
+struct UdpEgress<'a> {
+    policy: &'a EgressPolicy,
+    v4: UdpSocket,
+    v6: Option<UdpSocket>,
+    names: HashMap<(String, u16), SocketAddr>,
+}
+
+impl UdpEgress<'_> {
+    async fn send(&mut self, datagram: &[u8]) {
+        let Ok((target, offset)) = socks5::parse_udp_datagram(datagram) else {
+            return;
+        };
+        let addr = match &target {
+            Target::Domain { name, port } if self.names.contains_key(&(name.clone(), *port)) => {
+                self.names.get(&(name.clone(), *port)).copied()
+            }
+            _ => match resolve(&target, self.policy).await {
+                Ok(addrs) => {
+                    let a = addrs.first().copied();
+                    if let (Target::Domain { name, port }, Some(a)) = (&target, a)
+                        && self.names.len() < DNS_CACHE
+                    {
+                        self.names.insert((name.clone(), *port), a);
+                    }
+                    a
+                }
+                Err(_) => None,
+            },
+        };
+        let Some(addr) = addr else {
+            return;
+        };
+        let socket = if addr.is_ipv4() {
+            Some(&self.v4)
+        } else {
+            self.v6.as_ref()
+        };
+        if let Some(s) = socket {
+            let _ = s.send_to(&datagram[offset..], addr).await;
+        }
+    }
+}
+
+async fn forward_back(writer: &FlowWriter, buf: &mut [u8], n: usize, from: SocketAddr) {
+    let mut out = vec![0u8; socks5::MAX_REPLY + 4 + n];
+    let Ok(h) = socks5::encode_udp_header(&Target::Addr(from), &mut out) else {
+        return;
+    };
+    out[h..h + n].copy_from_slice(&buf[..n]);
+    out.truncate(h + n);
+    let _ = writer.send_datagram(Bytes::from(out)).await;
+}
+
+async fn udp_flow(flow: FlowHandle, policy: &EgressPolicy) {
+    let (writer, mut reader) = flow.split();
+    let Ok(v4) = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).await else {
+        let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
+        return;
+    };
+    let v6 = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).await.ok();
+    let mut egress = UdpEgress {
+        policy,
+        v4,
+        v6,
+        names: HashMap::new(),
+    };
+    let mut buf4 = vec![0u8; MAX_UDP];
+    let mut buf6 = vec![0u8; MAX_UDP];
+    let idle = policy.udp_idle_timeout;
+    loop {
+        let v6_recv = async {
+            match &egress.v6 {
+                Some(s) => s.recv_from(&mut buf6).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            msg = tokio::time::timeout(idle, reader.recv()) => match msg {
+                Ok(Some(FlowMsg::Datagram(d))) => egress.send(&d).await,
+                Ok(Some(FlowMsg::Data(_))) => {}
+                Ok(Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None) => return,
+                Err(_) => {
+                    let _ = writer.reset(reset_code(Reply::TtlExpired)).await;
+                    return;
+                }
+            },
+            r = egress.v4.recv_from(&mut buf4) => {
+                if let Ok((n, from)) = r {
+                    forward_back(&writer, &mut buf4, n, from).await;
+                }
+            }
+            r = v6_recv => {
+                if let Ok((n, from)) = r {
+                    forward_back(&writer, &mut buf6, n, from).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_refuses_local_ranges() {
+        let p = EgressPolicy::default();
+        for ip in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.1.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!allowed(&p, ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "100.128.0.1", "2001:db8::1", "172.32.0.1"] {
+            assert!(allowed(&p, ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn switches_open_their_ranges_only() {
+        let lo = EgressPolicy {
+            allow_loopback: true,
+            ..EgressPolicy::default()
+        };
+        assert!(allowed(&lo, "127.0.0.1".parse().unwrap()));
+        assert!(!allowed(&lo, "10.0.0.1".parse().unwrap()));
+        let private = EgressPolicy {
+            allow_private: true,
+            ..EgressPolicy::default()
+        };
+        assert!(allowed(&private, "10.0.0.1".parse().unwrap()));
+        assert!(!allowed(&private, "::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn reset_codes_round_trip() {
+        for r in [
+            Reply::NotAllowed,
+            Reply::ConnectionRefused,
+            Reply::HostUnreachable,
+            Reply::TtlExpired,
+        ] {
+            assert_eq!(reply_for_reset(reset_code(r)), r);
+        }
+        assert_eq!(reply_for_reset(7), Reply::GeneralFailure);
+    }
+}

@@ -1,0 +1,55 @@
+//! The client's HTTP CONNECT inbound (RFC 9110 §9.3.6): a tunnel per CONNECT request; a
+//! destination the server cannot or may not reach answers 502 Bad Gateway. It has no
+//! authentication and should listen on loopback only (the default).
+
+use std::sync::Arc;
+
+use bytes::{Buf as _, BytesMut};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::http_connect::{self, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
+use super::server::{InboundContext, InboundError, accept_loop, read_message};
+use crate::transport::relay::{RelayError, relay_tcp};
+
+/// Serves HTTP CONNECT on `listener` until the task is dropped.
+pub async fn serve_http_connect(listener: TcpListener, ctx: Arc<InboundContext>) {
+    accept_loop(listener, ctx, serve_connection).await;
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    ctx: Arc<InboundContext>,
+) -> Result<(), InboundError> {
+    let mut buf = BytesMut::with_capacity(1024);
+    let n = read_message(&mut stream, &mut buf, MAX_HEAD + 1, |b| {
+        http_connect::parse_request(b).map(|o| o.map(|(_, n)| n))
+    })
+    .await;
+    let n = match n {
+        Ok(n) => n,
+        Err(InboundError::Http(e)) => {
+            stream.write_all(BAD_REQUEST).await?;
+            return Err(InboundError::Http(e));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some((request, _)) = http_connect::parse_request(&buf[..n])? else {
+        return Err(InboundError::Closed);
+    };
+    let target = request.target;
+    buf.advance(n);
+    match ctx.connect(target).await {
+        Err(_) => {
+            stream.write_all(BAD_GATEWAY).await?;
+            Ok(())
+        }
+        Ok((writer, reader, first)) => {
+            stream.write_all(ESTABLISHED).await?;
+            match relay_tcp(stream, writer, reader, buf.freeze(), first).await {
+                Err(RelayError::Io(e)) => Err(InboundError::Io(e)),
+                _ => Ok(()),
+            }
+        }
+    }
+}

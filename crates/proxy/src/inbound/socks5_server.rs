@@ -1,0 +1,205 @@
+//! The client's SOCKS5 inbound (RFC 1928): no authentication or RFC 1929 username/password,
+//! CONNECT to IPv4, IPv6 and domain names (resolved by the server), UDP ASSOCIATE (a UDP relay
+//! socket on the listener's address; its datagrams travel, header and all, on one datagram flow
+//! per association, which lives as long as the TCP control connection), and BIND answered with
+//! "command not supported". Server-side failures come back as the matching SOCKS5 reply code.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::{Buf as _, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+use super::server::{InboundContext, InboundError, accept_loop, read_message};
+use super::socks5::{self, Command, Method, Reply};
+use crate::session::{FlowKind, Target};
+use crate::transport::flow::FlowMsg;
+use crate::transport::relay::relay_tcp;
+
+/// Serves SOCKS5 on `listener` until the task is dropped.
+pub async fn serve_socks5(listener: TcpListener, ctx: Arc<InboundContext>) {
+    accept_loop(listener, ctx, serve_connection).await;
+}
+
+async fn reply(
+    stream: &mut TcpStream,
+    reply: Reply,
+    bound: SocketAddr,
+) -> Result<(), InboundError> {
+    let mut out = [0u8; socks5::MAX_REPLY];
+    let n = socks5::encode_reply(reply, bound, &mut out)?;
+    stream.write_all(&out[..n]).await?;
+    Ok(())
+}
+
+fn credentials_match(ctx: &InboundContext, user: &[u8], password: &[u8]) -> bool {
+    let mut ok = false;
+    for u in &ctx.socks_users {
+        let name = crate::tls::constant_time_eq(u.name.as_bytes(), user);
+        let pass = crate::tls::constant_time_eq(u.password.as_bytes(), password);
+        ok |= name & pass;
+    }
+    ok
+}
+
+/// Greeting and (optional) authentication; false when the client is turned away.
+async fn authenticate(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    ctx: &InboundContext,
+) -> Result<bool, InboundError> {
+    let n = read_message(stream, buf, socks5::MAX_GREETING, |b| {
+        socks5::parse_greeting(b).map(|o| o.map(|(_, n)| n))
+    })
+    .await?;
+    let greeting = socks5::parse_greeting(&buf[..n])?
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    buf.advance(n);
+    let method = if ctx.socks_users.is_empty() {
+        greeting.no_auth.then_some(Method::NoAuth)
+    } else {
+        greeting.user_pass.then_some(Method::UserPass)
+    };
+    stream
+        .write_all(&socks5::encode_method_selection(method))
+        .await?;
+    match method {
+        None => Ok(false),
+        Some(Method::NoAuth) => Ok(true),
+        Some(Method::UserPass) => {
+            let n = read_message(stream, buf, 3 + 2 * 255, |b| {
+                socks5::parse_credentials(b).map(|o| o.map(|(_, n)| n))
+            })
+            .await?;
+            let ok = match socks5::parse_credentials(&buf[..n])? {
+                Some((c, _)) => credentials_match(ctx, c.username, c.password),
+                None => false,
+            };
+            buf.advance(n);
+            stream
+                .write_all(&socks5::encode_credentials_status(ok))
+                .await?;
+            Ok(ok)
+        }
+    }
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    ctx: Arc<InboundContext>,
+) -> Result<(), InboundError> {
+    let mut buf = BytesMut::with_capacity(512);
+    if !authenticate(&mut stream, &mut buf, &ctx).await? {
+        return Ok(());
+    }
+    let n = read_message(&mut stream, &mut buf, socks5::MAX_REQUEST, |b| {
+        socks5::parse_request(b).map(|o| o.map(|(_, n)| n))
+    })
+    .await;
+    let n = match n {
+        Ok(n) => n,
+        Err(InboundError::Socks5(e)) => {
+            let code = match e {
+                socks5::Socks5Error::BadCommand(_) => Reply::CommandNotSupported,
+                socks5::Socks5Error::BadAddressType(_) => Reply::AddressTypeNotSupported,
+                _ => Reply::GeneralFailure,
+            };
+            reply(&mut stream, code, unspecified()).await?;
+            return Err(InboundError::Socks5(e));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some((request, _)) = socks5::parse_request(&buf[..n])? else {
+        return Err(InboundError::Closed);
+    };
+    buf.advance(n);
+    match request.command {
+        Command::Bind => reply(&mut stream, Reply::CommandNotSupported, unspecified()).await,
+        Command::Connect => connect(stream, buf.freeze(), request.target, &ctx).await,
+        Command::UdpAssociate => udp_associate(stream, &ctx).await,
+    }
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+async fn connect(
+    mut stream: TcpStream,
+    early: Bytes,
+    target: Target,
+    ctx: &InboundContext,
+) -> Result<(), InboundError> {
+    match ctx.connect(target).await {
+        Err(code) => reply(&mut stream, code, unspecified()).await,
+        Ok((writer, reader, first)) => {
+            reply(&mut stream, Reply::Succeeded, unspecified()).await?;
+            relay_tcp(stream, writer, reader, early, first)
+                .await
+                .or_else(|e| match e {
+                    crate::transport::relay::RelayError::Io(io) => Err(InboundError::Io(io)),
+                    _ => Ok(()),
+                })
+        }
+    }
+}
+
+async fn udp_associate(mut stream: TcpStream, ctx: &InboundContext) -> Result<(), InboundError> {
+    let local_ip = stream.local_addr()?.ip();
+    let peer_ip = stream.peer_addr()?.ip();
+    let udp = UdpSocket::bind((local_ip, 0)).await?;
+    let flow = match ctx
+        .open(FlowKind::Datagram, Target::Addr(unspecified()))
+        .await
+    {
+        Ok(f) => f,
+        Err(_) => return reply(&mut stream, Reply::GeneralFailure, unspecified()).await,
+    };
+    let (writer, mut reader) = flow.split();
+    reply(&mut stream, Reply::Succeeded, udp.local_addr()?).await?;
+    let mut client: Option<SocketAddr> = None;
+    let mut control = [0u8; 64];
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        tokio::select! {
+            r = stream.read(&mut control) => {
+                if matches!(r, Ok(0) | Err(_)) {
+                    break;
+                }
+            }
+            r = udp.recv_from(&mut buf) => {
+                let (n, from) = r?;
+                if !same_host(from.ip(), peer_ip) || client.is_some_and(|c| c != from) {
+                    continue;
+                }
+                client = Some(from);
+                if socks5::parse_udp_datagram(&buf[..n]).is_ok()
+                    && writer.send_datagram(Bytes::copy_from_slice(&buf[..n])).await.is_err()
+                {
+                    break;
+                }
+            }
+            msg = reader.recv() => match msg {
+                Some(FlowMsg::Datagram(d)) => {
+                    if let Some(c) = client {
+                        let _ = udp.send_to(&d, c).await;
+                    }
+                }
+                Some(FlowMsg::Data(_)) => {}
+                Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None => break,
+            }
+        }
+    }
+    let _ = writer.reset(0).await;
+    Ok(())
+}
+
+fn same_host(a: IpAddr, b: IpAddr) -> bool {
+    let canon = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    canon(a) == canon(b)
+}

@@ -1,0 +1,620 @@
+//! The session driver: one tokio task per session owns the sans-IO [`Session`] and runs the
+//! call order of `session/mod.rs` against real connections. It `select!`s over datagrams from
+//! every path connection (a reader task per connection), the session's timer, commands from the
+//! flow tasks ([`super::flow`]) and a one-second tick for throughput figures; after each step it
+//! drains `poll_event` (dispatching flow events) and `poll_transmit` into
+//! `Connection::send_datagram`. Paths map 1:1 to quinn connections; a path whose connection
+//! closes leaves the session, and a rejoin with the same path id takes its place.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, PathState, Timestamp};
+use bytes::{Buf as _, Bytes};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::flow::{CHUNK, FlowHandle, FlowMsg, READ_CHUNKS_IN_FLIGHT, SessionHandle, WRITE_CREDIT};
+use super::status::{PathReport, SessionCounters, SessionStatus};
+use crate::session::{
+    Event, FlowError, FlowKind, PathConfig, Role, Session, SessionConfig, Target,
+};
+
+/// Datagrams a datagram flow's reader may hold before reporting them consumed.
+const DATAGRAMS_IN_FLIGHT: u32 = 256;
+/// Reset code for peer-opened flows when this end accepts none.
+pub const FLOW_NOT_ACCEPTED: u64 = 0x5301;
+
+/// Requests from flow tasks and path tasks.
+#[derive(Debug)]
+pub(crate) enum Command {
+    AttachPath {
+        id: PathId,
+        conn: quinn::Connection,
+        config: PathConfig,
+        name: String,
+    },
+    Open {
+        kind: FlowKind,
+        target: Target,
+        reply: oneshot::Sender<Result<FlowHandle, FlowError>>,
+    },
+    Write {
+        flow: FlowId,
+        data: Bytes,
+    },
+    Consumed {
+        flow: FlowId,
+    },
+    Finish {
+        flow: FlowId,
+    },
+    Reset {
+        flow: FlowId,
+        code: u64,
+    },
+    Datagram {
+        flow: FlowId,
+        data: Bytes,
+    },
+    Status {
+        reply: oneshot::Sender<SessionStatus>,
+    },
+    Close,
+}
+
+#[derive(Debug)]
+enum PathInput {
+    Datagram(PathId, u64, Bytes),
+    Closed(PathId, u64),
+}
+
+/// Called for every flow the peer opens (the server's egress).
+pub type FlowAcceptor = Box<dyn FnMut(FlowHandle, FlowKind, Target) + Send>;
+
+/// What a driver needs to start.
+pub struct DriverSetup {
+    /// Client or server.
+    pub role: Role,
+    /// Session limits.
+    pub config: SessionConfig,
+    /// This end's scheduler.
+    pub scheduler: AnyScheduler,
+    /// The session id, hex (for logs and status).
+    pub label: String,
+    /// The user.
+    pub user: String,
+    /// Peer-opened flows go here; `None` refuses them.
+    pub acceptor: Option<FlowAcceptor>,
+}
+
+impl std::fmt::Debug for DriverSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverSetup")
+            .field("role", &self.role)
+            .field("label", &self.label)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct LivePath {
+    conn: quinn::Connection,
+    generation: u64,
+    name: String,
+    recv_bytes: u64,
+    last_sent: u64,
+    last_recv: u64,
+    send_mbps: f64,
+    recv_mbps: f64,
+}
+
+#[derive(Debug)]
+struct FlowEntry {
+    kind: FlowKind,
+    to_app: mpsc::UnboundedSender<FlowMsg>,
+    in_app: u32,
+    pending: VecDeque<Bytes>,
+    credit: Arc<Semaphore>,
+    finish_pending: bool,
+    done_reading: bool,
+}
+
+struct Driver {
+    session: Session,
+    epoch: Instant,
+    label: String,
+    user: String,
+    paths: [Option<LivePath>; MAX_PATHS],
+    generation: u64,
+    flows: HashMap<FlowId, FlowEntry>,
+    commands_tx: mpsc::Sender<Command>,
+    path_tx: mpsc::Sender<PathInput>,
+    acceptor: Option<FlowAcceptor>,
+    buf: Vec<u8>,
+    read_buf: Vec<u8>,
+    counters: SessionCounters,
+    closed: bool,
+}
+
+/// Starts a driver task; returns its handle and the task.
+pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>) {
+    let (commands_tx, commands_rx) = mpsc::channel(1024);
+    let (path_tx, path_rx) = mpsc::channel(8192);
+    let epoch = Instant::now();
+    let session = Session::new(setup.config, setup.role, setup.scheduler, Timestamp::ZERO);
+    let driver = Driver {
+        session,
+        epoch,
+        label: setup.label,
+        user: setup.user,
+        paths: std::array::from_fn(|_| None),
+        generation: 0,
+        flows: HashMap::new(),
+        commands_tx: commands_tx.clone(),
+        path_tx,
+        acceptor: setup.acceptor,
+        buf: vec![0; 65_536],
+        read_buf: vec![0; CHUNK],
+        counters: SessionCounters::default(),
+        closed: false,
+    };
+    let task = tokio::spawn(driver.run(commands_rx, path_rx));
+    (
+        SessionHandle {
+            commands: commands_tx,
+        },
+        task,
+    )
+}
+
+impl Driver {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_micros(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    fn instant(&self, t: Timestamp) -> Instant {
+        self.epoch
+            .checked_add(Duration::from_micros(t.as_micros()))
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
+    }
+
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut paths: mpsc::Receiver<PathInput>,
+    ) {
+        let mut batch = Vec::with_capacity(256);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        info!(session = %self.label, user = %self.user, "session started");
+        while !self.closed {
+            self.process_events();
+            self.flush();
+            if self.closed {
+                break;
+            }
+            let deadline = self.session.poll_timeout().map(|t| self.instant(t));
+            let timer = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                n = paths.recv_many(&mut batch, 256) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for input in batch.drain(..) {
+                        self.on_path_input(input);
+                    }
+                }
+                cmd = commands.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    self.on_command(cmd);
+                    for _ in 0..256 {
+                        match commands.try_recv() {
+                            Ok(cmd) => self.on_command(cmd),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                () = timer => {
+                    let now = self.now();
+                    self.session.handle_timeout(now);
+                }
+                _ = tick.tick() => self.update_rates(),
+            }
+        }
+        for p in self.paths.iter().flatten() {
+            p.conn.close(quinn::VarInt::from_u32(0), b"session closed");
+        }
+        for (_, entry) in self.flows.drain() {
+            entry.credit.close();
+        }
+        info!(session = %self.label, "session ended");
+    }
+
+    fn on_path_input(&mut self, input: PathInput) {
+        let now = self.now();
+        match input {
+            PathInput::Datagram(id, generation, data) => {
+                let Some(p) = self.paths[id.index()].as_mut() else {
+                    return;
+                };
+                if p.generation != generation {
+                    return;
+                }
+                p.recv_bytes += data.len() as u64;
+                if let Err(e) = self.session.handle_datagram(id, &data, now) {
+                    self.counters.bad_packets += 1;
+                    debug!(session = %self.label, path = id.0, error = %e, "packet rejected");
+                }
+            }
+            PathInput::Closed(id, generation) => {
+                let current = self.paths[id.index()]
+                    .as_ref()
+                    .is_some_and(|p| p.generation == generation);
+                if current {
+                    let name = self.paths[id.index()]
+                        .take()
+                        .map(|p| p.name)
+                        .unwrap_or_default();
+                    let _ = self.session.remove_path(id, now);
+                    info!(session = %self.label, path = id.0, link = %name, "path left");
+                }
+            }
+        }
+    }
+
+    fn attach_path(
+        &mut self,
+        id: PathId,
+        conn: quinn::Connection,
+        config: PathConfig,
+        name: String,
+    ) {
+        let now = self.now();
+        if id.index() >= MAX_PATHS {
+            conn.close(quinn::VarInt::from_u32(0), b"");
+            return;
+        }
+        if let Some(old) = self.paths[id.index()].take() {
+            old.conn.close(quinn::VarInt::from_u32(0), b"replaced");
+            let _ = self.session.remove_path(id, now);
+        }
+        if let Err(e) = self.session.add_path(id, config, now) {
+            warn!(session = %self.label, path = id.0, error = %e, "path refused");
+            conn.close(quinn::VarInt::from_u32(0), b"");
+            return;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let tx = self.path_tx.clone();
+        let reader = conn.clone();
+        tokio::spawn(async move {
+            while let Ok(data) = reader.read_datagram().await {
+                if tx
+                    .send(PathInput::Datagram(id, generation, data))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let _ = tx.send(PathInput::Closed(id, generation)).await;
+        });
+        info!(session = %self.label, path = id.0, link = %name, remote = %conn.remote_address(), "path joined");
+        self.counters.path_joins += 1;
+        self.paths[id.index()] = Some(LivePath {
+            conn,
+            generation,
+            name,
+            recv_bytes: 0,
+            last_sent: 0,
+            last_recv: 0,
+            send_mbps: 0.0,
+            recv_mbps: 0.0,
+        });
+    }
+
+    fn new_flow(&mut self, id: FlowId, kind: FlowKind) -> FlowHandle {
+        let (to_app, incoming) = mpsc::unbounded_channel();
+        let credit = Arc::new(Semaphore::new(WRITE_CREDIT));
+        self.counters.flows_total += 1;
+        self.flows.insert(
+            id,
+            FlowEntry {
+                kind,
+                to_app,
+                in_app: 0,
+                pending: VecDeque::new(),
+                credit: credit.clone(),
+                finish_pending: false,
+                done_reading: false,
+            },
+        );
+        FlowHandle {
+            id,
+            commands: self.commands_tx.clone(),
+            incoming,
+            credit,
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        let now = self.now();
+        match cmd {
+            Command::AttachPath {
+                id,
+                conn,
+                config,
+                name,
+            } => self.attach_path(id, conn, config, name),
+            Command::Open {
+                kind,
+                target,
+                reply,
+            } => match self.session.open_flow(kind, target) {
+                Ok(id) => {
+                    let handle = self.new_flow(id, kind);
+                    if reply.send(Ok(handle)).is_err() {
+                        let _ = self.session.reset(id, 0);
+                    }
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Command::Write { flow, data } => {
+                if let Some(entry) = self.flows.get_mut(&flow) {
+                    entry.pending.push_back(data);
+                    self.push_pending(flow);
+                }
+            }
+            Command::Consumed { flow } => {
+                if let Some(entry) = self.flows.get_mut(&flow) {
+                    entry.in_app = entry.in_app.saturating_sub(1);
+                    self.deliver(flow);
+                }
+            }
+            Command::Finish { flow } => {
+                if let Some(entry) = self.flows.get_mut(&flow) {
+                    entry.finish_pending = true;
+                    self.push_pending(flow);
+                }
+            }
+            Command::Reset { flow, code } => {
+                let _ = self.session.reset(flow, code);
+                if let Some(entry) = self.flows.get_mut(&flow) {
+                    entry.pending.clear();
+                    entry.credit.close();
+                }
+            }
+            Command::Datagram { flow, data } => {
+                if self.session.send_datagram(flow, &data, None, now).is_ok() {
+                    self.counters.bytes_written += data.len() as u64;
+                }
+            }
+            Command::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Command::Close => self.session.close(0, now),
+        }
+    }
+
+    /// Moves a flow's pending writes into the session as far as its send buffer allows, giving
+    /// the writer its credit back for what was accepted.
+    fn push_pending(&mut self, flow: FlowId) {
+        let Some(entry) = self.flows.get_mut(&flow) else {
+            return;
+        };
+        while let Some(front) = entry.pending.front_mut() {
+            match self.session.write(flow, front) {
+                Ok(n) => {
+                    entry.credit.add_permits(n);
+                    self.counters.bytes_written += n as u64;
+                    if n < front.len() {
+                        front.advance(n);
+                        return;
+                    }
+                    entry.pending.pop_front();
+                }
+                Err(_) => {
+                    entry.pending.clear();
+                    entry.credit.close();
+                    return;
+                }
+            }
+        }
+        if entry.finish_pending {
+            entry.finish_pending = false;
+            let _ = self.session.finish(flow);
+        }
+    }
+
+    /// Hands a flow's readable bytes (or datagrams) to its reader, within the chunk budget.
+    fn deliver(&mut self, flow: FlowId) {
+        let Some(entry) = self.flows.get_mut(&flow) else {
+            return;
+        };
+        if entry.kind == FlowKind::Datagram {
+            while entry.in_app < DATAGRAMS_IN_FLIGHT {
+                match self.session.recv_datagram(flow, &mut self.buf) {
+                    Ok(Some(n)) => {
+                        entry.in_app += 1;
+                        self.counters.bytes_read += n as u64;
+                        let _ = entry
+                            .to_app
+                            .send(FlowMsg::Datagram(Bytes::copy_from_slice(&self.buf[..n])));
+                    }
+                    _ => return,
+                }
+            }
+            return;
+        }
+        while entry.in_app < READ_CHUNKS_IN_FLIGHT && !entry.done_reading {
+            match self.session.read(flow, &mut self.read_buf) {
+                Ok(Some(0)) => return,
+                Ok(Some(n)) => {
+                    entry.in_app += 1;
+                    self.counters.bytes_read += n as u64;
+                    let _ = entry
+                        .to_app
+                        .send(FlowMsg::Data(Bytes::copy_from_slice(&self.read_buf[..n])));
+                }
+                Ok(None) => {
+                    entry.done_reading = true;
+                    let _ = entry.to_app.send(FlowMsg::Finished);
+                }
+                Err(FlowError::Reset { code, .. }) => {
+                    entry.done_reading = true;
+                    let _ = entry.to_app.send(FlowMsg::Reset(code));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn process_events(&mut self) {
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                Event::FlowOpened { flow, kind, target } => {
+                    if self.acceptor.is_some() {
+                        let handle = self.new_flow(flow, kind);
+                        if let Some(accept) = self.acceptor.as_mut() {
+                            accept(handle, kind, target);
+                        }
+                    } else {
+                        let _ = self.session.reset(flow, FLOW_NOT_ACCEPTED);
+                    }
+                }
+                Event::FlowReadable(flow)
+                | Event::FlowFinished(flow)
+                | Event::DatagramReceived(flow) => {
+                    self.deliver(flow);
+                }
+                Event::FlowWritable(flow) => self.push_pending(flow),
+                Event::FlowReset { flow, code } => {
+                    if let Some(entry) = self.flows.get_mut(&flow) {
+                        entry.pending.clear();
+                        entry.credit.close();
+                        if !entry.done_reading {
+                            entry.done_reading = true;
+                            let _ = entry.to_app.send(FlowMsg::Reset(code));
+                        }
+                    }
+                }
+                Event::FlowClosed(flow) => {
+                    if let Some(entry) = self.flows.remove(&flow) {
+                        entry.credit.close();
+                    }
+                }
+                Event::PathFailed(id) => {
+                    info!(session = %self.label, path = id.0, "path failed; its packets were reinjected");
+                }
+                Event::PathRecovered(id) => {
+                    info!(session = %self.label, path = id.0, "path recovered")
+                }
+                Event::Closed { code, by_peer } => {
+                    info!(session = %self.label, code, by_peer, "session closed");
+                    self.closed = true;
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let now = self.now();
+        while let Some(t) = self.session.poll_transmit(now, &mut self.buf) {
+            let Some(p) = self.paths[t.path.index()].as_ref() else {
+                continue;
+            };
+            match p
+                .conn
+                .send_datagram(Bytes::copy_from_slice(&self.buf[..t.len]))
+            {
+                Ok(()) => {}
+                Err(quinn::SendDatagramError::TooLarge) => {
+                    self.counters.datagrams_too_large += 1;
+                    debug!(session = %self.label, path = t.path.0, len = t.len, "datagram too large");
+                }
+                Err(e) => {
+                    self.counters.send_errors += 1;
+                    debug!(session = %self.label, path = t.path.0, error = %e, "datagram not sent");
+                }
+            }
+        }
+    }
+
+    fn update_rates(&mut self) {
+        let now = self.now();
+        let stats: Vec<_> = self
+            .session
+            .path_status(now)
+            .map(|s| (s.view.id, s.stats.bytes_sent))
+            .collect();
+        for (id, sent) in stats {
+            if let Some(p) = self.paths[id.index()].as_mut() {
+                p.send_mbps = (sent.saturating_sub(p.last_sent)) as f64 * 8.0 / 1e6;
+                p.recv_mbps = (p.recv_bytes.saturating_sub(p.last_recv)) as f64 * 8.0 / 1e6;
+                p.last_sent = sent;
+                p.last_recv = p.recv_bytes;
+            }
+        }
+    }
+
+    fn status(&mut self) -> SessionStatus {
+        let now = self.now();
+        let mut paths = Vec::new();
+        let views: Vec<_> = self.session.path_status(now).collect();
+        for s in views {
+            let v = s.view;
+            let Some(p) = self.paths[v.id.index()].as_ref() else {
+                continue;
+            };
+            let state = match v.state {
+                PathState::Active => "active",
+                PathState::Backup => "backup",
+                PathState::Failed => "failed",
+            };
+            paths.push(PathReport {
+                id: v.id.0,
+                name: p.name.clone(),
+                remote: p.conn.remote_address().to_string(),
+                state: state.to_owned(),
+                srtt_ms: f64::from(v.srtt_us) / 1e3,
+                rttvar_ms: f64::from(v.rttvar_us) / 1e3,
+                min_rtt_ms: f64::from(v.min_rtt_us) / 1e3,
+                cwnd: v.cwnd,
+                bytes_in_flight: v.bytes_in_flight,
+                loss_rate: v.loss_rate,
+                delivery_mbps: v.delivery_rate as f64 * 8.0 / 1e6,
+                send_mbps: p.send_mbps,
+                recv_mbps: p.recv_mbps,
+                packets_sent: s.stats.packets_sent,
+                packets_received: s.stats.packets_received,
+                packets_lost: s.stats.packets_lost,
+                failures: s.stats.failures,
+                max_datagram_size: v.max_datagram_size,
+            });
+        }
+        let mut counters = self.counters.clone();
+        counters.flows_open = self.session.memory_usage().flows;
+        SessionStatus {
+            session: self.label.clone(),
+            user: self.user.clone(),
+            role: match self.session.role() {
+                Role::Client => "client".to_owned(),
+                Role::Server => "server".to_owned(),
+            },
+            scheduler: self.session.scheduler().kind().name().to_owned(),
+            model_version: None,
+            uptime_s: self.epoch.elapsed().as_secs_f64(),
+            paths,
+            counters,
+        }
+    }
+}

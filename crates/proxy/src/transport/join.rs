@@ -1,0 +1,296 @@
+//! The authenticated join: the first (and only) bidirectional stream of every path connection
+//! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] or
+//! [`JOIN_REFUSED`], then closes a refused connection.
+//!
+//! ```text
+//! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
+//!        (bit 0: backup tier) | weight u16 (big endian) | name_len u8 | link name | mac [32]
+//! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
+//! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
+//! ```
+//!
+//! The exporter binds the proof to this TLS connection: a JOIN replayed on another connection
+//! fails. The decoder is sans-IO and returns a typed error for any malformed input.
+
+use braid_sched_core::{MAX_PATHS, PathId};
+use ring::hmac;
+
+use crate::session::Tier;
+
+/// The JOIN version this build speaks.
+pub const JOIN_VERSION: u8 = 1;
+/// The TLS exporter label.
+pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-braid-join";
+/// The server's answer: joined.
+pub const JOIN_OK: u8 = 0;
+/// The server's answer: refused (no reason is given).
+pub const JOIN_REFUSED: u8 = 1;
+/// The longest JOIN: all variable fields at their limit.
+pub const MAX_JOIN: usize = 1 + 1 + 255 + 16 + 1 + 1 + 2 + 1 + 255 + 32;
+/// The QUIC application close code of a refused join.
+pub const REFUSED_CLOSE_CODE: u32 = 0x1;
+
+/// A client-chosen session id.
+pub type SessionId = [u8; 16];
+
+/// A decoded JOIN.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Join {
+    /// The user.
+    pub user: String,
+    /// The session the path joins.
+    pub session_id: SessionId,
+    /// The path's id within the session.
+    pub path: PathId,
+    /// The link's tier.
+    pub tier: Tier,
+    /// The link's weight.
+    pub weight: u16,
+    /// The link's name (for logs and status).
+    pub link_name: String,
+    /// The proof.
+    pub mac: [u8; 32],
+}
+
+/// A malformed JOIN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// The input ended while reading `field`.
+    #[error("JOIN truncated at `{field}`")]
+    Truncated {
+        /// The field.
+        field: &'static str,
+    },
+    /// Another version.
+    #[error("JOIN version {0} is not supported")]
+    Version(u8),
+    /// A text field is empty or not UTF-8.
+    #[error("JOIN field `{field}` is not valid text")]
+    Text {
+        /// The field.
+        field: &'static str,
+    },
+    /// The path id is not below `MAX_PATHS`, or the weight is zero.
+    #[error("JOIN field `{field}` = {value} is out of range")]
+    Range {
+        /// The field.
+        field: &'static str,
+        /// The value.
+        value: u64,
+    },
+    /// Bytes follow the MAC.
+    #[error("JOIN has {0} trailing bytes")]
+    Trailing(usize),
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], JoinError> {
+        if self.buf.len() < n {
+            return Err(JoinError::Truncated { field });
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn byte(&mut self, field: &'static str) -> Result<u8, JoinError> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    fn text(&mut self, field: &'static str) -> Result<String, JoinError> {
+        let len = self.byte(field)? as usize;
+        let bytes = self.take(len, field)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) if !s.is_empty() => Ok(s.to_owned()),
+            _ => Err(JoinError::Text { field }),
+        }
+    }
+}
+
+impl Join {
+    /// Encodes the JOIN (names longer than 255 bytes are cut at a character boundary).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(MAX_JOIN);
+        out.push(JOIN_VERSION);
+        push_text(&mut out, &self.user);
+        out.extend_from_slice(&self.session_id);
+        out.push(self.path.0);
+        out.push(u8::from(self.tier == Tier::Backup));
+        out.extend_from_slice(&self.weight.to_be_bytes());
+        push_text(&mut out, &self.link_name);
+        out.extend_from_slice(&self.mac);
+        out
+    }
+
+    /// Decodes a whole JOIN message.
+    pub fn decode(buf: &[u8]) -> Result<Join, JoinError> {
+        let mut r = Reader { buf };
+        let version = r.byte("version")?;
+        if version != JOIN_VERSION {
+            return Err(JoinError::Version(version));
+        }
+        let user = r.text("user")?;
+        let mut session_id = [0u8; 16];
+        session_id.copy_from_slice(r.take(16, "session_id")?);
+        let path = r.byte("path_id")?;
+        if usize::from(path) >= MAX_PATHS {
+            return Err(JoinError::Range {
+                field: "path_id",
+                value: u64::from(path),
+            });
+        }
+        let flags = r.byte("flags")?;
+        let w = r.take(2, "weight")?;
+        let weight = u16::from_be_bytes([w[0], w[1]]);
+        if weight == 0 {
+            return Err(JoinError::Range {
+                field: "weight",
+                value: 0,
+            });
+        }
+        let link_name = r.text("link_name")?;
+        let mut mac = [0u8; 32];
+        mac.copy_from_slice(r.take(32, "mac")?);
+        if !r.buf.is_empty() {
+            return Err(JoinError::Trailing(r.buf.len()));
+        }
+        Ok(Join {
+            user,
+            session_id,
+            path: PathId(path),
+            tier: if flags & 1 == 1 {
+                Tier::Backup
+            } else {
+                Tier::Primary
+            },
+            weight,
+            link_name,
+            mac,
+        })
+    }
+}
+
+fn push_text(out: &mut Vec<u8>, s: &str) {
+    let mut end = s.len().min(255);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push(end as u8);
+    out.extend_from_slice(&s.as_bytes()[..end]);
+}
+
+fn mac_input(exporter: &[u8; 32], session_id: &SessionId, path: PathId) -> [u8; 13 + 32 + 16 + 1] {
+    let mut m = [0u8; 13 + 32 + 16 + 1];
+    m[..13].copy_from_slice(b"braid-join-v1");
+    m[13..45].copy_from_slice(exporter);
+    m[45..61].copy_from_slice(session_id);
+    m[61] = path.0;
+    m
+}
+
+/// The proof for a JOIN on the connection whose exporter output is `exporter`.
+pub fn compute_mac(
+    key: &[u8; 32],
+    exporter: &[u8; 32],
+    session_id: &SessionId,
+    path: PathId,
+) -> [u8; 32] {
+    let key = hmac::Key::new(hmac::HMAC_SHA256, key);
+    let tag = hmac::sign(&key, &mac_input(exporter, session_id, path));
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+/// Checks a JOIN's proof in constant time. `key` is `None` for an unknown user: a dummy key is
+/// checked instead so that the answer takes the same time and is the same refusal.
+pub fn verify_mac(key: Option<&[u8; 32]>, exporter: &[u8; 32], join: &Join) -> bool {
+    let dummy = [0u8; 32];
+    let k = hmac::Key::new(hmac::HMAC_SHA256, key.unwrap_or(&dummy));
+    let ok = hmac::verify(
+        &k,
+        &mac_input(exporter, &join.session_id, join.path),
+        &join.mac,
+    )
+    .is_ok();
+    ok && key.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Join {
+        Join {
+            user: "alice".into(),
+            session_id: [7; 16],
+            path: PathId(1),
+            tier: Tier::Backup,
+            weight: 3,
+            link_name: "lte".into(),
+            mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_mac() {
+        let j = sample();
+        let bytes = j.encode();
+        assert!(bytes.len() <= MAX_JOIN);
+        let d = Join::decode(&bytes).unwrap();
+        assert_eq!(d, j);
+        assert!(verify_mac(Some(&[9; 32]), &[5; 32], &d));
+        assert!(!verify_mac(Some(&[8; 32]), &[5; 32], &d), "wrong key");
+        assert!(
+            !verify_mac(Some(&[9; 32]), &[6; 32], &d),
+            "other connection"
+        );
+        assert!(!verify_mac(None, &[5; 32], &d), "unknown user");
+        let mut other_path = d.clone();
+        other_path.path = PathId(2);
+        assert!(!verify_mac(Some(&[9; 32]), &[5; 32], &other_path));
+    }
+
+    #[test]
+    fn every_truncation_and_bad_field_is_an_error() {
+        let bytes = sample().encode();
+        for n in 0..bytes.len() {
+            assert!(Join::decode(&bytes[..n]).is_err(), "prefix {n}");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(Join::decode(&long), Err(JoinError::Trailing(1)));
+        let mut v = bytes.clone();
+        v[0] = 2;
+        assert_eq!(Join::decode(&v), Err(JoinError::Version(2)));
+        let mut p = bytes.clone();
+        p[1 + 1 + 5 + 16] = 200;
+        assert!(matches!(
+            Join::decode(&p),
+            Err(JoinError::Range {
+                field: "path_id",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let base = sample().encode();
+        for _ in 0..20_000 {
+            let mut b = base.clone();
+            for _ in 0..rng.random_range(1..4) {
+                let i = rng.random_range(0..b.len());
+                b[i] = rng.random();
+            }
+            b.truncate(rng.random_range(0..=b.len()));
+            let _ = Join::decode(&b);
+        }
+    }
+}

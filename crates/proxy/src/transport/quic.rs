@@ -1,0 +1,127 @@
+//! quinn set-up for the paths: a transport configuration under which quinn never limits or
+//! delays the session's datagrams (a permissive congestion controller, large datagram buffers;
+//! the session's own per-path controller is authoritative, see `docs/congestion.md`), and UDP
+//! sockets bound to a link's local address and, where permitted, its device.
+
+use std::any::Any;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::congestion::{Controller, ControllerFactory};
+
+/// The window the permissive controller reports: far above anything the session's controller
+/// allows, so quinn's congestion check and pacer never hold a datagram back.
+pub const PERMISSIVE_WINDOW: u64 = 1 << 32;
+
+/// Datagram send and receive buffers of every path connection, bytes.
+pub const DATAGRAM_BUFFER: usize = 32 << 20;
+
+/// A quinn congestion controller with a constant, very large window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Permissive;
+
+impl Controller for Permissive {
+    fn on_congestion_event(
+        &mut self,
+        _now: std::time::Instant,
+        _sent: std::time::Instant,
+        _is_persistent_congestion: bool,
+        _lost_bytes: u64,
+    ) {
+    }
+
+    fn on_mtu_update(&mut self, _new_mtu: u16) {}
+
+    fn window(&self) -> u64 {
+        PERMISSIVE_WINDOW
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(*self)
+    }
+
+    fn initial_window(&self) -> u64 {
+        PERMISSIVE_WINDOW
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+impl ControllerFactory for Permissive {
+    fn build(self: Arc<Self>, _now: std::time::Instant, _current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(Permissive)
+    }
+}
+
+/// The transport configuration of every path connection (both ends).
+pub fn transport_config() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.congestion_controller_factory(Arc::new(Permissive))
+        .datagram_send_buffer_size(DATAGRAM_BUFFER)
+        .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER))
+        .keep_alive_interval(Some(Duration::from_secs(2)))
+        .max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+            15_000,
+        ))))
+        // Paths carry datagrams; only the join uses a stream.
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(0))
+        .max_concurrent_bidi_streams(quinn::VarInt::from_u32(1));
+    t
+}
+
+/// What went wrong binding a link's socket.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// Creating or binding the socket failed.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The local address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `SO_BINDTODEVICE` failed and the link requires it.
+    #[error("binding to device {device}: {source}")]
+    Device {
+        /// The device.
+        device: String,
+        /// Why (EPERM without CAP_NET_RAW).
+        source: std::io::Error,
+    },
+}
+
+/// A UDP socket bound to `local` and, when given, to `device`. When binding to the device is
+/// refused and `device_required` is false, a warning is logged and the socket stays unbound to
+/// any device.
+pub fn bind_link_socket(
+    local: SocketAddr,
+    device: Option<&str>,
+    device_required: bool,
+) -> Result<UdpSocket, BindError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bind_err = |source| BindError::Bind {
+        addr: local,
+        source,
+    };
+    let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))
+        .map_err(bind_err)?;
+    if let Some(dev) = device {
+        match socket.bind_device(Some(dev.as_bytes())) {
+            Ok(()) => {}
+            Err(source) if device_required => {
+                return Err(BindError::Device {
+                    device: dev.to_owned(),
+                    source,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(device = dev, error = %e, "cannot bind to device; using the routing table instead")
+            }
+        }
+    }
+    socket.bind(&local.into()).map_err(bind_err)?;
+    Ok(socket.into())
+}

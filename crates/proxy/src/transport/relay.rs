@@ -1,0 +1,92 @@
+//! Copying between a TCP socket and a stream flow, both directions at once, with backpressure
+//! (the flow's write credit and read budget, see [`super::flow`]). Used by the client inbounds
+//! and by the server egress.
+//!
+//! A clean end of either side half-closes the other (TCP FIN ↔ flow FINISH); an error on either
+//! side aborts both (the flow is reset with [`RELAY_ERROR_CODE`], the socket is dropped).
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use super::flow::{CHUNK, FlowMsg, FlowReader, FlowWriter};
+
+/// Reset code when the relay fails on this end (a socket error).
+pub const RELAY_ERROR_CODE: u64 = 0x5301;
+
+/// How a relay ended.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The socket failed.
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer reset the flow.
+    #[error("flow reset by the peer (code {0:#x})")]
+    Reset(u64),
+    /// The session closed.
+    #[error("the session closed")]
+    Gone,
+}
+
+/// Relays until both directions are finished or one fails. `initial_up` is sent into the flow
+/// first (bytes that arrived with a request head), `initial_down` to the socket first (bytes
+/// that arrived with the server's connected marker).
+pub async fn relay_tcp(
+    stream: TcpStream,
+    writer: FlowWriter,
+    mut reader: FlowReader,
+    initial_up: Bytes,
+    initial_down: Bytes,
+) -> Result<(), RelayError> {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let up = async {
+        if !initial_up.is_empty() {
+            writer
+                .write(initial_up)
+                .await
+                .map_err(|_| RelayError::Gone)?;
+        }
+        let mut buf = BytesMut::with_capacity(CHUNK);
+        loop {
+            buf.reserve(CHUNK);
+            match rd.read_buf(&mut buf).await {
+                Ok(0) => {
+                    writer.finish().await.map_err(|_| RelayError::Gone)?;
+                    return Ok(());
+                }
+                Ok(_) => writer
+                    .write(buf.split().freeze())
+                    .await
+                    .map_err(|_| RelayError::Gone)?,
+                Err(e) => {
+                    let _ = writer.reset(RELAY_ERROR_CODE).await;
+                    return Err(RelayError::Io(e));
+                }
+            }
+        }
+    };
+    let down = async {
+        if !initial_down.is_empty() {
+            wr.write_all(&initial_down).await?;
+        }
+        while let Some(msg) = reader.recv().await {
+            match msg {
+                FlowMsg::Data(b) => {
+                    if let Err(e) = wr.write_all(&b).await {
+                        let _ = writer.reset(RELAY_ERROR_CODE).await;
+                        return Err(RelayError::Io(e));
+                    }
+                }
+                FlowMsg::Finished => {
+                    let _ = wr.shutdown().await;
+                    return Ok(());
+                }
+                FlowMsg::Reset(code) => return Err(RelayError::Reset(code)),
+                FlowMsg::Datagram(_) => {}
+            }
+        }
+        Err(RelayError::Gone)
+    };
+    tokio::try_join!(up, down).map(|_| ())
+}

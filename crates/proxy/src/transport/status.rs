@@ -1,0 +1,168 @@
+//! The status of a running session as `braid status` shows it (serialised as JSON by the control
+//! endpoint): its paths (state, RTT, window, throughput, loss), scheduler and counters.
+
+use serde::{Deserialize, Serialize};
+
+/// One path of a session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// The path id.
+    pub id: u8,
+    /// The link's name.
+    pub name: String,
+    /// The peer's address.
+    pub remote: String,
+    /// `active`, `backup` or `failed`.
+    pub state: String,
+    /// Smoothed RTT, ms.
+    pub srtt_ms: f64,
+    /// RTT variation, ms.
+    pub rttvar_ms: f64,
+    /// Smallest RTT seen, ms.
+    pub min_rtt_ms: f64,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Bytes in flight.
+    pub bytes_in_flight: u64,
+    /// Smoothed loss fraction.
+    pub loss_rate: f32,
+    /// Delivery rate from ACKs, Mbit/s.
+    pub delivery_mbps: f64,
+    /// Bytes sent per second over the last second, Mbit/s.
+    pub send_mbps: f64,
+    /// Bytes received per second over the last second, Mbit/s.
+    pub recv_mbps: f64,
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Packets received.
+    pub packets_received: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Times the path was declared failed.
+    pub failures: u32,
+    /// Largest datagram payload, bytes.
+    pub max_datagram_size: u16,
+}
+
+/// Counters of one session.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCounters {
+    /// Flows open now.
+    pub flows_open: usize,
+    /// Flows opened since the session started (both ends).
+    pub flows_total: u64,
+    /// Application bytes written into the session.
+    pub bytes_written: u64,
+    /// Application bytes read out of the session.
+    pub bytes_read: u64,
+    /// Datagrams quinn refused as too large.
+    pub datagrams_too_large: u64,
+    /// Other datagram send errors (connection gone).
+    pub send_errors: u64,
+    /// Received packets the session rejected.
+    pub bad_packets: u64,
+    /// Paths joined (rejoins included).
+    pub path_joins: u64,
+}
+
+/// One session.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The session id, hex.
+    pub session: String,
+    /// The user.
+    pub user: String,
+    /// `client` or `server`.
+    pub role: String,
+    /// The scheduler's name.
+    pub scheduler: String,
+    /// Version of the learned model in use (learned schedulers only).
+    pub model_version: Option<u64>,
+    /// Seconds since the session started.
+    pub uptime_s: f64,
+    /// The paths.
+    pub paths: Vec<PathReport>,
+    /// Counters.
+    pub counters: SessionCounters,
+}
+
+/// What a daemon's control endpoint answers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// `client` or `server`.
+    pub role: String,
+    /// braid's version.
+    pub version: String,
+    /// Joins refused since start (server).
+    pub joins_refused: u64,
+    /// Joins accepted since start (server).
+    pub joins_accepted: u64,
+    /// The sessions.
+    pub sessions: Vec<SessionStatus>,
+}
+
+impl DaemonStatus {
+    /// A human-readable table.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "braid {} {} — {} session(s), joins accepted {}, refused {}",
+            self.role,
+            self.version,
+            self.sessions.len(),
+            self.joins_accepted,
+            self.joins_refused
+        );
+        for s in &self.sessions {
+            let c = &s.counters;
+            let _ = writeln!(
+                out,
+                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B",
+                s.session,
+                s.user,
+                s.scheduler,
+                s.model_version
+                    .map(|v| format!(" (model v{v})"))
+                    .unwrap_or_default(),
+                s.uptime_s,
+                c.flows_open,
+                c.flows_total,
+                c.bytes_written,
+                c.bytes_read
+            );
+            let _ = writeln!(
+                out,
+                "  {:<3} {:<10} {:<8} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>9}",
+                "id",
+                "link",
+                "state",
+                "srtt ms",
+                "min ms",
+                "cwnd",
+                "send Mb/s",
+                "recv Mb/s",
+                "loss %",
+                "lost pkts"
+            );
+            for p in &s.paths {
+                let _ = writeln!(
+                    out,
+                    "  {:<3} {:<10} {:<8} {:>8.2} {:>8.2} {:>10} {:>9.2} {:>9.2} {:>7.2} {:>9}",
+                    p.id,
+                    p.name,
+                    p.state,
+                    p.srtt_ms,
+                    p.min_rtt_ms,
+                    p.cwnd,
+                    p.send_mbps,
+                    p.recv_mbps,
+                    p.loss_rate * 100.0,
+                    p.packets_lost
+                );
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,214 @@
+//! Shared set-up of the daemon tests: a server and a client with two links on 127.0.0.1, local
+//! TCP source/sink/echo servers, and a small SOCKS5 client. Everything stays on loopback, is
+//! bounded in time, and stops when its handle drops.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use braid_proxy::config::{
+    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, UserEntry,
+};
+use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
+use braid_proxy::session::Tier;
+use braid_proxy::tls::ServerIdentity;
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const KEY: [u8; 32] = [0x42; 32];
+
+pub fn state_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("braid-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        state_dir: state_dir(&format!("{name}-server")),
+        server_name: "braid".into(),
+        users: vec![UserEntry {
+            name: "alice".into(),
+            key: KEY,
+        }],
+        scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+        egress: EgressPolicy {
+            allow_loopback,
+            ..EgressPolicy::default()
+        },
+        max_sessions: 16,
+        max_pending_joins: 16,
+    }
+}
+
+pub fn client_config(
+    name: &str,
+    server: &ServerHandle,
+    links: usize,
+    key: [u8; 32],
+) -> ClientConfig {
+    let pin = braid_proxy::config::parse_fingerprint(&server.fingerprint).unwrap();
+    ClientConfig {
+        user: "alice".into(),
+        key,
+        trust: ServerTrust::Fingerprint(pin),
+        server_name: "braid".into(),
+        state_dir: state_dir(&format!("{name}-client")),
+        socks_listen: "127.0.0.1:0".parse().unwrap(),
+        http_listen: Some("127.0.0.1:0".parse().unwrap()),
+        socks_users: Vec::new(),
+        scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+        links: (0..links)
+            .map(|i| LinkConfig {
+                name: format!("link{i}"),
+                local_addr: Some("127.0.0.1:0".parse().unwrap()),
+                interface: None,
+                interface_required: false,
+                server: server.addr.to_string(),
+                weight: 1,
+                tier: Tier::Primary,
+                rate_cap_mbps: None,
+            })
+            .collect(),
+    }
+}
+
+/// A server allowing loopback egress and a client with `links` links, all joined.
+pub async fn pair(name: &str, links: usize) -> (ServerHandle, ClientHandle) {
+    let server = start_server(
+        server_config(name, true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = start_client(client_config(name, &server, links, KEY))
+        .await
+        .unwrap();
+    assert!(
+        client.wait_for_paths(links, Duration::from_secs(10)).await,
+        "links did not join"
+    );
+    (server, client)
+}
+
+/// Deterministic test bytes.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn sha256(data: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, data)
+        .as_ref()
+        .to_vec()
+}
+
+/// A TCP server that answers each connection by the first byte: `D` + u32 length: sends that
+/// many pattern bytes and closes; `U`: reads to the end and answers the SHA-256 of what it read;
+/// `E`: echoes until the end.
+pub async fn test_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut cmd = [0u8; 1];
+                if s.read_exact(&mut cmd).await.is_err() {
+                    return;
+                }
+                match cmd[0] {
+                    b'D' => {
+                        let mut len = [0u8; 4];
+                        s.read_exact(&mut len).await.unwrap();
+                        let data = pattern(u32::from_be_bytes(len) as usize, 7);
+                        s.write_all(&data).await.unwrap();
+                        s.shutdown().await.unwrap();
+                    }
+                    b'U' => {
+                        let mut all = Vec::new();
+                        s.read_to_end(&mut all).await.unwrap();
+                        s.write_all(&sha256(&all)).await.unwrap();
+                        s.shutdown().await.unwrap();
+                    }
+                    _ => {
+                        let (mut r, mut w) = s.split();
+                        let _ = tokio::io::copy(&mut r, &mut w).await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// SOCKS5 CONNECT through `proxy` to `host:port` (a domain name when `host` is not an
+/// address); the reply code and, on success, the stream.
+pub async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (u8, TcpStream) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut sel = [0u8; 2];
+    s.read_exact(&mut sel).await.unwrap();
+    assert_eq!(sel, [5, 0]);
+    let mut req = vec![5, 1, 0];
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => {
+            req.push(1);
+            req.extend_from_slice(&v4.octets());
+        }
+        Ok(std::net::IpAddr::V6(v6)) => {
+            req.push(4);
+            req.extend_from_slice(&v6.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[0], 5);
+    let rest = match head[3] {
+        1 => 4 + 2,
+        4 => 16 + 2,
+        t => panic!("address type {t} in reply"),
+    };
+    let mut bound = vec![0u8; rest];
+    s.read_exact(&mut bound).await.unwrap();
+    (head[1], s)
+}
+
+/// Downloads `len` bytes from the test server through the proxy; returns them.
+pub async fn download(proxy: SocketAddr, target: SocketAddr, len: u32) -> Vec<u8> {
+    let (code, mut s) = socks_connect(proxy, &target.ip().to_string(), target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"D").await.unwrap();
+    s.write_all(&len.to_be_bytes()).await.unwrap();
+    let mut got = Vec::with_capacity(len as usize);
+    s.read_to_end(&mut got).await.unwrap();
+    got
+}
+
+/// Uploads `data` to the test server through the proxy; returns the server's SHA-256 of it.
+pub async fn upload(proxy: SocketAddr, target: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let (code, mut s) = socks_connect(proxy, &target.ip().to_string(), target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"U").await.unwrap();
+    s.write_all(data).await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut digest = Vec::new();
+    s.read_to_end(&mut digest).await.unwrap();
+    digest
+}

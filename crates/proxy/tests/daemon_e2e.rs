@@ -1,0 +1,211 @@
+//! The daemons end to end on 127.0.0.1: a server and a client with two links, traffic through
+//! the SOCKS5 and HTTP CONNECT inbounds, UDP ASSOCIATE, a link dropped mid-transfer, status.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod daemon_common;
+
+use std::time::Duration;
+
+use daemon_common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+const MB: usize = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_download_and_upload_match_sha256() {
+    let (server, client) = pair("transfer", 2).await;
+    let target = test_server().await;
+    let work = async {
+        let got = download(client.socks_addr, target, (8 * MB) as u32).await;
+        assert_eq!(got.len(), 8 * MB);
+        assert_eq!(sha256(&got), sha256(&pattern(8 * MB, 7)));
+        let data = pattern(8 * MB, 3);
+        assert_eq!(
+            upload(client.socks_addr, target, &data).await,
+            sha256(&data)
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .unwrap();
+    let status = client.status().await;
+    let session = &status.sessions[0];
+    assert_eq!(session.paths.len(), 2);
+    assert!(session.counters.bytes_written >= 8 * MB as u64);
+    let server_status = server.status().await;
+    assert_eq!(server_status.sessions.len(), 1);
+    assert_eq!(server_status.joins_accepted, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn domain_names_are_resolved_at_the_server() {
+    let (_server, client) = pair("domain", 2).await;
+    let target = test_server().await;
+    let (code, mut s) = socks_connect(client.socks_addr, "localhost", target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"Ehello braid").await.unwrap();
+    let mut back = [0u8; 11];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"hello braid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connect_tunnel() {
+    let (_server, client) = pair("http", 2).await;
+    let target = test_server().await;
+    let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
+    let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut reply = vec![0u8; b"HTTP/1.1 200 Connection Established\r\n\r\n".len()];
+    s.read_exact(&mut reply).await.unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    s.write_all(b"Eping").await.unwrap();
+    let mut back = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"ping");
+    // A refused port answers 502.
+    let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
+    s.write_all(b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 502"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_associate_echo() {
+    let (_server, client) = pair("udp", 2).await;
+    let echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf).await {
+            let _ = echo.send_to(&buf[..n], from).await;
+        }
+    });
+    let mut control = TcpStream::connect(client.socks_addr).await.unwrap();
+    control.write_all(&[5, 1, 0]).await.unwrap();
+    let mut sel = [0u8; 2];
+    control.read_exact(&mut sel).await.unwrap();
+    control
+        .write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let mut reply = [0u8; 10];
+    control.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 0, "UDP ASSOCIATE refused");
+    let relay = std::net::SocketAddr::from((
+        [reply[4], reply[5], reply[6], reply[7]],
+        u16::from_be_bytes([reply[8], reply[9]]),
+    ));
+    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let std::net::IpAddr::V4(ip) = echo_addr.ip() else {
+        unreachable!()
+    };
+    let mut datagram = vec![0, 0, 0, 1];
+    datagram.extend_from_slice(&ip.octets());
+    datagram.extend_from_slice(&echo_addr.port().to_be_bytes());
+    datagram.extend_from_slice(b"marco");
+    let mut buf = [0u8; 2048];
+    // UDP may drop: retry a few times.
+    let mut answered = None;
+    for _ in 0..20 {
+        app.send_to(&datagram, relay).await.unwrap();
+        if let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(500), app.recv_from(&mut buf)).await
+        {
+            answered = Some(n);
+            break;
+        }
+    }
+    let n = answered.expect("no UDP answer");
+    assert_eq!(&buf[..3], &[0, 0, 0]);
+    assert_eq!(&buf[4..8], &ip.octets());
+    assert_eq!(&buf[10..n], b"marco");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_survives_a_dropped_link_which_rejoins() {
+    let (_server, client) = pair("drop", 2).await;
+    let target = test_server().await;
+    let len = 24 * MB;
+    let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"D").await.unwrap();
+    s.write_all(&(len as u32).to_be_bytes()).await.unwrap();
+    let work = async {
+        let mut got = Vec::with_capacity(len);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut dropped = false;
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if !dropped && got.len() > 2 * MB {
+                assert!(client.drop_link(0), "link 0 had no connection");
+                dropped = true;
+            }
+        }
+        assert!(dropped);
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(90), work)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), len);
+    assert_eq!(sha256(&got), sha256(&pattern(len, 7)));
+    assert!(
+        client.wait_for_paths(2, Duration::from_secs(15)).await,
+        "link 0 did not rejoin"
+    );
+    let status = client.status().await;
+    assert!(
+        status.sessions[0].counters.path_joins >= 3,
+        "{:?}",
+        status.sessions[0].counters
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_served_on_the_control_socket() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (server, client) = pair("status", 2).await;
+    let status = braid_proxy::control::query(&client.control_path)
+        .await
+        .unwrap();
+    assert_eq!(status.role, "client");
+    assert_eq!(status.sessions[0].paths.len(), 2);
+    assert_eq!(status.sessions[0].scheduler, "minrtt");
+    assert!(status.to_table().contains("link1"));
+    let mode = std::fs::metadata(&client.control_path)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let status = braid_proxy::control::query(&server.control_path)
+        .await
+        .unwrap();
+    assert_eq!(status.role, "server");
+    assert_eq!(status.sessions.len(), 1);
+}
