@@ -1,0 +1,156 @@
+//! The `braid client`/`server`/`status` command lines: bad configuration files exit with code 2
+//! and a message naming the file and the field; `--print-fingerprint` prints the pin; real
+//! `curl` through both inbounds when curl is installed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod daemon_common;
+
+use std::path::Path;
+use std::process::Command;
+
+use daemon_common::*;
+
+fn braid(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_braid"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn bad_config_files_exit_2_naming_file_and_field() {
+    let dir = state_dir("badconfig");
+    let key = "ab".repeat(32);
+    let fp = "AB:".repeat(31) + "AB";
+    let client_cases = [
+        (
+            format!(
+                "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n[[link]]\nname = \"w\"\nserver = \"x\"\n"
+            ),
+            "link[0].server: expected host:port",
+        ),
+        (
+            format!(
+                "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n[[link]]\nname = \"w\"\nserver = \"h:1\"\nweight = \"heavy\"\n"
+            ),
+            "weight",
+        ),
+        (
+            format!(
+                "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\nsocks_listen = \"localhost\"\n[[link]]\nname = \"w\"\nserver = \"h:1\"\n"
+            ),
+            "socks_listen: expected ip:port",
+        ),
+        (
+            format!(
+                "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n[scheduler]\nname = \"nope\"\n[[link]]\nname = \"w\"\nserver = \"h:1\"\n"
+            ),
+            "scheduler.name",
+        ),
+    ];
+    for (i, (text, want)) in client_cases.iter().enumerate() {
+        let file = write(&dir, &format!("client{i}.toml"), text);
+        let out = braid(&["client", "-c", &file]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&file) && err.contains(want), "{err}");
+    }
+    let file = write(
+        &dir,
+        "server.toml",
+        "listen = \"0.0.0.0:4433\"\n[[user]]\nname = \"a\"\nkey = \"short\"\n",
+    );
+    let out = braid(&["server", "-c", &file]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("user[0].key") && !err.contains("short"),
+        "{err}"
+    );
+    let out = braid(&["client", "-c", "/nonexistent/braid.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn print_fingerprint_is_stable() {
+    let dir = state_dir("fingerprint");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\n[[user]]\nname = \"a\"\nkey = \"{}\"\n",
+        dir.join("state").display(),
+        "cd".repeat(32)
+    );
+    let file = write(&dir, "server.toml", &text);
+    let a = braid(&["server", "-c", &file, "--print-fingerprint"]);
+    let b = braid(&["server", "-c", &file, "--print-fingerprint"]);
+    assert_eq!(a.status.code(), Some(0));
+    let fp = String::from_utf8(a.stdout).unwrap();
+    assert_eq!(fp.trim().len(), 95, "{fp}");
+    assert_eq!(fp, String::from_utf8(b.stdout).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_through_socks5_and_http_connect() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("curl not installed; skipped");
+        return;
+    }
+    let (_server, client) = pair("curl", 2).await;
+    // A tiny HTTP server on loopback serving 4 MB.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web = listener.local_addr().unwrap();
+    let body = pattern(4 << 20, 9);
+    let expected = sha256(&body);
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut head = vec![0u8; 4096];
+                let _ = s.read(&mut head).await;
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(h.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    let socks = format!("127.0.0.1:{}", client.socks_addr.port());
+    let http = format!("http://127.0.0.1:{}", client.http_addr.unwrap().port());
+    let url = format!("http://localhost:{}/file", web.port());
+    for args in [
+        vec!["-sS", "--max-time", "30", "--socks5-hostname", &socks, &url],
+        vec![
+            "-sS",
+            "--max-time",
+            "30",
+            "--proxytunnel",
+            "--proxy",
+            &http,
+            &url,
+        ],
+    ] {
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let out =
+            tokio::task::spawn_blocking(move || Command::new("curl").args(&args).output().unwrap())
+                .await
+                .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(sha256(&out.stdout), expected);
+    }
+}

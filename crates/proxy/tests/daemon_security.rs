@@ -1,0 +1,154 @@
+//! Security defaults of the daemons: a wrong key is refused without detail, a wrong pin never
+//! joins, loopback egress is refused by the default policy, SOCKS5 username/password is
+//! enforced.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod daemon_common;
+
+use std::time::Duration;
+
+use braid_proxy::config::SocksUser;
+use braid_proxy::daemon::{start_client, start_server};
+use braid_proxy::tls::ServerIdentity;
+use daemon_common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_key_is_refused_and_nothing_leaks() {
+    let server = start_server(
+        server_config("wrongkey", true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = start_client(client_config("wrongkey", &server, 2, [0x13; 32]))
+        .await
+        .unwrap();
+    assert!(
+        !client.wait_for_paths(1, Duration::from_secs(2)).await,
+        "a wrong key joined"
+    );
+    let status = server.status().await;
+    assert!(status.joins_refused >= 2, "{status:?}");
+    assert_eq!(status.joins_accepted, 0);
+    assert!(status.sessions.is_empty());
+    // The refusal itself is one generic byte on a fresh connection: check it by hand.
+    let refusal = raw_join_answer(&server, [0x13; 32]).await;
+    assert_eq!(refusal, vec![braid_proxy::transport::join::JOIN_REFUSED]);
+    let accepted = raw_join_answer(&server, KEY).await;
+    assert_eq!(accepted, vec![braid_proxy::transport::join::JOIN_OK]);
+    // Through the proxy nothing gets out.
+    let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
+    assert_ne!(code, 0);
+}
+
+/// Connects once, sends a JOIN under `key`, returns the server's whole answer.
+async fn raw_join_answer(server: &braid_proxy::daemon::ServerHandle, key: [u8; 32]) -> Vec<u8> {
+    use braid_proxy::transport::join::{EXPORTER_LABEL, Join, compute_mac};
+    use braid_sched_core::PathId;
+    let pin = braid_proxy::config::parse_fingerprint(&server.fingerprint).unwrap();
+    let crypto =
+        braid_proxy::tls::client_crypto(&braid_proxy::config::ServerTrust::Fingerprint(pin))
+            .unwrap();
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(quic)));
+    let conn = endpoint
+        .connect(server.addr, "braid")
+        .unwrap()
+        .await
+        .unwrap();
+    let mut exporter = [0u8; 32];
+    conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
+        .unwrap();
+    let join = Join {
+        user: "alice".into(),
+        session_id: [1; 16],
+        path: PathId(0),
+        tier: braid_proxy::session::Tier::Primary,
+        weight: 1,
+        link_name: "raw".into(),
+        mac: compute_mac(&key, &exporter, &[1; 16], PathId(0)),
+    };
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&join.encode()).await.unwrap();
+    send.finish().unwrap();
+    let answer = recv.read_to_end(64).await.unwrap();
+    conn.close(0u32.into(), b"");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_pin_never_joins() {
+    let server = start_server(
+        server_config("wrongpin", true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut config = client_config("wrongpin", &server, 1, KEY);
+    config.trust = braid_proxy::config::ServerTrust::Fingerprint([0; 32]);
+    let client = start_client(config).await.unwrap();
+    assert!(!client.wait_for_paths(1, Duration::from_secs(2)).await);
+    assert_eq!(server.status().await.joins_accepted, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_policy_refuses_loopback_egress() {
+    let server = start_server(
+        server_config("policy", false),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = start_client(client_config("policy", &server, 2, KEY))
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let target = test_server().await;
+    for host in ["127.0.0.1", "localhost", "::1"] {
+        let (code, _) = socks_connect(client.socks_addr, host, target.port()).await;
+        assert_eq!(
+            code, 0x02,
+            "{host}: expected 'connection not allowed by ruleset'"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks_username_password_is_enforced() {
+    let server = start_server(
+        server_config("socksauth", true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut config = client_config("socksauth", &server, 1, KEY);
+    config.socks_users = vec![SocksUser {
+        name: "bob".into(),
+        password: "s3cret".into(),
+    }];
+    let client = start_client(config).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    // No-auth only: no acceptable method.
+    let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut sel = [0u8; 2];
+    s.read_exact(&mut sel).await.unwrap();
+    assert_eq!(sel, [5, 0xff]);
+    for (password, ok) in [(&b"wrong"[..], 1u8), (&b"s3cret"[..], 0u8)] {
+        let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
+        s.write_all(&[5, 1, 2]).await.unwrap();
+        s.read_exact(&mut sel).await.unwrap();
+        assert_eq!(sel, [5, 2]);
+        let mut auth = vec![1, 3];
+        auth.extend_from_slice(b"bob");
+        auth.push(password.len() as u8);
+        auth.extend_from_slice(password);
+        s.write_all(&auth).await.unwrap();
+        let mut status = [0u8; 2];
+        s.read_exact(&mut status).await.unwrap();
+        assert_eq!(status, [1, ok]);
+    }
+}
