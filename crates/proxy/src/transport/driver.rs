@@ -353,6 +353,10 @@ impl Driver {
                 config,
                 name,
             } => self.attach_path(id, conn, config, name),
+            // Without any path the flow could only wait; the application gets a quick failure.
+            Command::Open { reply, .. } if self.paths.iter().all(Option::is_none) => {
+                let _ = reply.send(Err(FlowError::SessionClosed));
+            }
             Command::Open {
                 kind,
                 target,
