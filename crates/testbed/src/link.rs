@@ -43,6 +43,9 @@ use rand_distr::StandardNormal;
 use crate::trace::{OPPORTUNITY_BYTES, Trace};
 use schedule::{Outages, Params, Timeline};
 
+/// The largest droptail queue a link accepts (its slots are reserved up front).
+pub const MAX_QUEUE_PACKETS: u32 = 1_000_000;
+
 /// How a link's capacity is given.
 #[derive(Clone, Debug)]
 pub enum Capacity {
@@ -98,7 +101,7 @@ pub struct LinkConfig {
     pub jitter_reorders: bool,
     /// Random loss probability in `[0, 1]`.
     pub loss: f64,
-    /// Droptail queue size in packets (at least 1).
+    /// Droptail queue size in packets, 1 to [`MAX_QUEUE_PACKETS`].
     pub queue_packets: u32,
     /// Windows `[start_s, end_s)` during which the link is down; sorted, not overlapping.
     pub outages: Vec<(f64, f64)>,
@@ -154,8 +157,9 @@ impl LinkConfig {
         check_non_negative(self.jitter_ms, "jitter_ms")?;
         check_fraction(self.delay_variation, "delay_variation")?;
         check_fraction(self.loss, "loss")?;
-        if self.queue_packets == 0 {
-            return bad("queue_packets", "at least 1", 0.0);
+        if !(1..=MAX_QUEUE_PACKETS).contains(&self.queue_packets) {
+            let found = f64::from(self.queue_packets);
+            return bad("queue_packets", "1 to 1000000 packets", found);
         }
         let outage_period = check_period(self.outages_period_s, "outages_period_s")?;
         let mut previous_end = 0.0;
@@ -345,6 +349,9 @@ pub struct Link {
 
 const NS_PER_S: f64 = 1e9;
 
+/// Change points one packet's serialisation is integrated across at most.
+const MAX_SEGMENTS: u32 = 10_000;
+
 fn secs_to_ns(s: f64) -> u64 {
     (s * NS_PER_S).round() as u64
 }
@@ -431,7 +438,7 @@ impl Link {
         };
         if self
             .outages
-            .overlaps(first_used, departure.max(first_used + 1))
+            .overlaps(first_used, departure.max(first_used.saturating_add(1)))
         {
             return self.drop(DropReason::Outage);
         }
@@ -481,20 +488,25 @@ impl Link {
     }
 
     /// When a packet of `len` bytes starting serialisation at `start` has left, integrating the
-    /// rate across step changes.
+    /// rate across step changes. A packet spanning more than [`MAX_SEGMENTS`] change points
+    /// (only absurd configurations do) finishes at the rate of the last one.
     fn serialised_at(&self, start: u64, len: u32) -> u64 {
         let mut t = start;
         let mut bits = f64::from(len) * 8.0;
-        loop {
+        for segment in 0.. {
             let rate = self.timeline.at(t).bits_per_ns;
             let boundary = self.timeline.next_change_after(t);
             let needed = bits / rate;
-            if t as f64 + needed <= boundary as f64 {
+            if boundary == u64::MAX
+                || segment >= MAX_SEGMENTS
+                || t as f64 + needed <= boundary as f64
+            {
                 return t.saturating_add(needed.ceil() as u64);
             }
             bits -= (boundary - t) as f64 * rate;
             t = boundary;
         }
+        t
     }
 
     /// Arrival time (ns) of a packet leaving the queue at `departure`.
@@ -546,14 +558,14 @@ fn trace_departure(
             let departure = time_ns(cursor.index);
             if cursor.bytes_left == 0 {
                 cursor = TraceCursor {
-                    index: cursor.index + 1,
+                    index: cursor.index.saturating_add(1),
                     bytes_left: OPPORTUNITY_BYTES,
                 };
             }
             return (first, departure, cursor);
         }
         cursor = TraceCursor {
-            index: cursor.index + 1,
+            index: cursor.index.saturating_add(1),
             bytes_left: OPPORTUNITY_BYTES,
         };
     }

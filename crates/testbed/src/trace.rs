@@ -253,10 +253,12 @@ impl Trace {
         let loops = micros / self.period_micros;
         let offset = micros % self.period_micros;
         let within = self.opportunities.partition_point(|&t| t < offset) as u64;
-        let mut index = loops * per_loop + within;
-        // The previous loop's opportunities at exactly `period` fall at `micros` too.
-        while index > 0 && self.opportunity_time(index - 1) >= micros {
-            index -= 1;
+        let index = loops.saturating_mul(per_loop).saturating_add(within);
+        if offset == 0 && loops > 0 {
+            // The previous loop's opportunities at exactly `period` fall at `micros` too.
+            let at_period = self.opportunities.len()
+                - self.opportunities.partition_point(|&t| t < self.period_micros);
+            return index.saturating_sub(at_period as u64);
         }
         index
     }

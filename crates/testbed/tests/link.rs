@@ -351,10 +351,45 @@ fn bad_link_configs_are_refused_naming_the_field() {
     config = LinkConfig::with_rate(1.0);
     config.queue_packets = 0;
     assert_eq!(Link::new(&config, 1).unwrap_err().field, "queue_packets");
+    config.queue_packets = u32::MAX;
+    assert_eq!(Link::new(&config, 1).unwrap_err().field, "queue_packets");
     config = LinkConfig::with_rate(1.0);
     config.outages = vec![(2.0, 1.0)];
     assert_eq!(Link::new(&config, 1).unwrap_err().field, "outages");
     config = LinkConfig::with_rate(1.0);
     config.loss = f64::NAN;
     assert_eq!(Link::new(&config, 1).unwrap_err().field, "loss");
+}
+
+#[test]
+fn absurd_but_valid_inputs_do_not_panic() {
+    // A crawling link and the end of time: saturating arithmetic, no overflow.
+    let mut link = Link::new(&LinkConfig::with_rate(1e-12), 1).unwrap();
+    for _ in 0..3 {
+        let _ = link.enqueue(at(u64::MAX / 2), u32::MAX);
+    }
+    let _ = link.enqueue(Timestamp::MAX, 1);
+    let trace = Trace::parse("0\n1\n", Path::new("t.down")).unwrap();
+    let mut link = Link::new(&LinkConfig::with_trace(Arc::new(trace)), 1).unwrap();
+    let _ = link.enqueue(Timestamp::MAX, u32::MAX);
+    let _ = link.enqueue(Timestamp::MAX, 1);
+    // A slow link whose rate flips every microsecond: bounded work per packet.
+    let mut config = LinkConfig::with_rate(0.001);
+    config.changes = vec![
+        LinkChange {
+            at_s: 0.0,
+            rate_mbps: Some(0.001),
+            ..Default::default()
+        },
+        LinkChange {
+            at_s: 1e-6,
+            rate_mbps: Some(0.002),
+            ..Default::default()
+        },
+    ];
+    config.changes_period_s = Some(2e-6);
+    let mut link = Link::new(&config, 1).unwrap();
+    for _ in 0..3 {
+        let _ = link.enqueue(at(0), u32::MAX);
+    }
 }

@@ -18,6 +18,8 @@ enum Domain {
     Fraction,
     /// A whole number in [1, 1e15].
     Count,
+    /// A queue size: a whole number in [1, 1e6] packets.
+    Queue,
 }
 
 impl Domain {
@@ -27,6 +29,7 @@ impl Domain {
             Domain::NonNegative => (0.0..=1e9).contains(&v),
             Domain::Fraction => (0.0..=1.0).contains(&v),
             Domain::Count => (1.0..=1e15).contains(&v) && v.fract() == 0.0,
+            Domain::Queue => (1.0..=1e6).contains(&v) && v.fract() == 0.0,
         }
     }
 
@@ -36,6 +39,7 @@ impl Domain {
             Domain::NonNegative => "a finite number >= 0",
             Domain::Fraction => "a probability/fraction in [0, 1]",
             Domain::Count => "a whole number >= 1",
+            Domain::Queue => "a whole number of packets in [1, 1000000]",
         }
     }
 }
@@ -173,7 +177,7 @@ impl Checker<'_> {
             ));
         }
         self.optional(&field("loss"), path.loss, Domain::Fraction)?;
-        self.optional(&field("queue_packets"), path.queue_packets, Domain::Count)?;
+        self.optional(&field("queue_packets"), path.queue_packets, Domain::Queue)?;
         let period = self.period(&field("outages_period_s"), path.outages_period_s)?;
         let mut previous_end = 0.0;
         for (k, &[start, end]) in path.outages.iter().enumerate() {
@@ -255,7 +259,7 @@ impl Checker<'_> {
             Domain::Fraction,
         )?;
         self.optional(&field("loss"), r.loss, Domain::Fraction)?;
-        self.optional(&field("queue_packets"), r.queue_packets, Domain::Count)
+        self.optional(&field("queue_packets"), r.queue_packets, Domain::Queue)
     }
 
     fn app(&self, app: &RawApp) -> Result<(), ScenarioError> {
