@@ -109,15 +109,26 @@ impl BandwidthProblem<'_> {
         }
         // Within TOLERANCE of the floor counts as meeting it, so aim at the floor then.
         let target = limit.max(floor);
-        let accept = target + NEWTON_SLACK * target.max(1.0);
+        // Rounding in `vᵀb` with `v <= 1` is of the order of ε Σ b_i; never ask for less.
+        let scale: f64 = self.bandwidth.iter().sum();
+        let accept = target + NEWTON_SLACK * target.max(1.0) + 8.0 * f64::EPSILON * scale;
         let mut level = levels.min_level();
         for _ in 0..MAX_STEPS {
-            let (cost, slope) = levels.cost_and_slope(level);
+            let Some((cost, slope)) = levels.cost_and_slope(level) else {
+                // Rounding left `z_L` a hair low: step up by a relative 1e-12.
+                level = level * (1.0 + NEWTON_SLACK) + f64::MIN_POSITIVE;
+                continue;
+            };
             if cost <= accept {
                 return Ok(levels.schedule(level));
             }
             level = if slope < 0.0 {
-                level + (target - cost) / slope
+                let next = level + (target - cost) / slope;
+                if next <= level {
+                    // Rounding stalled the search within an ulp of the optimum.
+                    return Ok(levels.schedule(level));
+                }
+                next
             } else {
                 // A zero slope with cost above target contradicts convexity unless rounding
                 // blurred it; every cap is 1 from the largest RTT on, where cost = floor.
@@ -194,7 +205,12 @@ impl<'p> Levels<'p> {
         let k = rtt.len();
         let order = sorted_indices(rtt, false);
         let choose = self.problem.choose as f64;
-        let mut inverse_sum: f64 = order[..k].iter().map(|&p| self.inverse_rtt[p]).sum();
+        // suffix[pos] = Σ_{q >= pos} 1 / r_(q), summed from the largest RTT down so that a tiny
+        // RTT (huge inverse) never cancels against the rest.
+        let mut suffix = [0.0; MAX_PATHS + 1];
+        for pos in (0..k).rev() {
+            suffix[pos] = suffix[pos + 1] + self.inverse_rtt[order[pos]];
+        }
         for (pos, &path) in order[..k].iter().enumerate() {
             if self.inverse_rtt[path] == 0.0 {
                 // A zero RTT is saturated at every level.
@@ -203,39 +219,44 @@ impl<'p> Levels<'p> {
                 }
                 continue;
             }
-            let level = (choose - pos as f64) / inverse_sum;
-            if level <= rtt[path] {
-                return level;
+            let level = (choose - pos as f64) / suffix[pos];
+            // `level` may land an ulp above `r_(pos)` when `1 / r_(pos)` swamps the suffix sum;
+            // the caps at `r_(pos)` itself still hold L then.
+            if level <= rtt[path] * (1.0 + NEWTON_SLACK) {
+                return level.min(rtt[path]);
             }
-            inverse_sum -= self.inverse_rtt[path];
         }
         // Unreachable for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
         rtt.iter().fold(0.0, |m, &r| m.max(r))
     }
 
-    /// `g(z)` and its right derivative `g'(z+)`, in one greedy pass (cheapest first).
-    fn cost_and_slope(&self, level: f64) -> (f64, f64) {
+    /// `g(z)` and its right derivative `g'(z+)` (cheapest first), or `None` when the caps at
+    /// `level` cannot hold `L` (only possible through rounding just below `z_L`).
+    fn cost_and_slope(&self, level: f64) -> Option<(f64, f64)> {
         let bandwidth = self.problem.bandwidth;
+        let order = &self.cheapest_first[..bandwidth.len()];
         let mut left = self.problem.choose as f64;
         let mut cost = 0.0;
-        // Σ b_j / r_j and Σ 1 / r_j over the unsaturated paths before the marginal one.
-        let (mut weighted, mut inverse) = (0.0, 0.0);
-        for &path in &self.cheapest_first[..bandwidth.len()] {
+        for (pos, &path) in order.iter().enumerate() {
             let cap = self.cap(path, level);
             // The marginal path is the first whose cap covers what is left; the slack absorbs
             // rounding in `min_level`, where the caps sum to exactly L.
             if cap >= left - MARGINAL_SLACK {
                 cost += left.min(cap) * bandwidth[path];
-                return (cost, weighted - bandwidth[path] * inverse);
+                let marginal = bandwidth[path];
+                // Σ (b_j - b_m) / r_j over the unsaturated paths before the marginal one,
+                // summed term by term to avoid cancellation between large inverses.
+                let slope = order[..pos]
+                    .iter()
+                    .filter(|&&j| self.cap(j, level) < 1.0)
+                    .map(|&j| (bandwidth[j] - marginal) * self.inverse_rtt[j])
+                    .sum();
+                return Some((cost, slope));
             }
             cost += cap * bandwidth[path];
             left -= cap;
-            if cap < 1.0 {
-                weighted += bandwidth[path] * self.inverse_rtt[path];
-                inverse += self.inverse_rtt[path];
-            }
         }
-        (cost, 0.0)
+        None
     }
 
     /// The greedy point at `level` as a schedule, objective `max_i v_i r_i`.
@@ -332,6 +353,82 @@ mod tests {
         let s = p.solve().unwrap();
         assert_eq!(s.objective(), 0.0);
         assert_eq!(&s.weights()[..2], &[1.0, 1.0]);
+    }
+
+    #[test]
+    fn a_tiny_rtt_does_not_swamp_the_others() {
+        // Found by tests/robustness.rs: 1 / r_1 is so large that the suffix sum rounds to it and
+        // z_L came out an ulp above r_1, which once sent the level search to 0.
+        let r = [
+            0.0,
+            5.123_005_713_115_601_6e-20,
+            0.511,
+            0.352,
+            0.042,
+            0.733,
+            0.0,
+            0.926,
+            0.247,
+            0.549,
+            0.232,
+            0.999,
+            0.321,
+            0.076,
+        ];
+        let p = BandwidthProblem {
+            bandwidth: &[0.0; 14],
+            rtt: &r,
+            bandwidth_limit: 0.0,
+            choose: 3,
+        };
+        let s = p.solve().unwrap();
+        assert!(
+            (s.weights().iter().sum::<f64>() - 3.0).abs() < 1e-12,
+            "{:?}",
+            s.weights()
+        );
+        assert!(s.objective() <= 5.2e-20);
+        // Found the same way: b_2 = 1.7e8 makes the rounding in vᵀb far larger than 1e-12.
+        let p = BandwidthProblem {
+            bandwidth: &[0.0, 174_212_230.957_203_24],
+            rtt: &[0.913_315_757_713_880_7, 0.0],
+            bandwidth_limit: 0.490_130_384_024_971_67,
+            choose: 1,
+        };
+        let s = p.solve().unwrap();
+        assert!(
+            (s.weights().iter().sum::<f64>() - 1.0).abs() < 1e-12,
+            "{:?}",
+            s.weights()
+        );
+        let b = [0.0; 13];
+        let r = [
+            0.0,
+            0.95,
+            0.357,
+            9.776_572_798_222_871e-17,
+            0.134,
+            0.599,
+            0.678,
+            1.638e121,
+            0.735,
+            0.539,
+            0.959,
+            0.240,
+            0.643,
+        ];
+        let p = BandwidthProblem {
+            bandwidth: &b,
+            rtt: &r,
+            bandwidth_limit: 0.0,
+            choose: 3,
+        };
+        let s = p.solve().unwrap();
+        assert!(
+            (s.weights().iter().sum::<f64>() - 3.0).abs() < 1e-12,
+            "{:?}",
+            s.weights()
+        );
     }
 
     #[test]
