@@ -257,7 +257,9 @@ impl Trace {
         if offset == 0 && loops > 0 {
             // The previous loop's opportunities at exactly `period` fall at `micros` too.
             let at_period = self.opportunities.len()
-                - self.opportunities.partition_point(|&t| t < self.period_micros);
+                - self
+                    .opportunities
+                    .partition_point(|&t| t < self.period_micros);
             return index.saturating_sub(at_period as u64);
         }
         index
