@@ -1,0 +1,243 @@
+//! End to end goodput (`e2e/goodput`): braid (server and client in this process, two unshaped
+//! loopback links, a download through the SOCKS5 inbound from a local TCP source via the
+//! server's egress) beside one plain quinn connection moving the same bytes on a stream, in the
+//! same run, so the ratio braid / quinn reads straight off the report. The design goal is
+//! braid ≥ 80% of quinn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use braid_proxy::config::{
+    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, UserEntry,
+};
+use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
+use braid_proxy::session::Tier;
+use braid_proxy::tls::{self, ServerIdentity};
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BYTES: u64 = 64 << 20;
+const KEY: [u8; 32] = [0x5a; 32];
+
+/// A TCP source: each connection sends the u64 length it asks for.
+async fn source() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let chunk = vec![0x61u8; 64 * 1024];
+        while let Ok((mut s, _)) = listener.accept().await {
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                let mut len = [0u8; 8];
+                if s.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let mut left = u64::from_be_bytes(len);
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+fn state_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("braid-bench-{}-{name}", std::process::id()))
+}
+
+async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
+    let server = start_server(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: state_dir("server"),
+            server_name: "braid".into(),
+            users: vec![UserEntry {
+                name: "bench".into(),
+                key: KEY,
+            }],
+            scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+            egress: EgressPolicy {
+                allow_loopback: true,
+                ..EgressPolicy::default()
+            },
+            max_sessions: 4,
+            max_pending_joins: 4,
+        },
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let pin = braid_proxy::config::parse_fingerprint(&server.fingerprint).unwrap();
+    let client = start_client(ClientConfig {
+        user: "bench".into(),
+        key: KEY,
+        trust: ServerTrust::Fingerprint(pin),
+        server_name: "braid".into(),
+        state_dir: state_dir("client"),
+        socks_listen: "127.0.0.1:0".parse().unwrap(),
+        http_listen: None,
+        socks_users: Vec::new(),
+        scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+        links: (0..links)
+            .map(|i| LinkConfig {
+                name: format!("lo{i}"),
+                local_addr: Some("127.0.0.1:0".parse().unwrap()),
+                interface: None,
+                interface_required: false,
+                server: server.addr.to_string(),
+                weight: 1,
+                tier: Tier::Primary,
+                rate_cap_mbps: None,
+            })
+            .collect(),
+    })
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(links, Duration::from_secs(10)).await);
+    (server, client)
+}
+
+async fn braid_download(proxy: SocketAddr, target: SocketAddr, bytes: u64) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut sel = [0u8; 2];
+    s.read_exact(&mut sel).await.unwrap();
+    let std::net::IpAddr::V4(ip) = target.ip() else {
+        unreachable!()
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&ip.octets());
+    req.extend_from_slice(&target.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 0);
+    s.write_all(&bytes.to_be_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    assert_eq!(got, bytes);
+}
+
+/// One plain quinn connection (default transport) serving downloads on bidirectional streams.
+async fn quinn_pair() -> (quinn::Endpoint, quinn::Connection) {
+    let identity = ServerIdentity::generate("braid").unwrap();
+    let server_crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls::server_crypto(&identity).unwrap())
+            .unwrap();
+    let server = quinn::Endpoint::server(
+        quinn::ServerConfig::with_crypto(Arc::new(server_crypto)),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let addr = server.local_addr().unwrap();
+    let acceptor = server.clone();
+    tokio::spawn(async move {
+        let conn = acceptor.accept().await.unwrap().await.unwrap();
+        let chunk = bytes::Bytes::from(vec![0x61u8; 64 * 1024]);
+        while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                let mut len = [0u8; 8];
+                recv.read_exact(&mut len).await.unwrap();
+                let mut left = u64::from_be_bytes(len);
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    send.write_chunk(chunk.slice(..n)).await.unwrap();
+                    left -= n as u64;
+                }
+                send.finish().unwrap();
+                let _ = send.stopped().await;
+            });
+        }
+    });
+    let pin = braid_proxy::config::parse_fingerprint(&identity.fingerprint()).unwrap();
+    let client_crypto = quinn::crypto::rustls::QuicClientConfig::try_from(
+        tls::client_crypto(&ServerTrust::Fingerprint(pin)).unwrap(),
+    )
+    .unwrap();
+    let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    client.set_default_client_config(quinn::ClientConfig::new(Arc::new(client_crypto)));
+    let conn = client.connect(addr, "braid").unwrap().await.unwrap();
+    std::mem::forget(server);
+    (client, conn)
+}
+
+async fn quinn_download(conn: &quinn::Connection, bytes: u64) {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&bytes.to_be_bytes()).await.unwrap();
+    send.finish().unwrap();
+    let mut got = 0u64;
+    while let Some(chunk) = recv.read_chunk(usize::MAX, true).await.unwrap() {
+        got += chunk.bytes.len() as u64;
+    }
+    assert_eq!(got, bytes);
+}
+
+fn goodput(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_server, client, target) = rt.block_on(async {
+        let (s, c) = braid_pair(2).await;
+        (s, c, source().await)
+    });
+    let (_endpoint, conn) = rt.block_on(quinn_pair());
+    let socks = client.socks_addr;
+    let mut group = c.benchmark_group("e2e/goodput");
+    group.throughput(Throughput::Bytes(BYTES));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(20));
+    group.bench_function("quinn_1conn", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    quinn_download(&conn, BYTES).await;
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.bench_function("braid_2paths", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    braid_download(socks, target, BYTES).await;
+                }
+                start.elapsed()
+            })
+        })
+    });
+    group.finish();
+    let status = rt.block_on(client.status());
+    if let Some(s) = status.sessions.first() {
+        for p in &s.paths {
+            eprintln!(
+                "braid path {} ({}): {} packets sent, {} lost",
+                p.id, p.name, p.packets_sent, p.packets_lost
+            );
+        }
+    }
+}
+
+criterion_group!(benches, goodput);
+criterion_main!(benches);
