@@ -264,3 +264,21 @@ mod tests {
         assert!(e.contains("scheduler.params.bogus"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    fn example(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(name)
+    }
+
+    #[test]
+    fn shipped_examples_are_valid() {
+        let c = ClientConfig::load(&example("client.toml")).unwrap();
+        assert_eq!(c.links.len(), 2);
+        assert_eq!(c.links[1].tier, crate::session::Tier::Backup);
+        let s = ServerConfig::load(&example("server.toml")).unwrap();
+        assert!(!s.egress.allow_loopback && !s.egress.allow_private);
+    }
+}
