@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 echo "== toolchain"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 cargo --version
+# curl for the daemon tests that drive real curl through the SOCKS5 and HTTP CONNECT inbounds.
+command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; } || true
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
