@@ -98,12 +98,12 @@ fn encode_lstm(
     tensors.push(OwnedTensor::new(
         format!("{name}.weight_ih"),
         vec![gates, input],
-        &lstm.weight_ih(),
+        lstm.weight_ih(),
     ));
     tensors.push(OwnedTensor::new(
         format!("{name}.weight_hh"),
         vec![gates, hidden],
-        &lstm.weight_hh(),
+        lstm.weight_hh(),
     ));
     tensors.push(OwnedTensor::new(
         format!("{name}.bias_ih"),

@@ -6,18 +6,23 @@
 //! `g = tanh(W_ig x + b_ig + W_hg h + b_hg)`, `o = σ(W_io x + b_io + W_ho h + b_ho)`,
 //! `c' = f ⊙ c + i ⊙ g`, `h' = o ⊙ tanh(c')`. PyTorch stacks the four gates' rows in the order
 //! i, f, g, o in `weight_ih` (`4H × I`), `weight_hh` (`4H × H`), `bias_ih` and `bias_hh` (`4H`).
-//! Here each gate row of `weight_ih` and `weight_hh` is stored side by side, so that one dot
-//! product over `[x; h]` gives the gate's pre-activation, and the two biases are summed once.
+//! Here each gate row of `weight_ih` and `weight_hh` is joined into one `4H × (I + H)` matrix,
+//! stored transposed, so that one matrix-vector product over `[x; h]` gives all four gates'
+//! pre-activations; the two biases are summed once.
 
-use super::{NnError, check_buffer, check_dimension, check_tensor, dot};
+use super::activation::{sigmoid_in_place, tanh, tanh_in_place};
+use super::{NnError, check_buffer, check_dimension, check_tensor, matvec_transposed, transpose};
 
 /// One LSTM layer (`nn.LSTM` with `num_layers = 1`, `batch_first` irrelevant: one sequence).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lstm {
     input_size: usize,
     hidden_size: usize,
-    /// `4H × (I + H)`, row-major: gate row `r` is `[weight_ih[r], weight_hh[r]]`.
-    weight: Box<[f32]>,
+    /// `(I + H) × 4H`, row-major: the transpose of the matrix whose gate row `r` is
+    /// `[weight_ih[r], weight_hh[r]]`.
+    weight_t: Box<[f32]>,
+    weight_ih: Box<[f32]>,
+    weight_hh: Box<[f32]>,
     /// `bias_ih + bias_hh`, `4H`.
     bias: Box<[f32]>,
     bias_ih: Box<[f32]>,
@@ -87,7 +92,9 @@ impl Lstm {
         Ok(Lstm {
             input_size,
             hidden_size,
-            weight: weight.into_boxed_slice(),
+            weight_t: transpose(&weight, gates, input_size + hidden_size),
+            weight_ih: weight_ih.into(),
+            weight_hh: weight_hh.into(),
             bias: bias.into_boxed_slice(),
             bias_ih: bias_ih.into(),
             bias_hh: bias_hh.into(),
@@ -104,22 +111,14 @@ impl Lstm {
         self.hidden_size
     }
 
-    /// PyTorch's `weight_ih` (`4H × I`), rebuilt (for export; allocates).
-    pub fn weight_ih(&self) -> Vec<f32> {
-        self.weight
-            .chunks_exact(self.input_size + self.hidden_size)
-            .flat_map(|row| &row[..self.input_size])
-            .copied()
-            .collect()
+    /// PyTorch's `weight_ih` (`4H × I`), row-major.
+    pub fn weight_ih(&self) -> &[f32] {
+        &self.weight_ih
     }
 
-    /// PyTorch's `weight_hh` (`4H × H`), rebuilt (for export; allocates).
-    pub fn weight_hh(&self) -> Vec<f32> {
-        self.weight
-            .chunks_exact(self.input_size + self.hidden_size)
-            .flat_map(|row| &row[self.input_size..])
-            .copied()
-            .collect()
+    /// PyTorch's `weight_hh` (`4H × H`), row-major.
+    pub fn weight_hh(&self) -> &[f32] {
+        &self.weight_hh
     }
 
     /// PyTorch's `bias_ih` (`4H`).
@@ -198,30 +197,29 @@ impl Lstm {
         let (joined_x, joined_h) = scratch.joined.split_at_mut(self.input_size);
         joined_x.copy_from_slice(x);
         joined_h.copy_from_slice(&state.h);
-        for ((gate, row), b) in scratch
-            .gates
-            .iter_mut()
-            .zip(self.weight.chunks_exact(self.input_size + self.hidden_size))
-            .zip(self.bias.iter())
-        {
-            *gate = dot(row, &scratch.joined) + b;
-        }
+        matvec_transposed(
+            &self.weight_t,
+            &scratch.joined,
+            &self.bias,
+            &mut scratch.gates,
+        );
         let hidden = self.hidden_size;
-        let (i, rest) = scratch.gates.split_at(hidden);
-        let (f, rest) = rest.split_at(hidden);
-        let (g, o) = rest.split_at(hidden);
-        for unit in 0..hidden {
-            let c = sigmoid(f[unit]) * state.c[unit] + sigmoid(i[unit]) * g[unit].tanh();
-            state.c[unit] = c;
-            state.h[unit] = sigmoid(o[unit]) * c.tanh();
+        // Activations over whole gate vectors (vectorised): σ for i, f, o and tanh for g.
+        let (ifg, o) = scratch.gates.split_at_mut(3 * hidden);
+        let (i_f, g) = ifg.split_at_mut(2 * hidden);
+        sigmoid_in_place(i_f);
+        tanh_in_place(g);
+        sigmoid_in_place(o);
+        let (i, f) = i_f.split_at(hidden);
+        for (((c, i), f), g) in state.c.iter_mut().zip(i).zip(f).zip(g.iter()) {
+            *c = f * *c + i * g;
         }
+        // h = o ⊙ tanh(c'), computed in `o` and copied out.
+        for (o, c) in o.iter_mut().zip(state.c.iter()) {
+            *o *= tanh(*c);
+        }
+        state.h.copy_from_slice(o);
     }
-}
-
-/// The logistic function `1 / (1 + e^-x)`.
-#[inline]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 #[cfg(test)]
@@ -302,14 +300,7 @@ mod tests {
     #[test]
     fn export_round_trips_and_errors_name_tensors() {
         let l = layer(3, 2);
-        let again = Lstm::new(
-            3,
-            2,
-            &l.weight_ih(),
-            &l.weight_hh(),
-            l.bias_ih(),
-            l.bias_hh(),
-        );
+        let again = Lstm::new(3, 2, l.weight_ih(), l.weight_hh(), l.bias_ih(), l.bias_hh());
         assert_eq!(again.unwrap(), l);
         let err = Lstm::new(3, 2, &[0.0; 24], &[0.0; 15], &[0.0; 8], &[0.0; 8]).unwrap_err();
         assert!(err.to_string().starts_with("weight_hh"), "{err}");
