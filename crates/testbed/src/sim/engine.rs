@@ -1,0 +1,270 @@
+//! The event loop: the application acts, both endpoints hand their packets to the links, and
+//! virtual time jumps to the next event (a packet arrival, an endpoint timer, or the
+//! application's next real-time packet). Packets arriving at the same microsecond are handled
+//! in the order they were sent. One run is a pure function of (scenario, scheduler, seed).
+
+use braid_sched_core::{PathId, SchedulerConfig, Timestamp};
+
+use super::app::AppModel;
+use super::metrics::{Metrics, Recorder, TimeSeries};
+use super::queue::EventQueue;
+use super::{APP_SEED_SALT, Endpoint, EndpointError, EndpointSetup, Side};
+use crate::link::{Link, LinkConfigError, Verdict};
+use crate::scenario::{App, Scenario};
+
+const CLIENT: usize = 0;
+const SERVER: usize = 1;
+/// Largest packet the simulator carries.
+const MAX_PACKET: usize = 65_536;
+/// Timer firings at one instant after which time is nudged forward by 1 µs.
+const MAX_STALLS: u32 = 1_000;
+
+/// Why a run could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A path's link configuration was refused.
+    #[error("path `{path}`: {source}")]
+    Link {
+        /// The path's name.
+        path: String,
+        /// What was wrong.
+        source: LinkConfigError,
+    },
+    /// An endpoint refused to be built or refused an application operation.
+    #[error("scheduler {scheduler}: {source}")]
+    Endpoint {
+        /// The scheduler's name.
+        scheduler: &'static str,
+        /// What the endpoint said.
+        source: EndpointError,
+    },
+}
+
+/// What to run a scenario with.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The scheduler both ends use.
+    pub scheduler: SchedulerConfig,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunResult {
+    /// The scheduler's name.
+    pub scheduler: &'static str,
+    /// The run's seed.
+    pub seed: u64,
+    /// The metrics.
+    pub metrics: Metrics,
+    /// Per-bin series for plots.
+    pub series: TimeSeries,
+    /// Completion time of every finished stream (web objects, the bulk flow), s.
+    pub fcts: Vec<f64>,
+    /// Virtual seconds simulated.
+    pub virtual_s: f64,
+    /// Packet events: packets handed to a link plus packets delivered.
+    pub packet_events: u64,
+    /// Datagrams an endpoint rejected as malformed (a correct run has none).
+    pub protocol_errors: u64,
+}
+
+fn seeded(config: &SchedulerConfig, seed: u64) -> SchedulerConfig {
+    let mut c = config.clone();
+    if c.kind().info().params.iter().any(|p| p.name == "seed") {
+        // In range by construction (below 2^53); a refusal keeps the default seed.
+        let _ = c.set("seed", (seed % (1 << 53)) as f64);
+    }
+    c
+}
+
+/// Runs `scenario` (already resolved with the run's seed) with `options`.
+pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<RunResult, SimError> {
+    let name = options.scheduler.kind().name();
+    let endpoint_err = |source| SimError::Endpoint {
+        scheduler: name,
+        source,
+    };
+    let mut forward = Vec::with_capacity(scenario.paths.len());
+    let mut reverse = Vec::with_capacity(scenario.paths.len());
+    for p in &scenario.paths {
+        let (f, r) = p.links().map_err(|source| SimError::Link {
+            path: p.name.clone(),
+            source,
+        })?;
+        forward.push(f);
+        reverse.push(r);
+    }
+    let setup = |side: Side, seed: u64| EndpointSetup {
+        side,
+        scheduler: seeded(&options.scheduler, seed),
+        paths: scenario.paths.len(),
+        receive_buffer_bytes: scenario.receive_buffer_bytes,
+        now: Timestamp::ZERO,
+    };
+    let s = scenario.seed;
+    let mut eps = [
+        E::create(&setup(Side::Client, s.wrapping_mul(2))).map_err(endpoint_err)?,
+        E::create(&setup(Side::Server, s.wrapping_mul(2).wrapping_add(1))).map_err(endpoint_err)?,
+    ];
+    let duration_s = scenario.duration.as_secs_f64();
+    let end = Timestamp::from_secs_f64(duration_s);
+    let mut rec = Recorder::new(&scenario.paths, scenario.objective, duration_s);
+    let mut app = AppModel::new(&scenario.app, s ^ APP_SEED_SALT);
+    let mut sim = Loop {
+        queue: EventQueue::new(),
+        buf: vec![0; MAX_PACKET],
+        now: Timestamp::ZERO,
+        events: 0,
+        errors: 0,
+        stall_at: Timestamp::ZERO,
+        stalls: 0,
+    };
+    loop {
+        app.step(&mut eps, &mut rec, sim.now, end)
+            .map_err(endpoint_err)?;
+        if app.done_at().is_some() {
+            break;
+        }
+        sim.flush(&mut eps, &mut forward, &mut reverse, &mut rec);
+        if !sim.advance(&mut eps, &mut rec, app.next_wakeup(end), end) {
+            break;
+        }
+    }
+    let finished = app.done_at();
+    let stop = finished.unwrap_or(end).min(end);
+    let (on_time, total) = app.deadline_counts(stop);
+    rec.deadline_on_time = on_time;
+    rec.deadline_total = total;
+    let fct_s = finished.map(|t| t.as_secs_f64());
+    let active_s = fct_s.unwrap_or(duration_s);
+    let (metrics, series) = rec.finish(
+        active_s,
+        fct_s,
+        matches!(scenario.app, App::Realtime { .. }),
+    );
+    Ok(RunResult {
+        scheduler: name,
+        seed: s,
+        metrics,
+        series,
+        fcts: app.fcts.clone(),
+        virtual_s: stop.as_secs_f64(),
+        packet_events: sim.events,
+        protocol_errors: sim.errors,
+    })
+}
+
+struct Loop {
+    queue: EventQueue,
+    buf: Vec<u8>,
+    now: Timestamp,
+    events: u64,
+    errors: u64,
+    stall_at: Timestamp,
+    stalls: u32,
+}
+
+impl Loop {
+    /// Hands everything both endpoints want to send now to the links.
+    fn flush<E: Endpoint>(
+        &mut self,
+        eps: &mut [E; 2],
+        forward: &mut [Link],
+        reverse: &mut [Link],
+        rec: &mut Recorder,
+    ) {
+        for side in [SERVER, CLIENT] {
+            while let Some((path, len)) = eps[side].poll_transmit(self.now, &mut self.buf) {
+                self.events += 1;
+                let links = if side == SERVER {
+                    &mut *forward
+                } else {
+                    &mut *reverse
+                };
+                let Some(link) = links.get_mut(path.index()) else {
+                    continue;
+                };
+                let data = &self.buf[..len];
+                if side == SERVER {
+                    let mut carries_data = false;
+                    E::inspect(data, |_| carries_data = true);
+                    if carries_data {
+                        rec.on_data_sent(self.now, path.index());
+                    }
+                }
+                if let Verdict::Deliver { at } = link.enqueue(self.now, len as u32) {
+                    self.queue
+                        .push(at, (1 - side) as u8, path.0, self.now, data);
+                }
+            }
+        }
+    }
+
+    /// Moves to the next event no later than `end` and processes it; false when there is none.
+    fn advance<E: Endpoint>(
+        &mut self,
+        eps: &mut [E; 2],
+        rec: &mut Recorder,
+        app_wakeup: Option<Timestamp>,
+        end: Timestamp,
+    ) -> bool {
+        let candidates = [
+            self.queue.next_at(),
+            eps[0].poll_timeout(),
+            eps[1].poll_timeout(),
+            app_wakeup,
+        ];
+        let Some(next) = candidates.into_iter().flatten().min().filter(|&t| t <= end) else {
+            return false;
+        };
+        if next > self.now {
+            self.now = next;
+        } else {
+            // A timer that keeps firing without effect must not stall virtual time.
+            self.events_at_instant_guard();
+        }
+        while let Some(p) = self.queue.pop_due(self.now) {
+            self.events += 1;
+            let data = self.queue.bytes(&p);
+            let path = usize::from(p.path);
+            if usize::from(p.to) == CLIENT {
+                rec.on_arrival(self.now, path, data.len());
+                let mut carries_data = false;
+                E::inspect(data, |f| {
+                    carries_data = true;
+                    rec.on_frame(f);
+                });
+                if carries_data {
+                    rec.on_data_arrival(self.now, path, p.sent_at);
+                }
+            }
+            if eps[usize::from(p.to)]
+                .handle_datagram(PathId(p.path), data, self.now)
+                .is_err()
+            {
+                self.errors += 1;
+            }
+            self.queue.release(&p);
+        }
+        for ep in eps.iter_mut() {
+            if ep.poll_timeout().is_some_and(|t| t <= self.now) {
+                ep.handle_timeout(self.now);
+            }
+        }
+        true
+    }
+
+    /// Counts events at one instant; past [`MAX_STALLS`], time moves on by 1 µs.
+    fn events_at_instant_guard(&mut self) {
+        self.stalls = if self.stall_at == self.now {
+            self.stalls + 1
+        } else {
+            0
+        };
+        self.stall_at = self.now;
+        if self.stalls > MAX_STALLS {
+            self.now += std::time::Duration::from_micros(1);
+            self.stalls = 0;
+        }
+    }
+}
