@@ -24,7 +24,8 @@
 //! ```
 //!
 //! Without the `torch` feature everything here builds and runs (learned schedulers use shipped
-//! weights); with it, `scripts/setup-torch.sh` provides PyTorch and [`torch`] trains and exports.
+//! weights); with it, `scripts/setup-torch.sh` provides PyTorch and the `torch` module trains and
+//! exports.
 #![warn(missing_docs)]
 
 pub mod learner;
