@@ -190,6 +190,18 @@ async fn quinn_download(conn: &quinn::Connection, bytes: u64) {
     assert_eq!(got, bytes);
 }
 
+/// CPU seconds (user + system) this process has used so far, from /proc/self/stat.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    ticks as f64 / 100.0
+}
+
 fn goodput(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -208,22 +220,28 @@ fn goodput(c: &mut Criterion) {
     group.bench_function("quinn_1conn", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
+                let cpu = cpu_seconds();
                 let start = Instant::now();
                 for _ in 0..iters {
                     quinn_download(&conn, BYTES).await;
                 }
-                start.elapsed()
+                let wall = start.elapsed();
+                report_cpu("quinn_1conn", iters, cpu, wall);
+                wall
             })
         })
     });
     group.bench_function("braid_2paths", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
+                let cpu = cpu_seconds();
                 let start = Instant::now();
                 for _ in 0..iters {
                     braid_download(socks, target, BYTES).await;
                 }
-                start.elapsed()
+                let wall = start.elapsed();
+                report_cpu("braid_2paths", iters, cpu, wall);
+                wall
             })
         })
     });
@@ -232,11 +250,25 @@ fn goodput(c: &mut Criterion) {
     if let Some(s) = status.sessions.first() {
         for p in &s.paths {
             eprintln!(
-                "braid path {} ({}): {} packets sent, {} lost",
-                p.id, p.name, p.packets_sent, p.packets_lost
+                "braid client path {} ({}): {} packets sent, {} received, {} lost, srtt {:.3} ms, cwnd {} B",
+                p.id, p.name, p.packets_sent, p.packets_received, p.packets_lost, p.srtt_ms, p.cwnd
             );
         }
     }
+}
+
+/// Prints CPU seconds per GiB moved when `BRAID_BENCH_CPU` is set (long samples only).
+fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
+    if std::env::var_os("BRAID_BENCH_CPU").is_none() || wall < Duration::from_millis(500) {
+        return;
+    }
+    let gib = (iters * BYTES) as f64 / (1u64 << 30) as f64;
+    let cpu = cpu_seconds() - cpu_before;
+    eprintln!(
+        "{name}: {:.2} CPU s/GiB, {:.2} cores busy",
+        cpu / gib,
+        cpu / wall.as_secs_f64()
+    );
 }
 
 criterion_group!(benches, goodput);

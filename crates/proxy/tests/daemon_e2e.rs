@@ -13,14 +13,14 @@ use tokio::net::{TcpStream, UdpSocket};
 const MB: usize = 1 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn socks5_download_and_upload_match_sha256() {
+async fn socks5_50mb_download_and_upload_match_sha256() {
     let (server, client) = pair("transfer", 2).await;
     let target = test_server().await;
     let work = async {
-        let got = download(client.socks_addr, target, (8 * MB) as u32).await;
-        assert_eq!(got.len(), 8 * MB);
-        assert_eq!(sha256(&got), sha256(&pattern(8 * MB, 7)));
-        let data = pattern(8 * MB, 3);
+        let got = download(client.socks_addr, target, (50 * MB) as u32).await;
+        assert_eq!(got.len(), 50 * MB);
+        assert_eq!(sha256(&got), sha256(&pattern(50 * MB, 7)));
+        let data = pattern(50 * MB, 3);
         assert_eq!(
             upload(client.socks_addr, target, &data).await,
             sha256(&data)
@@ -32,7 +32,7 @@ async fn socks5_download_and_upload_match_sha256() {
     let status = client.status().await;
     let session = &status.sessions[0];
     assert_eq!(session.paths.len(), 2);
-    assert!(session.counters.bytes_written >= 8 * MB as u64);
+    assert!(session.counters.bytes_written >= 50 * MB as u64);
     let server_status = server.status().await;
     assert_eq!(server_status.sessions.len(), 1);
     assert_eq!(server_status.joins_accepted, 2);

@@ -270,7 +270,9 @@ mod example_tests {
     use super::*;
 
     fn example(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(name)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../config")
+            .join(name)
     }
 
     #[test]
