@@ -154,3 +154,35 @@ async fn curl_through_socks5_and_http_connect() {
         assert_eq!(sha256(&out.stdout), expected);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn braid_status_reads_the_control_socket() {
+    let (_server, client) = pair("statuscli", 2).await;
+    let socket = client.control_path.to_string_lossy().into_owned();
+    let (json, table) = tokio::task::spawn_blocking(move || {
+        (
+            braid(&["status", "--socket", &socket, "--json"]),
+            braid(&["status", "--socket", &socket]),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        json.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["role"], "client");
+    assert_eq!(doc["sessions"][0]["paths"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["sessions"][0]["scheduler"], "minrtt");
+    assert!(doc["sessions"][0].get("model_version").is_some());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("link0") && text.contains("srtt"), "{text}");
+    let missing =
+        tokio::task::spawn_blocking(|| braid(&["status", "--socket", "/nonexistent.sock"]))
+            .await
+            .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+}
