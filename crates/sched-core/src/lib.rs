@@ -38,3 +38,6 @@ pub use scheduler::{
     SchedulerInfo, SchedulerKind, UnknownScheduler,
 };
 pub use time::Timestamp;
+
+// OLMS and DaMPS hand per-path arrays of this size to braid-lp's solvers.
+const _: () = assert!(MAX_PATHS == braid_lp::MAX_PATHS);

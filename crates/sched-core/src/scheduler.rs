@@ -9,9 +9,11 @@ use crate::decision::Decision;
 use crate::packet::PacketMeta;
 use crate::path::{PathId, PathState, PathView};
 use crate::sched::blest::{Blest, BlestConfig};
+use crate::sched::damps::{Damps, DampsConfig};
 use crate::sched::ecf::{Ecf, EcfConfig};
 use crate::sched::edf::{Edf, EdfConfig};
 use crate::sched::minrtt::{MinRtt, MinRttConfig};
+use crate::sched::olms::{Olms, OlmsConfig};
 use crate::sched::peekaboo::{Peekaboo, PeekabooConfig};
 use crate::sched::redundant::{Redundant, RedundantConfig};
 use crate::sched::rr::{RoundRobin, RoundRobinConfig};
@@ -153,6 +155,10 @@ pub enum SchedulerKind {
     Edf,
     /// LinUCB wait-or-send bandit with stochastic adjustment (Peekaboo).
     Peekaboo,
+    /// Thompson sampling + constrained LP + dependent rounding (OLMS).
+    Olms,
+    /// Batch deadline LP + UCB fluctuation monitor + EDF fail-safe (DaMPS).
+    Damps,
 }
 
 impl SchedulerKind {
@@ -166,6 +172,8 @@ impl SchedulerKind {
         SchedulerKind::Redundant,
         SchedulerKind::Edf,
         SchedulerKind::Peekaboo,
+        SchedulerKind::Olms,
+        SchedulerKind::Damps,
     ];
 
     /// The name used in config and on the CLI.
@@ -179,6 +187,8 @@ impl SchedulerKind {
             SchedulerKind::Redundant => "redundant",
             SchedulerKind::Edf => "edf",
             SchedulerKind::Peekaboo => "peekaboo",
+            SchedulerKind::Olms => "olms",
+            SchedulerKind::Damps => "damps",
         }
     }
 
@@ -193,6 +203,8 @@ impl SchedulerKind {
             SchedulerKind::Redundant => Redundant::INFO,
             SchedulerKind::Edf => Edf::INFO,
             SchedulerKind::Peekaboo => Peekaboo::INFO,
+            SchedulerKind::Olms => Olms::INFO,
+            SchedulerKind::Damps => Damps::INFO,
         }
     }
 }
@@ -256,6 +268,10 @@ pub enum SchedulerConfig {
     Edf(EdfConfig),
     /// See [`Peekaboo`].
     Peekaboo(PeekabooConfig),
+    /// See [`Olms`].
+    Olms(OlmsConfig),
+    /// See [`Damps`].
+    Damps(DampsConfig),
 }
 
 impl SchedulerConfig {
@@ -272,6 +288,8 @@ impl SchedulerConfig {
             SchedulerKind::Redundant => SchedulerConfig::Redundant(RedundantConfig::default()),
             SchedulerKind::Edf => SchedulerConfig::Edf(EdfConfig::default()),
             SchedulerKind::Peekaboo => SchedulerConfig::Peekaboo(PeekabooConfig::default()),
+            SchedulerKind::Olms => SchedulerConfig::Olms(OlmsConfig::default()),
+            SchedulerKind::Damps => SchedulerConfig::Damps(DampsConfig::default()),
         }
     }
 
@@ -286,6 +304,8 @@ impl SchedulerConfig {
             SchedulerConfig::Redundant(_) => SchedulerKind::Redundant,
             SchedulerConfig::Edf(_) => SchedulerKind::Edf,
             SchedulerConfig::Peekaboo(_) => SchedulerKind::Peekaboo,
+            SchedulerConfig::Olms(_) => SchedulerKind::Olms,
+            SchedulerConfig::Damps(_) => SchedulerKind::Damps,
         }
     }
 
@@ -306,6 +326,8 @@ impl SchedulerConfig {
             SchedulerConfig::Ecf(c) => c.set(name, value)?,
             SchedulerConfig::Blest(c) => c.set(name, value)?,
             SchedulerConfig::Peekaboo(c) => c.set(name, value)?,
+            SchedulerConfig::Olms(c) => c.set(name, value)?,
+            SchedulerConfig::Damps(c) => c.set(name, value)?,
             SchedulerConfig::MinRtt(_)
             | SchedulerConfig::RoundRobin(_)
             | SchedulerConfig::WeightedRoundRobin(_)
@@ -328,6 +350,8 @@ impl SchedulerConfig {
             SchedulerConfig::Redundant(c) => AnyScheduler::Redundant(Redundant::new(c)),
             SchedulerConfig::Edf(c) => AnyScheduler::Edf(Edf::new(c)),
             SchedulerConfig::Peekaboo(c) => AnyScheduler::Peekaboo(Box::new(Peekaboo::new(c))),
+            SchedulerConfig::Olms(c) => AnyScheduler::Olms(Box::new(Olms::new(c))),
+            SchedulerConfig::Damps(c) => AnyScheduler::Damps(Box::new(Damps::new(c))),
         }
     }
 }
@@ -372,6 +396,10 @@ pub enum AnyScheduler {
     /// See [`Peekaboo`] (boxed: its learned matrices and pending decisions are a few kB, and
     /// the box is allocated once when the scheduler is built).
     Peekaboo(Box<Peekaboo>),
+    /// See [`Olms`] (boxed: its posteriors are a few kB, allocated once when built).
+    Olms(Box<Olms>),
+    /// See [`Damps`] (boxed: its bandits and LP buffer are a few kB, allocated once when built).
+    Damps(Box<Damps>),
 }
 
 impl AnyScheduler {
@@ -391,6 +419,8 @@ impl AnyScheduler {
             AnyScheduler::Redundant(_) => SchedulerKind::Redundant,
             AnyScheduler::Edf(_) => SchedulerKind::Edf,
             AnyScheduler::Peekaboo(_) => SchedulerKind::Peekaboo,
+            AnyScheduler::Olms(_) => SchedulerKind::Olms,
+            AnyScheduler::Damps(_) => SchedulerKind::Damps,
         }
     }
 }
@@ -407,6 +437,8 @@ macro_rules! dispatch {
             AnyScheduler::Redundant($s) => $call,
             AnyScheduler::Edf($s) => $call,
             AnyScheduler::Peekaboo($s) => $call,
+            AnyScheduler::Olms($s) => $call,
+            AnyScheduler::Damps($s) => $call,
         }
     };
 }

@@ -1,10 +1,12 @@
 //! The built-in schedulers, one module each.
 
 pub mod blest;
+pub mod damps;
 pub mod ecf;
 pub mod edf;
 pub mod linucb;
 pub mod minrtt;
+pub mod olms;
 pub mod peekaboo;
 pub mod redundant;
 pub mod rr;
