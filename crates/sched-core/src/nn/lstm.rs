@@ -10,7 +10,7 @@
 //! stored transposed, so that one matrix-vector product over `[x; h]` gives all four gates'
 //! pre-activations; the two biases are summed once.
 
-use super::activation::{sigmoid_in_place, tanh, tanh_in_place};
+use super::activation::{sigmoid_in_place, tanh_in_place};
 use super::{NnError, check_buffer, check_dimension, check_tensor, matvec_transposed, transpose};
 
 /// One LSTM layer (`nn.LSTM` with `num_layers = 1`, `batch_first` irrelevant: one sequence).
@@ -214,11 +214,12 @@ impl Lstm {
         for (((c, i), f), g) in state.c.iter_mut().zip(i).zip(f).zip(g.iter()) {
             *c = f * *c + i * g;
         }
-        // h = o ⊙ tanh(c'), computed in `o` and copied out.
-        for (o, c) in o.iter_mut().zip(state.c.iter()) {
-            *o *= tanh(*c);
+        // h = o ⊙ tanh(c').
+        state.h.copy_from_slice(&state.c);
+        tanh_in_place(&mut state.h);
+        for (h, o) in state.h.iter_mut().zip(o.iter()) {
+            *h *= o;
         }
-        state.h.copy_from_slice(o);
     }
 }
 
