@@ -1,0 +1,329 @@
+//! The emulator's configuration file (`braid emu -c FILE`, documented in `docs/emu.md`).
+//!
+//! A file is a list of `[[path]]` tables. Each holds the relay's two addresses (`listen`,
+//! `forward`) and the link parameters of the scenario schema (`docs/scenarios.md`), which are
+//! not re-implemented here: the link keys of every path are handed, as a scenario, to
+//! [`ScenarioFile`], so they mean, default and validate exactly as they do for the simulator
+//! (ranges are drawn from the file's `seed`, traces are read relative to the file).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::scenario::{PathSpec, ScenarioError, ScenarioFile};
+
+/// Default period of the counters `braid emu` prints.
+pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Keys of a `[[path]]` table that belong to the relay rather than to the link model.
+const RELAY_KEYS: [&str; 2] = ["listen", "forward"];
+
+/// Keys allowed at the top of the file.
+const TOP_KEYS: [&str; 3] = ["seed", "stats_interval_s", "path"];
+
+/// Why an emulator configuration was refused. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum EmuConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not TOML, or a field has the wrong type or is unknown.
+    #[error("{file}: field `{field}`: {message}")]
+    Parse {
+        /// The file.
+        file: PathBuf,
+        /// The field (`path[1].listen`), or `(file)` for a syntax error.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A link parameter was refused by the scenario schema (the message names the field).
+    #[error("{0}")]
+    Link(#[from] ScenarioError),
+}
+
+/// One emulated path: a relay from `listen` to `forward` through a link model.
+#[derive(Clone, Debug)]
+pub struct EmuPath {
+    /// Where clients send (port 0: an ephemeral port, see the handle's addresses).
+    pub listen: SocketAddr,
+    /// Where the relay sends what clients sent (the server).
+    pub forward: SocketAddr,
+    /// Both directions of the link: forward is client to server, reverse server to client.
+    pub link: PathSpec,
+}
+
+/// A validated emulator configuration.
+#[derive(Clone, Debug)]
+pub struct EmuConfig {
+    /// The file it came from (for messages).
+    pub file: PathBuf,
+    /// The seed the link parameters and link randomness were drawn from.
+    pub seed: u64,
+    /// How often `braid emu` prints its counters.
+    pub stats_interval: Duration,
+    /// The paths, in file order.
+    pub paths: Vec<EmuPath>,
+}
+
+impl EmuConfig {
+    /// Reads and validates `file`.
+    pub fn load(file: &Path) -> Result<EmuConfig, EmuConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| EmuConfigError::Io {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        EmuConfig::parse(&text, file)
+    }
+
+    /// Parses and validates `text`; `file` names it in errors and anchors relative trace paths.
+    pub fn parse(text: &str, file: &Path) -> Result<EmuConfig, EmuConfigError> {
+        let parse_err = |field: &str, message: String| EmuConfigError::Parse {
+            file: file.to_path_buf(),
+            field: field.to_string(),
+            message,
+        };
+        let mut top: toml::Table = toml::from_str(text)
+            .map_err(|e| parse_err("(file)", e.to_string().trim_end().replace('\n', " ")))?;
+        if let Some(key) = top.keys().find(|k| !TOP_KEYS.contains(&k.as_str())) {
+            let expected = format!("unknown key, expected one of {TOP_KEYS:?}");
+            return Err(parse_err(key, expected));
+        }
+        let seed = match top.get("seed") {
+            None => crate::scenario::DEFAULT_SEED,
+            Some(toml::Value::Integer(s)) if *s >= 0 => *s as u64,
+            Some(v) => {
+                return Err(parse_err(
+                    "seed",
+                    format!("expected an integer >= 0, found {v}"),
+                ));
+            }
+        };
+        let stats_interval = match top.get("stats_interval_s") {
+            None => DEFAULT_STATS_INTERVAL,
+            Some(v) => stats_interval(v).ok_or_else(|| {
+                parse_err(
+                    "stats_interval_s",
+                    format!("expected seconds in [0.1, 3600], found {v}"),
+                )
+            })?,
+        };
+        let Some(toml::Value::Array(paths)) = top.remove("path") else {
+            return Err(parse_err(
+                "path",
+                "expected one or more [[path]] tables".into(),
+            ));
+        };
+        let mut relays = Vec::with_capacity(paths.len());
+        let mut links = Vec::with_capacity(paths.len());
+        let mut listens = HashSet::new();
+        for (i, path) in paths.into_iter().enumerate() {
+            let toml::Value::Table(mut table) = path else {
+                return Err(parse_err(&format!("path[{i}]"), "expected a table".into()));
+            };
+            let mut addr = |key: &str| -> Result<SocketAddr, EmuConfigError> {
+                let field = format!("path[{i}].{key}");
+                let value = table.remove(key).ok_or_else(|| {
+                    parse_err(&field, "missing; expected \"127.0.0.1:PORT\"".into())
+                })?;
+                loopback_addr(&value).map_err(|m| parse_err(&field, m))
+            };
+            let listen = addr(RELAY_KEYS[0])?;
+            let forward = addr(RELAY_KEYS[1])?;
+            if listen.port() != 0 && !listens.insert(listen) {
+                let field = format!("path[{i}].listen");
+                return Err(parse_err(
+                    &field,
+                    format!("{listen} is used by an earlier path"),
+                ));
+            }
+            relays.push((listen, forward));
+            links.push(toml::Value::Table(table));
+        }
+        let specs = link_specs(links, seed, file)?;
+        let paths = relays
+            .into_iter()
+            .zip(specs)
+            .map(|((listen, forward), link)| EmuPath {
+                listen,
+                forward,
+                link,
+            })
+            .collect();
+        Ok(EmuConfig {
+            file: file.to_path_buf(),
+            seed,
+            stats_interval,
+            paths,
+        })
+    }
+}
+
+fn stats_interval(v: &toml::Value) -> Option<Duration> {
+    let secs = match v {
+        toml::Value::Float(f) => *f,
+        toml::Value::Integer(i) => *i as f64,
+        _ => return None,
+    };
+    (0.1..=3600.0)
+        .contains(&secs)
+        .then(|| Duration::from_secs_f64(secs))
+}
+
+/// An `ip:port` string whose address is loopback (127.0.0.0/8 or ::1): the emulator relays
+/// only on this machine.
+fn loopback_addr(value: &toml::Value) -> Result<SocketAddr, String> {
+    let Some(text) = value.as_str() else {
+        return Err(format!(
+            "expected a string \"127.0.0.1:PORT\", found {value}"
+        ));
+    };
+    let addr: SocketAddr = text
+        .parse()
+        .map_err(|_| format!("expected ip:port (no host names), found {text:?}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "expected a loopback address (127.0.0.0/8 or ::1): the emulator only relays on \
+             this machine, found {text:?}"
+        ));
+    }
+    Ok(addr)
+}
+
+/// Validates and resolves the link keys of every path through the scenario schema: a scenario
+/// whose paths are these tables, with a nominal application and duration the emulator ignores.
+fn link_specs(
+    links: Vec<toml::Value>,
+    seed: u64,
+    file: &Path,
+) -> Result<Vec<PathSpec>, EmuConfigError> {
+    let mut scenario = toml::Table::new();
+    scenario.insert("name".into(), "emu".into());
+    scenario.insert("duration_s".into(), toml::Value::Float(1e7));
+    let mut app = toml::Table::new();
+    app.insert("kind".into(), "bulk".into());
+    app.insert("bytes".into(), toml::Value::Integer(1));
+    scenario.insert("app".into(), toml::Value::Table(app));
+    scenario.insert("path".into(), toml::Value::Array(links));
+    let text = toml::to_string(&scenario).map_err(|e| EmuConfigError::Parse {
+        file: file.to_path_buf(),
+        field: "path".into(),
+        message: e.to_string(),
+    })?;
+    let parsed = ScenarioFile::parse(&text, file).map_err(|e| match e {
+        // The parser's line and column would point into the generated text: keep its
+        // message (which names the key) and say which path it is in.
+        ScenarioError::Parse { file, message } => EmuConfigError::Parse {
+            file,
+            field: "path".into(),
+            message: message
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .next_back()
+                .unwrap_or("invalid link keys")
+                .trim()
+                .to_string(),
+        },
+        other => EmuConfigError::Link(other),
+    })?;
+    Ok(parsed.resolve(seed)?.paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<EmuConfig, EmuConfigError> {
+        EmuConfig::parse(text, Path::new("emu.toml"))
+    }
+
+    const TWO: &str = r#"
+        seed = 7
+        [[path]]
+        name = "wifi"
+        listen = "127.0.0.1:0"
+        forward = "127.0.0.1:4433"
+        rate_mbps = 30
+        delay_ms = 10
+        outages = [[5.0, 10.0]]
+        [[path]]
+        name = "lte"
+        listen = "127.0.0.1:0"
+        forward = "127.0.0.1:4433"
+        rate_mbps = 20
+        delay_ms = 20
+        reverse = { delay_ms = 5 }
+    "#;
+
+    #[test]
+    fn two_paths_use_the_scenario_link_model() {
+        let c = parse(TWO).unwrap();
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.paths.len(), 2);
+        assert_eq!(c.paths[0].link.name, "wifi");
+        assert_eq!(c.paths[0].link.forward.delay_ms, 10.0);
+        assert_eq!(c.paths[0].link.reverse.outages, vec![(5.0, 10.0)]);
+        assert_eq!(c.paths[1].link.reverse.delay_ms, 5.0);
+        assert_eq!(c.paths[1].forward, "127.0.0.1:4433".parse().unwrap());
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let cases = [
+            (
+                TWO.replace("127.0.0.1:4433", "10.0.0.1:4433"),
+                "path[0].forward",
+            ),
+            (
+                TWO.replace(
+                    "forward = \"127.0.0.1:4433\"\n        rate_mbps = 30",
+                    "rate_mbps = 30",
+                ),
+                "path[0].forward",
+            ),
+            (TWO.replace("\"127.0.0.1:0\"", "5"), "path[0].listen"),
+            (
+                TWO.replace("localhost", "x")
+                    .replace("127.0.0.1:4433", "localhost:4433"),
+                "path[0].forward",
+            ),
+            (
+                TWO.replace("rate_mbps = 20", "rate_mbps = -1"),
+                "path[1].rate_mbps",
+            ),
+            (TWO.replace("delay_ms = 10", "delay_msx = 10"), "delay_msx"),
+            (TWO.replace("seed = 7", "seed = \"x\""), "seed"),
+            (TWO.replace("seed = 7", "speed = 7"), "speed"),
+            (
+                TWO.replace("seed = 7", "seed = 7\nstats_interval_s = 0.0"),
+                "stats_interval_s",
+            ),
+            ("[[path]\n".to_string(), "(file)"),
+            ("seed = 1".to_string(), "path"),
+        ];
+        for (text, field) in cases {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains("emu.toml"), "{e}");
+            assert!(e.contains(field), "{field} not in {e}");
+        }
+    }
+
+    #[test]
+    fn same_listen_twice_is_refused() {
+        let text = TWO.replace("127.0.0.1:0", "127.0.0.1:40001");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("path[1].listen"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_loopback_is_allowed() {
+        let text = TWO.replace("127.0.0.1:0", "[::1]:0");
+        assert!(parse(&text).is_ok());
+    }
+}
