@@ -2,6 +2,7 @@
 //! and comparison reports.
 #![warn(missing_docs)]
 
+pub mod emu;
 pub mod link;
 pub mod scenario;
 pub mod trace;
