@@ -64,6 +64,55 @@ pub(crate) enum Command {
     Close,
 }
 
+/// The next datagram of one path connection.
+type DatagramFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Bytes, quinn::ConnectionError>> + Send>,
+>;
+
+fn read_next(conn: &quinn::Connection) -> DatagramFuture {
+    let conn = conn.clone();
+    Box::pin(async move { conn.read_datagram().await })
+}
+
+/// A path connection the driver reads datagrams from (polled by the driver itself: no task hop
+/// per datagram).
+struct PathReader {
+    id: PathId,
+    generation: u64,
+    conn: quinn::Connection,
+    next: DatagramFuture,
+}
+
+/// Polls every path's next datagram, taking up to 64 per path per call.
+fn poll_readers(
+    readers: &mut [PathReader],
+    cx: &mut std::task::Context<'_>,
+    out: &mut Vec<PathInput>,
+) -> std::task::Poll<()> {
+    use std::task::Poll;
+    for r in readers.iter_mut() {
+        for _ in 0..64 {
+            match r.next.as_mut().poll(cx) {
+                Poll::Ready(Ok(data)) => {
+                    out.push(PathInput::Datagram(r.id, r.generation, data));
+                    r.next = read_next(&r.conn);
+                }
+                Poll::Ready(Err(_)) => {
+                    out.push(PathInput::Closed(r.id, r.generation));
+                    r.next = Box::pin(std::future::pending());
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+    }
+    if out.is_empty() {
+        Poll::Pending
+    } else {
+        Poll::Ready(())
+    }
+}
+
 #[derive(Debug)]
 enum PathInput {
     Datagram(PathId, u64, Bytes),
@@ -131,7 +180,7 @@ struct Driver {
     generation: u64,
     flows: HashMap<FlowId, FlowEntry>,
     commands_tx: mpsc::Sender<Command>,
-    path_tx: mpsc::Sender<PathInput>,
+    readers: Vec<PathReader>,
     acceptor: Option<FlowAcceptor>,
     buf: Vec<u8>,
     read_buf: Vec<u8>,
@@ -142,7 +191,6 @@ struct Driver {
 /// Starts a driver task; returns its handle and the task.
 pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>) {
     let (commands_tx, commands_rx) = mpsc::channel(1024);
-    let (path_tx, path_rx) = mpsc::channel(8192);
     let epoch = Instant::now();
     let session = Session::new(setup.config, setup.role, setup.scheduler, Timestamp::ZERO);
     let driver = Driver {
@@ -154,14 +202,14 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         generation: 0,
         flows: HashMap::new(),
         commands_tx: commands_tx.clone(),
-        path_tx,
+        readers: Vec::with_capacity(MAX_PATHS),
         acceptor: setup.acceptor,
         buf: vec![0; 65_536],
         read_buf: vec![0; CHUNK],
         counters: SessionCounters::default(),
         closed: false,
     };
-    let task = tokio::spawn(driver.run(commands_rx, path_rx));
+    let task = tokio::spawn(driver.run(commands_rx));
     (
         SessionHandle {
             commands: commands_tx,
@@ -181,11 +229,7 @@ impl Driver {
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400))
     }
 
-    async fn run(
-        mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut paths: mpsc::Receiver<PathInput>,
-    ) {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut batch = Vec::with_capacity(256);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         info!(session = %self.label, user = %self.user, "session started");
@@ -203,10 +247,7 @@ impl Driver {
                 }
             };
             tokio::select! {
-                n = paths.recv_many(&mut batch, 256) => {
-                    if n == 0 {
-                        break;
-                    }
+                () = std::future::poll_fn(|cx| poll_readers(&mut self.readers, cx, &mut batch)) => {
                     for input in batch.drain(..) {
                         self.on_path_input(input);
                     }
@@ -254,6 +295,8 @@ impl Driver {
                 }
             }
             PathInput::Closed(id, generation) => {
+                self.readers
+                    .retain(|r| r.id != id || r.generation != generation);
                 let current = self.paths[id.index()]
                     .as_ref()
                     .is_some_and(|p| p.generation == generation);
@@ -292,19 +335,12 @@ impl Driver {
         }
         self.generation += 1;
         let generation = self.generation;
-        let tx = self.path_tx.clone();
-        let reader = conn.clone();
-        tokio::spawn(async move {
-            while let Ok(data) = reader.read_datagram().await {
-                if tx
-                    .send(PathInput::Datagram(id, generation, data))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            let _ = tx.send(PathInput::Closed(id, generation)).await;
+        self.readers.retain(|r| r.id != id);
+        self.readers.push(PathReader {
+            id,
+            generation,
+            next: read_next(&conn),
+            conn: conn.clone(),
         });
         info!(session = %self.label, path = id.0, link = %name, remote = %conn.remote_address(), "path joined");
         self.counters.path_joins += 1;
