@@ -4,20 +4,23 @@
 //! A measurement `x ∈ [0, 1]` (an RTT or a bandwidth divided by its scale) is turned into a
 //! Bernoulli trial that succeeds with probability `x`; the posterior after `S` successes in `N`
 //! trials is `Beta(S + 1, N − S + 1)`, whose mean tends to the characteristic's mean `E[x]`. A
-//! Thompson sample is one draw from it. The distribution object is rebuilt only when the counts
-//! change, so a decision draws without recomputing Cheng's constants and without allocating.
+//! Thompson sample is one draw from it, taken as the Gamma ratio `X / (X + Y)` with
+//! `X ~ Gamma(S + 1)` and `Y ~ Gamma(N − S + 1)` (Marsaglia–Tsang sampling, about half the cost
+//! of rand_distr's Cheng sampler for `Beta` here). The two Gamma distributions are rebuilt only
+//! when the counts change, so a decision draws without recomputing constants or allocating.
 
 use rand::{Rng, RngExt};
-use rand_distr::{Beta, Distribution};
+use rand_distr::{Distribution, Gamma};
 
 /// `Beta(S + 1, N − S + 1)` for one characteristic of one path.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Posterior {
     successes: u32,
     trials: u32,
-    /// `None` only if `Beta::new` refused the parameters, which cannot happen for counts
-    /// `S <= N` (both parameters are at least 1); sampling then falls back to the uniform prior.
-    distribution: Option<Beta<f64>>,
+    /// `Gamma(S + 1, 1)` and `Gamma(N − S + 1, 1)`. `None` only if `Gamma::new` refused the
+    /// parameters, which cannot happen for counts `S <= N` (both shapes are at least 1); sampling
+    /// then falls back to the uniform prior.
+    distribution: Option<(Gamma<f64>, Gamma<f64>)>,
 }
 
 impl Default for Posterior {
@@ -25,7 +28,7 @@ impl Default for Posterior {
         Posterior {
             successes: 0,
             trials: 0,
-            distribution: Beta::new(1.0, 1.0).ok(),
+            distribution: gammas(1.0, 1.0),
         }
     }
 }
@@ -77,7 +80,12 @@ impl Posterior {
     #[inline]
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {
         match &self.distribution {
-            Some(beta) => beta.sample(rng),
+            Some((success, failure)) => {
+                let x = success.sample(rng);
+                let y = failure.sample(rng);
+                // x, y > 0 almost surely; the guard keeps a (measure-zero) 0/0 out.
+                if x + y > 0.0 { x / (x + y) } else { 0.5 }
+            }
             None => rng.random::<f64>(),
         }
     }
@@ -98,10 +106,15 @@ impl Posterior {
     fn rebuild(&mut self) {
         let a = f64::from(self.successes) + 1.0;
         let b = f64::from(self.trials - self.successes.min(self.trials)) + 1.0;
-        if let Ok(beta) = Beta::new(a, b) {
-            self.distribution = Some(beta);
+        if let Some(pair) = gammas(a, b) {
+            self.distribution = Some(pair);
         }
     }
+}
+
+/// `Gamma(a, 1)` and `Gamma(b, 1)`, whose ratio `X / (X + Y)` is `Beta(a, b)`.
+fn gammas(a: f64, b: f64) -> Option<(Gamma<f64>, Gamma<f64>)> {
+    Some((Gamma::new(a, 1.0).ok()?, Gamma::new(b, 1.0).ok()?))
 }
 
 #[cfg(test)]
@@ -124,6 +137,21 @@ mod tests {
         assert!((p.std_dev() - 0.2).abs() < 1e-12);
         p.reset();
         assert_eq!((p.successes(), p.trials()), (0, 0));
+    }
+
+    #[test]
+    fn samples_have_the_beta_mean_and_variance() {
+        // Beta(3, 2): mean 0.6, variance 0.04. 200,000 draws: the standard error of the mean is
+        // 0.00045 and of the variance about 0.0001.
+        let p = Posterior::from_counts(2, 3);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let n = 200_000;
+        let draws: Vec<f64> = (0..n).map(|_| p.sample(&mut rng)).collect();
+        assert!(draws.iter().all(|x| (0.0..=1.0).contains(x)));
+        let mean = draws.iter().sum::<f64>() / f64::from(n);
+        let var = draws.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / f64::from(n);
+        assert!((mean - 0.6).abs() < 0.003, "{mean}");
+        assert!((var - 0.04).abs() < 0.001, "{var}");
     }
 
     #[test]
