@@ -189,29 +189,7 @@ impl ClientConfig {
             Some(s) => Some(socket_addr(file, "http_listen", s)?),
             None => None,
         };
-        let mut socks_users = Vec::new();
-        for (i, u) in raw.socks.users.iter().enumerate() {
-            if u.name.is_empty() || u.name.len() > 255 {
-                return Err(invalid(
-                    file,
-                    format!("socks.users[{i}].name"),
-                    "1..=255 bytes",
-                    &u.name,
-                ));
-            }
-            if u.password.is_empty() || u.password.len() > 255 {
-                return Err(invalid(
-                    file,
-                    format!("socks.users[{i}].password"),
-                    "1..=255 bytes",
-                    "<redacted>",
-                ));
-            }
-            socks_users.push(SocksUser {
-                name: u.name.clone(),
-                password: u.password.clone(),
-            });
-        }
+        let socks_users = socks_users(file, &raw.socks)?;
         if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
             return Err(invalid(
                 file,
@@ -251,6 +229,33 @@ impl ClientConfig {
             links,
         })
     }
+}
+
+fn socks_users(file: &Path, raw: &RawSocks) -> Result<Vec<SocksUser>, ConfigFileError> {
+    let mut socks_users = Vec::new();
+    for (i, u) in raw.users.iter().enumerate() {
+        if u.name.is_empty() || u.name.len() > 255 {
+            return Err(invalid(
+                file,
+                format!("socks.users[{i}].name"),
+                "1..=255 bytes",
+                &u.name,
+            ));
+        }
+        if u.password.is_empty() || u.password.len() > 255 {
+            return Err(invalid(
+                file,
+                format!("socks.users[{i}].password"),
+                "1..=255 bytes",
+                "<redacted>",
+            ));
+        }
+        socks_users.push(SocksUser {
+            name: u.name.clone(),
+            password: u.password.clone(),
+        });
+    }
+    Ok(socks_users)
 }
 
 fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileError> {

@@ -95,33 +95,7 @@ fn refused(shared: &ServerShared, remote: SocketAddr, reason: &'static str) {
 async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &'static str> {
     let conn = incoming.await.map_err(|_| "handshake failed")?;
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|_| "no join stream")?;
-    let bytes = match recv.read_to_end(MAX_JOIN).await {
-        Ok(b) => b,
-        Err(_) => {
-            conn.close(quinn::VarInt::from_u32(REFUSED_CLOSE_CODE), b"");
-            return Err("join unreadable or too long");
-        }
-    };
-    let mut exporter = [0u8; 32];
-    let verdict = match Join::decode(&bytes) {
-        Err(_) => Err("malformed join"),
-        Ok(join) => {
-            let key = shared
-                .config
-                .users
-                .iter()
-                .find(|u| u.name == join.user)
-                .map(|u| &u.key);
-            let exported = conn
-                .export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
-                .is_ok();
-            if exported && verify_mac(key, &exporter, &join) {
-                Ok(join)
-            } else {
-                Err("bad user or proof")
-            }
-        }
-    };
+    let verdict = read_join(&conn, &mut recv, shared).await;
     let join = match verdict {
         Ok(j) => j,
         Err(reason) => {
@@ -159,6 +133,41 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
     shared.joins_accepted.fetch_add(1, Ordering::Relaxed);
     info!(remote = %conn.remote_address(), user = %join.user, path = join.path.0, link = %join.link_name, "join accepted");
     Ok(())
+}
+
+/// Reads and checks the JOIN: the join, or the reason for refusing it (debug log only).
+async fn read_join(
+    conn: &quinn::Connection,
+    recv: &mut quinn::RecvStream,
+    shared: &ServerShared,
+) -> Result<Join, &'static str> {
+    let bytes = match recv.read_to_end(MAX_JOIN).await {
+        Ok(b) => b,
+        Err(_) => {
+            conn.close(quinn::VarInt::from_u32(REFUSED_CLOSE_CODE), b"");
+            return Err("join unreadable or too long");
+        }
+    };
+    let mut exporter = [0u8; 32];
+    match Join::decode(&bytes) {
+        Err(_) => Err("malformed join"),
+        Ok(join) => {
+            let key = shared
+                .config
+                .users
+                .iter()
+                .find(|u| u.name == join.user)
+                .map(|u| &u.key);
+            let exported = conn
+                .export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
+                .is_ok();
+            if exported && verify_mac(key, &exporter, &join) {
+                Ok(join)
+            } else {
+                Err("bad user or proof")
+            }
+        }
+    }
 }
 
 async fn refuse_and_close(conn: &quinn::Connection, send: &mut quinn::SendStream) {

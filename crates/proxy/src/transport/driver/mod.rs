@@ -10,13 +10,18 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, PathState, Timestamp};
+use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, Timestamp};
 use bytes::{Buf as _, Bytes};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+mod readers;
+mod report;
+
+use readers::{PathReader, poll_readers, read_next};
+
 use super::flow::{CHUNK, FlowHandle, FlowMsg, READ_CHUNKS_IN_FLIGHT, SessionHandle, WRITE_CREDIT};
-use super::status::{PathReport, SessionCounters, SessionStatus};
+use super::status::{SessionCounters, SessionStatus};
 use crate::session::{
     Event, FlowError, FlowKind, PathConfig, Role, Session, SessionConfig, Target,
 };
@@ -64,57 +69,8 @@ pub(crate) enum Command {
     Close,
 }
 
-/// The next datagram of one path connection.
-type DatagramFuture = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Bytes, quinn::ConnectionError>> + Send>,
->;
-
-fn read_next(conn: &quinn::Connection) -> DatagramFuture {
-    let conn = conn.clone();
-    Box::pin(async move { conn.read_datagram().await })
-}
-
-/// A path connection the driver reads datagrams from (polled by the driver itself: no task hop
-/// per datagram).
-struct PathReader {
-    id: PathId,
-    generation: u64,
-    conn: quinn::Connection,
-    next: DatagramFuture,
-}
-
-/// Polls every path's next datagram, taking up to 64 per path per call.
-fn poll_readers(
-    readers: &mut [PathReader],
-    cx: &mut std::task::Context<'_>,
-    out: &mut Vec<PathInput>,
-) -> std::task::Poll<()> {
-    use std::task::Poll;
-    for r in readers.iter_mut() {
-        for _ in 0..64 {
-            match r.next.as_mut().poll(cx) {
-                Poll::Ready(Ok(data)) => {
-                    out.push(PathInput::Datagram(r.id, r.generation, data));
-                    r.next = read_next(&r.conn);
-                }
-                Poll::Ready(Err(_)) => {
-                    out.push(PathInput::Closed(r.id, r.generation));
-                    r.next = Box::pin(std::future::pending());
-                    break;
-                }
-                Poll::Pending => break,
-            }
-        }
-    }
-    if out.is_empty() {
-        Poll::Pending
-    } else {
-        Poll::Ready(())
-    }
-}
-
 #[derive(Debug)]
-enum PathInput {
+pub(super) enum PathInput {
     Datagram(PathId, u64, Bytes),
     Closed(PathId, u64),
 }
@@ -389,25 +345,11 @@ impl Driver {
                 config,
                 name,
             } => self.attach_path(id, conn, config, name),
-            // Without any path the flow could only wait; the application gets a quick failure.
-            Command::Open { reply, .. } if self.paths.iter().all(Option::is_none) => {
-                let _ = reply.send(Err(FlowError::SessionClosed));
-            }
             Command::Open {
                 kind,
                 target,
                 reply,
-            } => match self.session.open_flow(kind, target) {
-                Ok(id) => {
-                    let handle = self.new_flow(id, kind);
-                    if reply.send(Ok(handle)).is_err() {
-                        let _ = self.session.reset(id, 0);
-                    }
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+            } => self.open(kind, target, reply),
             Command::Write { flow, data } => {
                 if let Some(entry) = self.flows.get_mut(&flow) {
                     entry.pending.push_back(data);
@@ -442,6 +384,30 @@ impl Driver {
                 let _ = reply.send(self.status());
             }
             Command::Close => self.session.close(0, now),
+        }
+    }
+
+    fn open(
+        &mut self,
+        kind: FlowKind,
+        target: Target,
+        reply: oneshot::Sender<Result<FlowHandle, FlowError>>,
+    ) {
+        // Without any path the flow could only wait; the application gets a quick failure.
+        if self.paths.iter().all(Option::is_none) {
+            let _ = reply.send(Err(FlowError::SessionClosed));
+            return;
+        }
+        match self.session.open_flow(kind, target) {
+            Ok(id) => {
+                let handle = self.new_flow(id, kind);
+                if reply.send(Ok(handle)).is_err() {
+                    let _ = self.session.reset(id, 0);
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 
@@ -586,75 +552,6 @@ impl Driver {
                     debug!(session = %self.label, path = t.path.0, error = %e, "datagram not sent");
                 }
             }
-        }
-    }
-
-    fn update_rates(&mut self) {
-        let now = self.now();
-        let stats: Vec<_> = self
-            .session
-            .path_status(now)
-            .map(|s| (s.view.id, s.stats.bytes_sent))
-            .collect();
-        for (id, sent) in stats {
-            if let Some(p) = self.paths[id.index()].as_mut() {
-                p.send_mbps = (sent.saturating_sub(p.last_sent)) as f64 * 8.0 / 1e6;
-                p.recv_mbps = (p.recv_bytes.saturating_sub(p.last_recv)) as f64 * 8.0 / 1e6;
-                p.last_sent = sent;
-                p.last_recv = p.recv_bytes;
-            }
-        }
-    }
-
-    fn status(&mut self) -> SessionStatus {
-        let now = self.now();
-        let mut paths = Vec::new();
-        let views: Vec<_> = self.session.path_status(now).collect();
-        for s in views {
-            let v = s.view;
-            let Some(p) = self.paths[v.id.index()].as_ref() else {
-                continue;
-            };
-            let state = match v.state {
-                PathState::Active => "active",
-                PathState::Backup => "backup",
-                PathState::Failed => "failed",
-            };
-            paths.push(PathReport {
-                id: v.id.0,
-                name: p.name.clone(),
-                remote: p.conn.remote_address().to_string(),
-                state: state.to_owned(),
-                srtt_ms: f64::from(v.srtt_us) / 1e3,
-                rttvar_ms: f64::from(v.rttvar_us) / 1e3,
-                min_rtt_ms: f64::from(v.min_rtt_us) / 1e3,
-                cwnd: v.cwnd,
-                bytes_in_flight: v.bytes_in_flight,
-                loss_rate: v.loss_rate,
-                delivery_mbps: v.delivery_rate as f64 * 8.0 / 1e6,
-                send_mbps: p.send_mbps,
-                recv_mbps: p.recv_mbps,
-                packets_sent: s.stats.packets_sent,
-                packets_received: s.stats.packets_received,
-                packets_lost: s.stats.packets_lost,
-                failures: s.stats.failures,
-                max_datagram_size: v.max_datagram_size,
-            });
-        }
-        let mut counters = self.counters.clone();
-        counters.flows_open = self.session.memory_usage().flows;
-        SessionStatus {
-            session: self.label.clone(),
-            user: self.user.clone(),
-            role: match self.session.role() {
-                Role::Client => "client".to_owned(),
-                Role::Server => "server".to_owned(),
-            },
-            scheduler: self.session.scheduler().kind().name().to_owned(),
-            model_version: None,
-            uptime_s: self.epoch.elapsed().as_secs_f64(),
-            paths,
-            counters,
         }
     }
 }

@@ -1,0 +1,79 @@
+//! The driver's contribution to `braid status`: per-path figures from the session and the
+//! connections, and throughput over the last second.
+
+use braid_sched_core::PathState;
+
+use super::Driver;
+use crate::session::Role;
+use crate::transport::status::{PathReport, SessionStatus};
+
+impl Driver {
+    pub(super) fn update_rates(&mut self) {
+        let now = self.now();
+        let stats: Vec<_> = self
+            .session
+            .path_status(now)
+            .map(|s| (s.view.id, s.stats.bytes_sent))
+            .collect();
+        for (id, sent) in stats {
+            if let Some(p) = self.paths[id.index()].as_mut() {
+                p.send_mbps = (sent.saturating_sub(p.last_sent)) as f64 * 8.0 / 1e6;
+                p.recv_mbps = (p.recv_bytes.saturating_sub(p.last_recv)) as f64 * 8.0 / 1e6;
+                p.last_sent = sent;
+                p.last_recv = p.recv_bytes;
+            }
+        }
+    }
+
+    pub(super) fn status(&mut self) -> SessionStatus {
+        let now = self.now();
+        let mut paths = Vec::new();
+        let views: Vec<_> = self.session.path_status(now).collect();
+        for s in views {
+            let v = s.view;
+            let Some(p) = self.paths[v.id.index()].as_ref() else {
+                continue;
+            };
+            let state = match v.state {
+                PathState::Active => "active",
+                PathState::Backup => "backup",
+                PathState::Failed => "failed",
+            };
+            paths.push(PathReport {
+                id: v.id.0,
+                name: p.name.clone(),
+                remote: p.conn.remote_address().to_string(),
+                state: state.to_owned(),
+                srtt_ms: f64::from(v.srtt_us) / 1e3,
+                rttvar_ms: f64::from(v.rttvar_us) / 1e3,
+                min_rtt_ms: f64::from(v.min_rtt_us) / 1e3,
+                cwnd: v.cwnd,
+                bytes_in_flight: v.bytes_in_flight,
+                loss_rate: v.loss_rate,
+                delivery_mbps: v.delivery_rate as f64 * 8.0 / 1e6,
+                send_mbps: p.send_mbps,
+                recv_mbps: p.recv_mbps,
+                packets_sent: s.stats.packets_sent,
+                packets_received: s.stats.packets_received,
+                packets_lost: s.stats.packets_lost,
+                failures: s.stats.failures,
+                max_datagram_size: v.max_datagram_size,
+            });
+        }
+        let mut counters = self.counters.clone();
+        counters.flows_open = self.session.memory_usage().flows;
+        SessionStatus {
+            session: self.label.clone(),
+            user: self.user.clone(),
+            role: match self.session.role() {
+                Role::Client => "client".to_owned(),
+                Role::Server => "server".to_owned(),
+            },
+            scheduler: self.session.scheduler().kind().name().to_owned(),
+            model_version: None,
+            uptime_s: self.epoch.elapsed().as_secs_f64(),
+            paths,
+            counters,
+        }
+    }
+}
