@@ -4,7 +4,9 @@
 
 pub mod emu;
 pub mod link;
+pub mod report;
 pub mod scenario;
+pub mod sim;
 pub mod trace;
 
 pub use link::{Capacity, DropReason, JitterDistribution, Link, LinkConfig, LinkStats, Verdict};
