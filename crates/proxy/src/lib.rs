@@ -11,5 +11,6 @@ pub mod daemon;
 pub mod egress;
 pub mod inbound;
 pub mod session;
+pub mod sim_endpoint;
 pub mod tls;
 pub mod transport;

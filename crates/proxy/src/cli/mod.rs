@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod client;
 mod schedulers;
 mod server;
+mod sim;
 mod status;
 
 pub use schedulers::scheduler_catalogue;
@@ -34,6 +35,8 @@ pub enum Command {
     Server(server::ServerArgs),
     /// The running daemon's paths, scheduler and counters.
     Status(status::StatusArgs),
+    /// Deterministic simulation of a scenario file per scheduler (table, JSON, report).
+    Sim(sim::SimArgs),
 }
 
 /// Parses `std::env::args` and runs the command.
@@ -54,5 +57,6 @@ pub fn main() -> ExitCode {
         Command::Client(args) => client::run(&args),
         Command::Server(args) => server::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Sim(args) => sim::run(&args),
     }
 }
