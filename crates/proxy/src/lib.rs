@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod demo;
 pub mod egress;
 pub mod inbound;
 pub mod session;

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod client;
+mod demo;
+mod emu;
 mod schedulers;
 mod server;
 mod sim;
@@ -37,6 +39,10 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Deterministic simulation of a scenario file per scheduler (table, JSON, report).
     Sim(sim::SimArgs),
+    /// The real-time link emulator: a shaped UDP relay per path on loopback (docs/emu.md).
+    Emu(emu::EmuArgs),
+    /// The whole system in one process on loopback, with a live per-path view and a summary.
+    Demo(demo::DemoArgs),
 }
 
 /// Parses `std::env::args` and runs the command.
@@ -58,5 +64,7 @@ pub fn main() -> ExitCode {
         Command::Server(args) => server::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Sim(args) => sim::run(&args),
+        Command::Emu(args) => emu::run(&args),
+        Command::Demo(args) => demo::run(&args),
     }
 }

@@ -224,8 +224,7 @@ fn link_specs(
             field: "path".into(),
             message: message
                 .lines()
-                .filter(|l| !l.trim().is_empty())
-                .next_back()
+                .rfind(|l| !l.trim().is_empty())
                 .unwrap_or("invalid link keys")
                 .trim()
                 .to_string(),
