@@ -208,12 +208,11 @@ impl Loop {
         app_wakeup: Option<Timestamp>,
         end: Timestamp,
     ) -> bool {
-        let candidates = [
-            self.queue.next_at(),
-            eps[0].poll_timeout(),
-            eps[1].poll_timeout(),
-            app_wakeup,
-        ];
+        // Each endpoint's timer is read once per step (it is not free: the session scans its
+        // paths); a timer that a delivery below moves to now fires on the next step, at the
+        // same instant.
+        let timers = [eps[0].poll_timeout(), eps[1].poll_timeout()];
+        let candidates = [self.queue.next_at(), timers[0], timers[1], app_wakeup];
         let Some(next) = candidates.into_iter().flatten().min().filter(|&t| t <= end) else {
             return false;
         };
@@ -246,8 +245,8 @@ impl Loop {
             }
             self.queue.release(&p);
         }
-        for ep in eps.iter_mut() {
-            if ep.poll_timeout().is_some_and(|t| t <= self.now) {
+        for (ep, timer) in eps.iter_mut().zip(timers) {
+            if timer.is_some_and(|t| t <= self.now) {
                 ep.handle_timeout(self.now);
             }
         }
