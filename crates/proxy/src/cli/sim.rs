@@ -157,4 +157,26 @@ mod tests {
         let e = parse_schedulers("minrtt,bogus").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
     }
+
+    #[test]
+    fn bad_input_exits_with_2() {
+        let args = |scenario: &str, scheduler: &str, runs: u64| SimArgs {
+            scenario: PathBuf::from(scenario),
+            scheduler: scheduler.into(),
+            seed: None,
+            runs,
+            json: false,
+            report: None,
+        };
+        let good = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/scenarios/damps-table1-0-0.toml"
+        );
+        assert_eq!(
+            run(&args("/nonexistent/x.toml", "all", 1)),
+            ExitCode::from(2)
+        );
+        assert_eq!(run(&args(good, "nope", 1)), ExitCode::from(2));
+        assert_eq!(run(&args(good, "minrtt", 0)), ExitCode::from(2));
+    }
 }
