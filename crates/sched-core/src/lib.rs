@@ -19,6 +19,7 @@
 //! [`SchedulerConfig`].
 #![warn(missing_docs)]
 
+pub mod changepoint;
 pub mod decision;
 pub mod nn;
 pub mod packet;

@@ -1,0 +1,402 @@
+//! Bayesian online change-point detection (Adams & MacKay 2007, "Bayesian Online Changepoint
+//! Detection", arXiv:0710.3742), as FALCON §IV-A uses it to notice that a path's network
+//! condition changed: one detector on the path's RTT samples, one on its loss counts grouped
+//! over packets (a binomial count, FALCON's way of making the Bernoulli loss signal roughly
+//! continuous).
+//!
+//! The detector keeps the posterior over the *run length* (samples since the last change),
+//! `P(r_t | x_1..t)`, with a constant hazard `H = 1 / expected_run`, and a conjugate
+//! Normal-Gamma model per run length whose predictive is a Student-t (Adams & MacKay §2.3,
+//! Alg. 1). Run lengths are truncated at [`MAX_RUN`]: the mass of longer runs is folded into the
+//! last bucket (the usual fixed-memory approximation), so every array is fixed-size and nothing
+//! is allocated after construction.
+//!
+//! A change is *declared* when the most probable (MAP) run length collapses (falls by at least
+//! `min_drop` from a run of at least `confirm + min_drop`) and the new run then stays the most
+//! probable for `confirm` samples; if the old long run takes the lead again first (a single
+//! outlier), nothing is declared. The bare `P(r_t = 0)` cannot be used (under a constant hazard
+//! it always equals `H`); the confirmation trades `confirm` samples of delay for robustness.
+
+/// Longest run length tracked; longer runs share the last bucket.
+pub const MAX_RUN: usize = 48;
+const SLOTS: usize = MAX_RUN + 1;
+
+/// Parameters of a [`ChangeDetector`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChangeDetectorConfig {
+    /// Expected samples between changes (`1 / hazard`), > 1.
+    pub expected_run: f64,
+    /// Prior pseudo-observations for the mean (κ₀ > 0).
+    pub kappa: f64,
+    /// Prior shape of the precision (α₀ > 0).
+    pub alpha: f64,
+    /// Prior standard deviation relative to the first sample's magnitude (sets β₀).
+    pub relative_scale: f64,
+    /// Smallest prior standard deviation, in the signal's unit (sets β₀ for signals near 0).
+    pub min_scale: f64,
+    /// Samples the new run must stay the most probable before a change is declared.
+    pub confirm: usize,
+    /// How far the MAP run length must fall for a candidate change.
+    pub min_drop: usize,
+}
+
+impl Default for ChangeDetectorConfig {
+    fn default() -> Self {
+        ChangeDetectorConfig {
+            expected_run: 1000.0,
+            kappa: 1.0,
+            alpha: 1.0,
+            relative_scale: 0.1,
+            min_scale: 1.0,
+            confirm: 3,
+            min_drop: 4,
+        }
+    }
+}
+
+/// Sufficient statistics of the Normal-Gamma posterior of one run length.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Posterior {
+    mean: f64,
+    kappa: f64,
+    alpha: f64,
+    beta: f64,
+}
+
+impl Posterior {
+    /// Log of the Student-t predictive density of `x` (Murphy 2007, eq. 100), with
+    /// `lgamma_ratio = ln Γ(α + ½) − ln Γ(α)`.
+    fn log_predictive(&self, x: f64, lgamma_ratio: f64) -> f64 {
+        let dof = 2.0 * self.alpha;
+        let scale2 = self.beta * (self.kappa + 1.0) / (self.alpha * self.kappa);
+        let z = (x - self.mean) * (x - self.mean) / (dof * scale2);
+        lgamma_ratio
+            - 0.5 * (dof * std::f64::consts::PI * scale2).ln()
+            - (self.alpha + 0.5) * z.ln_1p()
+    }
+
+    /// The posterior after observing `x`.
+    fn updated(&self, x: f64) -> Posterior {
+        let kappa = self.kappa + 1.0;
+        Posterior {
+            mean: (self.kappa * self.mean + x) / kappa,
+            kappa,
+            alpha: self.alpha + 0.5,
+            beta: self.beta + self.kappa * (x - self.mean) * (x - self.mean) / (2.0 * kappa),
+        }
+    }
+}
+
+/// One BOCPD detector over a scalar signal; fixed memory, no allocation per sample.
+#[derive(Clone, Debug)]
+pub struct ChangeDetector {
+    config: ChangeDetectorConfig,
+    hazard: f64,
+    /// `P(r_t = r)`, normalised.
+    run: [f64; SLOTS],
+    posterior: [Posterior; SLOTS],
+    next_run: [f64; SLOTS],
+    next_posterior: [Posterior; SLOTS],
+    /// `ln Γ(α₀ + (r+1)/2) − ln Γ(α₀ + r/2)` for each run length.
+    lgamma_ratio: [f64; SLOTS],
+    prior: Posterior,
+    samples: u64,
+    map_run: usize,
+    /// A collapse of the MAP run length waits for confirmation.
+    pending: bool,
+    changes: u64,
+}
+
+impl ChangeDetector {
+    /// A detector with `config`; invalid numbers are replaced by the defaults (see
+    /// [`ChangeDetectorConfig::default`]) so that the detector is always well defined.
+    pub fn new(config: ChangeDetectorConfig) -> Self {
+        let d = ChangeDetectorConfig::default();
+        let positive = |v: f64, fallback: f64| {
+            if v.is_finite() && v > 0.0 {
+                v
+            } else {
+                fallback
+            }
+        };
+        let config = ChangeDetectorConfig {
+            expected_run: if config.expected_run.is_finite() && config.expected_run > 1.0 {
+                config.expected_run
+            } else {
+                d.expected_run
+            },
+            kappa: positive(config.kappa, d.kappa),
+            alpha: positive(config.alpha, d.alpha),
+            relative_scale: positive(config.relative_scale, d.relative_scale),
+            min_scale: positive(config.min_scale, d.min_scale),
+            confirm: config.confirm.min(MAX_RUN / 2),
+            min_drop: config.min_drop.clamp(1, MAX_RUN / 2),
+        };
+        let mut lgamma_ratio = [0.0; SLOTS];
+        for (r, ratio) in lgamma_ratio.iter_mut().enumerate() {
+            let a = config.alpha + r as f64 / 2.0;
+            *ratio = ln_gamma(a + 0.5) - ln_gamma(a);
+        }
+        let mut detector = ChangeDetector {
+            config,
+            hazard: 1.0 / config.expected_run,
+            run: [0.0; SLOTS],
+            posterior: [Posterior::default(); SLOTS],
+            next_run: [0.0; SLOTS],
+            next_posterior: [Posterior::default(); SLOTS],
+            lgamma_ratio,
+            prior: Posterior::default(),
+            samples: 0,
+            map_run: 0,
+            pending: false,
+            changes: 0,
+        };
+        detector.reset();
+        detector
+    }
+
+    /// Forgets everything; the next sample sets the prior again.
+    pub fn reset(&mut self) {
+        self.run = [0.0; SLOTS];
+        self.run[0] = 1.0;
+        self.samples = 0;
+        self.map_run = 0;
+        self.pending = false;
+    }
+
+    /// Samples seen since construction or the last [`reset`](Self::reset).
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Changes declared so far.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    /// The most probable run length after the last sample.
+    pub fn map_run_length(&self) -> usize {
+        self.map_run
+    }
+
+    /// `P(r_t = r)` after the last sample.
+    pub fn run_probability(&self, r: usize) -> f64 {
+        self.run.get(r).copied().unwrap_or(0.0)
+    }
+
+    /// Feeds one sample; true when it completes the detection of a change. Non-finite samples
+    /// are ignored.
+    pub fn observe(&mut self, x: f64) -> bool {
+        if !x.is_finite() {
+            return false;
+        }
+        if self.samples == 0 {
+            let scale = (self.config.relative_scale * x.abs()).max(self.config.min_scale);
+            self.prior = Posterior {
+                mean: x,
+                kappa: self.config.kappa,
+                alpha: self.config.alpha,
+                beta: self.config.alpha * scale * scale,
+            };
+            self.posterior[0] = self.prior;
+        }
+        self.samples += 1;
+        let h = self.hazard;
+        // Growth and change probabilities (Alg. 1 steps 3-5), then fold run MAX_RUN's growth
+        // into the last bucket.
+        let mut change = 0.0;
+        self.next_run = [0.0; SLOTS];
+        for r in 0..SLOTS {
+            let p = self.run[r];
+            if p <= 0.0 {
+                continue;
+            }
+            let likelihood = self.posterior[r]
+                .log_predictive(x, self.lgamma_ratio[r])
+                .exp();
+            let mass = p * likelihood;
+            change += mass * h;
+            self.next_run[(r + 1).min(MAX_RUN)] += mass * (1.0 - h);
+        }
+        self.next_run[0] = change;
+        let total: f64 = self.next_run.iter().sum();
+        if !(total.is_finite() && total > 0.0) {
+            // Every run length found x impossible (far outside any posterior): that is a change.
+            self.restart_at(x);
+            return self.declare(0);
+        }
+        for p in &mut self.next_run {
+            *p /= total;
+        }
+        // Posterior updates (Alg. 1 step 8): run r+1 extends run r; run 0 restarts from the prior.
+        self.next_posterior[0] = self.prior.updated(x);
+        for r in 0..MAX_RUN {
+            self.next_posterior[r + 1] = self.posterior[r].updated(x);
+        }
+        // Run MAX_RUN's own growth folded into MAX_RUN: keep the longer run's statistics, which
+        // carry more of the mass after a long stable period.
+        self.next_posterior[MAX_RUN] = self.posterior[MAX_RUN].updated(x);
+        if self.run[MAX_RUN] < self.run[MAX_RUN - 1] {
+            self.next_posterior[MAX_RUN] = self.posterior[MAX_RUN - 1].updated(x);
+        }
+        std::mem::swap(&mut self.run, &mut self.next_run);
+        std::mem::swap(&mut self.posterior, &mut self.next_posterior);
+        let map = self
+            .run
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f64::MIN),
+                |best, (r, &p)| if p > best.1 { (r, p) } else { best },
+            )
+            .0;
+        self.declare(map)
+    }
+
+    /// All mass on a new run that has seen `x`.
+    fn restart_at(&mut self, x: f64) {
+        self.run = [0.0; SLOTS];
+        self.run[0] = 1.0;
+        self.posterior[0] = self.prior.updated(x);
+    }
+
+    fn declare(&mut self, map: usize) -> bool {
+        let previous = self.map_run;
+        self.map_run = map;
+        let c = self.config;
+        if map + c.min_drop <= previous && previous >= c.confirm + c.min_drop {
+            // The MAP collapsed from a long run: a candidate change, confirmed once the new run
+            // has lasted `confirm` samples, dropped if the long run takes the lead again.
+            self.pending = true;
+        }
+        if !self.pending {
+            return false;
+        }
+        if map > c.confirm + c.min_drop {
+            self.pending = false;
+            return false;
+        }
+        if map >= c.confirm {
+            self.pending = false;
+            self.changes += 1;
+            return true;
+        }
+        false
+    }
+}
+
+/// `ln Γ(x)` for x > 0 (Lanczos, g = 7, n = 9; relative error below 1e-13).
+fn ln_gamma(x: f64) -> f64 {
+    const G: f64 = 7.0;
+    const COEFFICIENTS: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x) Γ(1 − x) = π / sin(πx).
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut sum = COEFFICIENTS[0];
+    for (i, c) in COEFFICIENTS.iter().enumerate().skip(1) {
+        sum += c / (x + i as f64);
+    }
+    let t = x + G + 0.5;
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gaussian noise from a fixed-seed xorshift and Box-Muller.
+    struct Noise(u64);
+
+    impl Noise {
+        fn uniform(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+
+        fn gaussian(&mut self) -> f64 {
+            let (u, v) = (self.uniform(), self.uniform());
+            (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+        }
+    }
+
+    #[test]
+    fn ln_gamma_matches_known_values() {
+        assert!(ln_gamma(1.0).abs() < 1e-12);
+        assert!(ln_gamma(2.0).abs() < 1e-12);
+        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+        assert!((ln_gamma(10.0) - 362_880f64.ln()).abs() < 1e-10);
+    }
+
+    #[test]
+    fn detects_a_step_in_rtt_within_a_few_samples() {
+        let mut noise = Noise(0x5eed);
+        let mut detector = ChangeDetector::new(ChangeDetectorConfig::default());
+        for _ in 0..300 {
+            assert!(!detector.observe(40.0 + 2.0 * noise.gaussian()));
+        }
+        let mut delay = None;
+        for i in 0..50 {
+            if detector.observe(80.0 + 2.0 * noise.gaussian()) {
+                delay = Some(i + 1);
+                break;
+            }
+        }
+        let delay = delay.expect("the step was not detected");
+        assert!(delay <= 6, "detected after {delay} samples");
+        assert_eq!(detector.changes(), 1);
+    }
+
+    #[test]
+    fn no_false_alarm_on_stationary_noise() {
+        let mut noise = Noise(42);
+        let mut detector = ChangeDetector::new(ChangeDetectorConfig::default());
+        let alarms = (0..20_000)
+            .filter(|_| detector.observe(30.0 + 5.0 * noise.gaussian()))
+            .count();
+        assert_eq!(alarms, 0);
+        assert!(detector.map_run_length() >= MAX_RUN - 1);
+    }
+
+    #[test]
+    fn detects_a_rise_in_grouped_loss_counts() {
+        // Binomial counts over groups of 32 packets: loss 1% then 20%.
+        let mut noise = Noise(7);
+        let mut detector = ChangeDetector::new(ChangeDetectorConfig::default());
+        let mut count = |p: f64, noise: &mut Noise| (0..32).filter(|_| noise.uniform() < p).count();
+        for _ in 0..200 {
+            assert!(!detector.observe(count(0.01, &mut noise) as f64));
+        }
+        let detected = (0..20).any(|_| detector.observe(count(0.2, &mut noise) as f64));
+        assert!(detected);
+    }
+
+    #[test]
+    fn ignores_non_finite_samples_and_bad_config() {
+        let mut detector = ChangeDetector::new(ChangeDetectorConfig {
+            expected_run: f64::NAN,
+            kappa: -1.0,
+            ..ChangeDetectorConfig::default()
+        });
+        assert!(!detector.observe(f64::NAN));
+        assert!(!detector.observe(f64::INFINITY));
+        assert_eq!(detector.samples(), 0);
+        assert!(!detector.observe(10.0));
+        let total: f64 = (0..SLOTS).map(|r| detector.run_probability(r)).sum();
+        assert!((total - 1.0).abs() < 1e-9);
+    }
+}
