@@ -11,6 +11,7 @@ use crate::path::{PathId, PathState, PathView};
 use crate::sched::blest::{Blest, BlestConfig};
 use crate::sched::damps::{Damps, DampsConfig};
 use crate::sched::ecf::{Ecf, EcfConfig};
+use crate::sched::edar::{Edar, EdarConfig};
 use crate::sched::edf::{Edf, EdfConfig};
 use crate::sched::minrtt::{MinRtt, MinRttConfig};
 use crate::sched::olms::{Olms, OlmsConfig};
@@ -159,6 +160,8 @@ pub enum SchedulerKind {
     Olms,
     /// Batch deadline LP + UCB fluctuation monitor + EDF fail-safe (DaMPS).
     Damps,
+    /// DQN choosing normal or redundant transmission per min-RTT interval (EdAR).
+    Edar,
 }
 
 impl SchedulerKind {
@@ -174,6 +177,7 @@ impl SchedulerKind {
         SchedulerKind::Peekaboo,
         SchedulerKind::Olms,
         SchedulerKind::Damps,
+        SchedulerKind::Edar,
     ];
 
     /// The name used in config and on the CLI.
@@ -189,6 +193,7 @@ impl SchedulerKind {
             SchedulerKind::Peekaboo => "peekaboo",
             SchedulerKind::Olms => "olms",
             SchedulerKind::Damps => "damps",
+            SchedulerKind::Edar => "edar",
         }
     }
 
@@ -205,6 +210,7 @@ impl SchedulerKind {
             SchedulerKind::Peekaboo => Peekaboo::INFO,
             SchedulerKind::Olms => Olms::INFO,
             SchedulerKind::Damps => Damps::INFO,
+            SchedulerKind::Edar => Edar::INFO,
         }
     }
 }
@@ -272,6 +278,8 @@ pub enum SchedulerConfig {
     Olms(OlmsConfig),
     /// See [`Damps`].
     Damps(DampsConfig),
+    /// See [`Edar`].
+    Edar(EdarConfig),
 }
 
 impl SchedulerConfig {
@@ -290,6 +298,7 @@ impl SchedulerConfig {
             SchedulerKind::Peekaboo => SchedulerConfig::Peekaboo(PeekabooConfig::default()),
             SchedulerKind::Olms => SchedulerConfig::Olms(OlmsConfig::default()),
             SchedulerKind::Damps => SchedulerConfig::Damps(DampsConfig::default()),
+            SchedulerKind::Edar => SchedulerConfig::Edar(EdarConfig::default()),
         }
     }
 
@@ -306,6 +315,7 @@ impl SchedulerConfig {
             SchedulerConfig::Peekaboo(_) => SchedulerKind::Peekaboo,
             SchedulerConfig::Olms(_) => SchedulerKind::Olms,
             SchedulerConfig::Damps(_) => SchedulerKind::Damps,
+            SchedulerConfig::Edar(_) => SchedulerKind::Edar,
         }
     }
 
@@ -328,6 +338,7 @@ impl SchedulerConfig {
             SchedulerConfig::Peekaboo(c) => c.set(name, value)?,
             SchedulerConfig::Olms(c) => c.set(name, value)?,
             SchedulerConfig::Damps(c) => c.set(name, value)?,
+            SchedulerConfig::Edar(c) => c.set(name, value)?,
             SchedulerConfig::MinRtt(_)
             | SchedulerConfig::RoundRobin(_)
             | SchedulerConfig::WeightedRoundRobin(_)
@@ -352,6 +363,7 @@ impl SchedulerConfig {
             SchedulerConfig::Peekaboo(c) => AnyScheduler::Peekaboo(Box::new(Peekaboo::new(c))),
             SchedulerConfig::Olms(c) => AnyScheduler::Olms(Box::new(Olms::new(c))),
             SchedulerConfig::Damps(c) => AnyScheduler::Damps(Box::new(Damps::new(c))),
+            SchedulerConfig::Edar(c) => AnyScheduler::Edar(Box::new(Edar::new(c))),
         }
     }
 }
@@ -400,6 +412,8 @@ pub enum AnyScheduler {
     Olms(Box<Olms>),
     /// See [`Damps`] (boxed: its bandits and LP buffer are a few kB, allocated once when built).
     Damps(Box<Damps>),
+    /// See [`Edar`] (boxed: its state history and network scratch are a few kB).
+    Edar(Box<Edar>),
 }
 
 impl AnyScheduler {
@@ -421,6 +435,7 @@ impl AnyScheduler {
             AnyScheduler::Peekaboo(_) => SchedulerKind::Peekaboo,
             AnyScheduler::Olms(_) => SchedulerKind::Olms,
             AnyScheduler::Damps(_) => SchedulerKind::Damps,
+            AnyScheduler::Edar(_) => SchedulerKind::Edar,
         }
     }
 }
@@ -439,6 +454,7 @@ macro_rules! dispatch {
             AnyScheduler::Peekaboo($s) => $call,
             AnyScheduler::Olms($s) => $call,
             AnyScheduler::Damps($s) => $call,
+            AnyScheduler::Edar($s) => $call,
         }
     };
 }

@@ -3,6 +3,7 @@
 pub mod blest;
 pub mod damps;
 pub mod ecf;
+pub mod edar;
 pub mod edf;
 pub mod linucb;
 pub mod minrtt;

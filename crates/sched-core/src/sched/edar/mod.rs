@@ -1,0 +1,536 @@
+//! EdAR: experience-driven adaptive redundant scheduling (Han et al., IEEE TMC; §IV–V).
+//!
+//! Once per time interval (TI = the smallest smoothed RTT of the usable paths, §IV-B) EdAR
+//! observes the state of the last interval ([`state`]), asks its Q-network ([`network`]) for
+//! Q(s, normal) and Q(s, redundant), and transmits in that mode until the next interval:
+//!
+//! - **normal** (§IV-A): every packet once, on the lowest-RTT path with window room (minRTT);
+//! - **redundant** (§IV-A): a packet goes to the lowest-RTT path with room and a copy to every
+//!   other admitted path with room, as a `Decision::Duplicate`.
+//!
+//! The paper's redundant buffer holds sent-but-unacknowledged packets and links them to
+//! subflows as they free up. braid's session has no hook to re-send an old packet at the
+//! scheduler's request, so redundancy is applied when a packet is placed: each copy goes to a
+//! path that has room at that instant (ReMP-like within the redundant interval). This is braid's
+//! deviation; it keeps the "copy on the other subflows" effect and the per-path congestion
+//! control that bounds it.
+//!
+//! Learning (§V): at every decision the previous interval becomes a transition
+//! `(s_{t−1}, a_{t−1}, r_{t−1}, s_t)` whose reward ([`reward`]) comes from the receiver reports
+//! that arrived during the interval; it goes to the learner through an
+//! [`ExperienceSender`] (never blocks; dropped and counted when full). Weights come back through
+//! a [`SlotReader`] refreshed at every call (latest wins, never waits). Actions are ε-greedy with
+//! a seeded generator (Alg. 2); `policy = normal | redundant` gives the fixed policies of offline
+//! data collection (Alg. 1). The first interval of a connection is redundant (§IV-B). Without
+//! weights the learned policy is normal transmission, i.e. minRTT.
+//!
+//! Failed, rate-limited and backup paths are handled by [`TierGate`] and
+//! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
+
+pub mod network;
+pub mod reward;
+pub mod state;
+
+use crate::decision::{Decision, PathSet};
+use crate::packet::PacketMeta;
+use crate::path::{MAX_PATHS, PathId, PathView};
+use crate::sched::minrtt::lowest_rtt_with_room;
+use crate::scheduler::{
+    AckInfo, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
+    in_range,
+};
+use crate::slot::{ExperienceSender, SlotReader};
+use crate::tier::TierGate;
+use crate::time::Timestamp;
+
+use std::time::Duration;
+
+pub use network::{EdarNetwork, EdarNetworkError, EdarScratch, SplitMix64};
+pub use reward::{ReportTotals, RewardWeights, reward};
+pub use state::{
+    CONNECTION_FEATURES, EDAR_MAX_PATHS, EdarState, FEATURES, HISTORY, PathHistory, PathSample,
+};
+
+/// EdAR's two actions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EdarAction {
+    /// Every packet once (minRTT).
+    #[default]
+    Normal,
+    /// Copies on the other paths with room.
+    Redundant,
+}
+
+impl EdarAction {
+    /// 0 for normal, 1 for redundant (the Q-network's output index).
+    pub fn index(self) -> usize {
+        match self {
+            EdarAction::Normal => 0,
+            EdarAction::Redundant => 1,
+        }
+    }
+
+    /// The action of a Q-network output index (anything but 1 is normal).
+    pub fn from_index(index: usize) -> Self {
+        if index == 1 {
+            EdarAction::Redundant
+        } else {
+            EdarAction::Normal
+        }
+    }
+}
+
+/// One interval's experience: `(s_t, a_t, r_t, s_{t+1})`. Fixed-size, so queueing it never
+/// allocates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EdarTransition {
+    /// The state the action was chosen in.
+    pub state: EdarState,
+    /// The action taken for the interval.
+    pub action: EdarAction,
+    /// The reward measured at the receiver over the interval.
+    pub reward: f32,
+    /// The state at the end of the interval.
+    pub next_state: EdarState,
+    /// True when the flow ended after this interval (no bootstrap term).
+    pub terminal: bool,
+}
+
+/// How EdAR picks its action.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EdarPolicy {
+    /// ε-greedy on the Q-network (normal transmission when there are no weights).
+    #[default]
+    Learned,
+    /// Always normal (offline data collection, Alg. 1).
+    Normal,
+    /// Always redundant (offline data collection, Alg. 1).
+    Redundant,
+}
+
+/// Configuration of [`Edar`].
+#[derive(Clone, Debug)]
+pub struct EdarConfig {
+    /// ε of the ε-greedy policy (0 = greedy).
+    pub epsilon: f64,
+    /// α, weight of wasted bandwidth in the reward (§VI: 1.0).
+    pub alpha: f64,
+    /// β, weight of out-of-order packets in the reward (§VI: 0.5).
+    pub beta: f64,
+    /// `B_t`, the receiver's buffer, bytes (Table II: 128 KB in settings i–iii).
+    pub receive_buffer_bytes: f64,
+    /// Goodput counted as 1.0 in the reward, Mbit/s.
+    pub goodput_scale_mbps: f64,
+    /// Seed of the ε-greedy generator.
+    pub seed: u64,
+    /// Learned or one of the fixed policies.
+    pub policy: EdarPolicy,
+    /// Where the weights come from; `None`: no network, the learned policy is normal.
+    pub weights: Option<SlotReader<EdarNetwork>>,
+    /// Where transitions go; `None`: not recorded.
+    pub experience: Option<ExperienceSender<EdarTransition>>,
+}
+
+impl Default for EdarConfig {
+    fn default() -> Self {
+        EdarConfig {
+            epsilon: 0.0,
+            alpha: 1.0,
+            beta: 0.5,
+            receive_buffer_bytes: 131_072.0,
+            goodput_scale_mbps: 10.0,
+            seed: 0,
+            policy: EdarPolicy::Learned,
+            weights: None,
+            experience: None,
+        }
+    }
+}
+
+impl PartialEq for EdarConfig {
+    /// Parameters compare by value; the weight slot and the experience queue by whether they
+    /// are set (and the weights' version).
+    fn eq(&self, other: &Self) -> bool {
+        self.epsilon == other.epsilon
+            && self.alpha == other.alpha
+            && self.beta == other.beta
+            && self.receive_buffer_bytes == other.receive_buffer_bytes
+            && self.goodput_scale_mbps == other.goodput_scale_mbps
+            && self.seed == other.seed
+            && self.policy == other.policy
+            && self.weights.as_ref().map(SlotReader::version)
+                == other.weights.as_ref().map(SlotReader::version)
+            && self.experience.is_some() == other.experience.is_some()
+    }
+}
+
+const SEED_RANGE: &str = "an integer in [0, 2^53]";
+
+impl EdarConfig {
+    /// Sets one parameter; `Ok(false)` when `name` is not EdAR's.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<bool, ParamError> {
+        match name {
+            "epsilon" => {
+                self.epsilon = in_range("epsilon", value, 0.0, 1.0, "a probability in [0, 1]")?
+            }
+            "alpha" => self.alpha = in_range("alpha", value, 0.0, 100.0, "a weight in [0, 100]")?,
+            "beta" => self.beta = in_range("beta", value, 0.0, 100.0, "a weight in [0, 100]")?,
+            "receive_buffer_bytes" => {
+                self.receive_buffer_bytes = in_range(
+                    "receive_buffer_bytes",
+                    value,
+                    1_200.0,
+                    1e12,
+                    "bytes in [1200, 1e12]",
+                )?;
+            }
+            "goodput_scale_mbps" => {
+                self.goodput_scale_mbps = in_range(
+                    "goodput_scale_mbps",
+                    value,
+                    0.001,
+                    1e6,
+                    "Mbit/s in [0.001, 1e6]",
+                )?;
+            }
+            "policy" => {
+                self.policy = match value {
+                    0.0 => EdarPolicy::Learned,
+                    1.0 => EdarPolicy::Normal,
+                    2.0 => EdarPolicy::Redundant,
+                    _ => {
+                        return Err(ParamError::OutOfRange {
+                            name: "policy",
+                            value,
+                            expected: "0 (learned), 1 (always normal) or 2 (always redundant)",
+                        });
+                    }
+                };
+            }
+            "seed" => {
+                let seed = in_range("seed", value, 0.0, 9_007_199_254_740_992.0, SEED_RANGE)?;
+                if seed.fract() != 0.0 {
+                    return Err(ParamError::OutOfRange {
+                        name: "seed",
+                        value,
+                        expected: SEED_RANGE,
+                    });
+                }
+                self.seed = seed as u64;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn reward_weights(&self) -> RewardWeights {
+        RewardWeights {
+            alpha: self.alpha as f32,
+            beta: self.beta as f32,
+            receive_buffer_packets: (self.receive_buffer_bytes / 1200.0) as f32,
+            goodput_scale_mbps: self.goodput_scale_mbps as f32,
+        }
+    }
+}
+
+/// Per-path sums over the current interval.
+#[derive(Clone, Copy, Debug, Default)]
+struct PathAccumulator {
+    samples: u32,
+    rtt_us: f64,
+    rto_us: f64,
+    cwnd: f64,
+    loss: f64,
+    in_flight: f64,
+    acked_bytes: u64,
+}
+
+impl PathAccumulator {
+    fn observe(&mut self, p: &PathView) {
+        self.samples += 1;
+        self.rtt_us += f64::from(p.srtt_us);
+        self.rto_us += f64::from(p.srtt_us) + 4.0 * f64::from(p.rttvar_us);
+        self.cwnd += p.cwnd as f64;
+        self.loss += f64::from(p.loss_rate);
+        self.in_flight += p.bytes_in_flight as f64;
+    }
+
+    fn sample(&self, interval: Duration) -> PathSample {
+        let n = f64::from(self.samples.max(1));
+        let seconds = (interval.as_micros() as f64 / 1e6).max(1e-6);
+        PathSample {
+            rtt_us: self.rtt_us / n,
+            rto_us: self.rto_us / n,
+            throughput_bps: self.acked_bytes as f64 / seconds,
+            cwnd_bytes: self.cwnd / n,
+            loss_rate: self.loss / n,
+            in_flight_bytes: self.in_flight / n,
+        }
+    }
+}
+
+/// Shortest and longest decision interval, µs (guards against a 0 or absurd srtt).
+const MIN_INTERVAL_US: u64 = 1_000;
+const MAX_INTERVAL_US: u64 = 1_000_000;
+
+/// The EdAR scheduler.
+#[derive(Clone, Debug)]
+pub struct Edar {
+    config: EdarConfig,
+    rewards: RewardWeights,
+    rng: SplitMix64,
+    scratch: Option<EdarScratch>,
+    mode: EdarAction,
+    interval_start: Option<Timestamp>,
+    next_decision: Timestamp,
+    accumulators: [PathAccumulator; EDAR_MAX_PATHS],
+    histories: [PathHistory; EDAR_MAX_PATHS],
+    reports: ReportTotals,
+    pending: Option<(EdarState, EdarAction)>,
+    receive_window: u64,
+    decisions: u64,
+    redundant_decisions: u64,
+}
+
+impl Edar {
+    /// Catalogue entry.
+    pub const INFO: SchedulerInfo = SchedulerInfo {
+        kind: SchedulerKind::Edar,
+        summary: "DQN choosing normal (minRTT) or redundant transmission once per min-RTT interval",
+        source: "Han et al., EdAR, IEEE TMC, §IV-V (LSTM representation + 128/32 core, DQN)",
+        params: &[
+            ParamInfo {
+                name: "epsilon",
+                default: 0.0,
+                description: "probability of a random action (online exploration)",
+            },
+            ParamInfo {
+                name: "alpha",
+                default: 1.0,
+                description: "reward weight of wasted bandwidth (V_w)",
+            },
+            ParamInfo {
+                name: "beta",
+                default: 0.5,
+                description: "reward weight of out-of-order packets (V_o)",
+            },
+            ParamInfo {
+                name: "receive_buffer_bytes",
+                default: 131_072.0,
+                description: "receiver buffer B_t in the reward and state, bytes",
+            },
+            ParamInfo {
+                name: "goodput_scale_mbps",
+                default: 10.0,
+                description: "goodput counted as 1.0 in the reward, Mbit/s",
+            },
+            ParamInfo {
+                name: "policy",
+                default: 0.0,
+                description: "0 learned, 1 always normal, 2 always redundant (data collection)",
+            },
+            ParamInfo {
+                name: "seed",
+                default: 0.0,
+                description: "seed of the epsilon-greedy generator",
+            },
+        ],
+    };
+
+    /// Builds the scheduler (allocates its scratch space once).
+    pub fn new(config: &EdarConfig) -> Self {
+        let scratch = config.weights.as_ref().map(|w| w.weights().scratch());
+        Edar {
+            rewards: config.reward_weights(),
+            rng: SplitMix64(config.seed ^ 0xED4A_5EED),
+            scratch,
+            mode: EdarAction::Redundant,
+            interval_start: None,
+            next_decision: Timestamp::ZERO,
+            accumulators: [PathAccumulator::default(); EDAR_MAX_PATHS],
+            histories: [PathHistory::default(); EDAR_MAX_PATHS],
+            reports: ReportTotals::default(),
+            pending: None,
+            receive_window: 0,
+            decisions: 0,
+            redundant_decisions: 0,
+            config: config.clone(),
+        }
+    }
+
+    /// The transmission mode of the current interval.
+    pub fn mode(&self) -> EdarAction {
+        self.mode
+    }
+
+    /// Decisions taken so far, and how many of them were redundant.
+    pub fn decisions(&self) -> (u64, u64) {
+        (self.decisions, self.redundant_decisions)
+    }
+
+    /// The version of the weights in use (`None` without a weight slot).
+    pub fn weights_version(&self) -> Option<u64> {
+        self.config.weights.as_ref().map(SlotReader::version)
+    }
+
+    /// The state the scheduler would observe if an interval ended now (for tests and tools).
+    pub fn observe_state(&self, paths: &[PathView]) -> EdarState {
+        let mut state = EdarState::EMPTY;
+        let mut in_flight = 0u64;
+        for p in paths {
+            in_flight = in_flight.saturating_add(p.bytes_in_flight);
+        }
+        state.connection = state::connection_features(
+            self.mode == EdarAction::Redundant,
+            self.receive_window,
+            self.config.receive_buffer_bytes,
+            in_flight,
+        );
+        let mut count = 0usize;
+        for index in 0..EDAR_MAX_PATHS {
+            if paths.iter().any(|p| p.id.index() == index) {
+                self.histories[index].write_into(&mut state.paths[count]);
+                count += 1;
+            }
+        }
+        state.path_count = count as u8;
+        state
+    }
+
+    fn close_interval(&mut self, paths: &[PathView], now: Timestamp) {
+        let start = self.interval_start.unwrap_or(now);
+        let length = now.saturating_duration_since(start);
+        for index in 0..EDAR_MAX_PATHS {
+            let present = paths.iter().any(|p| p.id.index() == index && p.is_usable());
+            if present {
+                let sample = self.accumulators[index].sample(length);
+                self.histories[index].push(sample.normalised());
+            } else if !paths.iter().any(|p| p.id.index() == index) {
+                self.histories[index].clear();
+            } else {
+                // Failed or rate-capped this interval: it delivered nothing.
+                let mut sample = self.accumulators[index].sample(length);
+                sample.throughput_bps = 0.0;
+                self.histories[index].push(sample.normalised());
+            }
+            self.accumulators[index] = PathAccumulator::default();
+        }
+    }
+
+    fn choose(&mut self, state: &EdarState) -> EdarAction {
+        match self.config.policy {
+            EdarPolicy::Normal => return EdarAction::Normal,
+            EdarPolicy::Redundant => return EdarAction::Redundant,
+            EdarPolicy::Learned => {}
+        }
+        let (Some(reader), Some(scratch)) = (self.config.weights.as_ref(), self.scratch.as_mut())
+        else {
+            return EdarAction::Normal;
+        };
+        if self.config.epsilon > 0.0 && self.rng.unit() < self.config.epsilon {
+            return EdarAction::from_index((self.rng.next_u64() & 1) as usize);
+        }
+        match reader.weights().q_values(state, scratch) {
+            Ok([normal, redundant]) if redundant > normal => EdarAction::Redundant,
+            _ => EdarAction::Normal,
+        }
+    }
+
+    fn decide(&mut self, paths: &[PathView], now: Timestamp) {
+        self.close_interval(paths, now);
+        let state = self.observe_state(paths);
+        if let Some((previous, action)) = self.pending.take()
+            && !self.reports.is_empty()
+            && let Some(sender) = &self.config.experience
+        {
+            sender.send(EdarTransition {
+                state: previous,
+                action,
+                reward: reward(&self.reports, &self.rewards),
+                next_state: state,
+                terminal: false,
+            });
+        }
+        self.reports = ReportTotals::default();
+        let action = self.choose(&state);
+        self.pending = Some((state, action));
+        self.mode = action;
+        self.decisions += 1;
+        if action == EdarAction::Redundant {
+            self.redundant_decisions += 1;
+        }
+        self.interval_start = Some(now);
+        self.next_decision = now + interval(paths);
+    }
+
+    fn redundant(paths: &[PathView], len: u32) -> Decision {
+        let Some(best) = lowest_rtt_with_room(paths, len) else {
+            return Decision::Wait;
+        };
+        let gate = TierGate::new(paths, len);
+        let mut set = PathSet::EMPTY;
+        set.insert(best.id);
+        for p in paths {
+            if p.id.index() < MAX_PATHS && p.can_send(len) && gate.admits(p) {
+                set.insert(p.id);
+            }
+        }
+        if set.len() == 1 {
+            Decision::Send(best.id)
+        } else {
+            Decision::Duplicate(set)
+        }
+    }
+}
+
+/// TI: the smallest srtt of the usable paths, clamped to [1 ms, 1 s].
+fn interval(paths: &[PathView]) -> Duration {
+    let min = paths
+        .iter()
+        .filter(|p| p.is_usable() && p.srtt_us > 0)
+        .map(|p| u64::from(p.srtt_us))
+        .min()
+        .unwrap_or(MAX_INTERVAL_US);
+    Duration::from_micros(min.clamp(MIN_INTERVAL_US, MAX_INTERVAL_US))
+}
+
+impl Scheduler for Edar {
+    fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision {
+        if let Some(reader) = self.config.weights.as_mut() {
+            reader.refresh();
+        }
+        for p in paths {
+            if let Some(acc) = self.accumulators.get_mut(p.id.index()) {
+                acc.observe(p);
+            }
+        }
+        self.receive_window = packet.send_window;
+        if self.interval_start.is_none() {
+            // The first interval of a connection is redundant (§IV-B).
+            self.interval_start = Some(now);
+            self.next_decision = now + interval(paths);
+        } else if now >= self.next_decision {
+            self.decide(paths, now);
+        }
+        match self.mode {
+            EdarAction::Normal => match lowest_rtt_with_room(paths, packet.len) {
+                Some(p) => Decision::Send(p.id),
+                None => Decision::Wait,
+            },
+            EdarAction::Redundant => Edar::redundant(paths, packet.len),
+        }
+    }
+
+    fn on_ack(&mut self, path: PathId, ack: &AckInfo, _now: Timestamp) {
+        if let Some(acc) = self.accumulators.get_mut(path.index()) {
+            acc.acked_bytes = acc.acked_bytes.saturating_add(ack.bytes);
+        }
+    }
+
+    fn on_report(&mut self, report: &ReceiverReport, _now: Timestamp) {
+        self.reports.add(report);
+    }
+}
+
+#[cfg(test)]
+mod tests;
