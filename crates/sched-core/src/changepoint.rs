@@ -377,7 +377,7 @@ mod tests {
         // Binomial counts over groups of 32 packets: loss 1% then 20%.
         let mut noise = Noise(7);
         let mut detector = ChangeDetector::new(ChangeDetectorConfig::default());
-        let mut count = |p: f64, noise: &mut Noise| (0..32).filter(|_| noise.uniform() < p).count();
+        let count = |p: f64, noise: &mut Noise| (0..32).filter(|_| noise.uniform() < p).count();
         for _ in 0..200 {
             assert!(!detector.observe(count(0.01, &mut noise) as f64));
         }

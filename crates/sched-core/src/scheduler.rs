@@ -13,6 +13,7 @@ use crate::sched::damps::{Damps, DampsConfig};
 use crate::sched::ecf::{Ecf, EcfConfig};
 use crate::sched::edar::{Edar, EdarConfig};
 use crate::sched::edf::{Edf, EdfConfig};
+use crate::sched::falcon::{Falcon, FalconConfig};
 use crate::sched::minrtt::{MinRtt, MinRttConfig};
 use crate::sched::olms::{Olms, OlmsConfig};
 use crate::sched::peekaboo::{Peekaboo, PeekabooConfig};
@@ -162,6 +163,8 @@ pub enum SchedulerKind {
     Damps,
     /// DQN choosing normal or redundant transmission per min-RTT interval (EdAR).
     Edar,
+    /// DQN over paths from offline meta-models, fine-tuned after detected changes (FALCON).
+    Falcon,
 }
 
 impl SchedulerKind {
@@ -178,6 +181,7 @@ impl SchedulerKind {
         SchedulerKind::Olms,
         SchedulerKind::Damps,
         SchedulerKind::Edar,
+        SchedulerKind::Falcon,
     ];
 
     /// The name used in config and on the CLI.
@@ -194,6 +198,7 @@ impl SchedulerKind {
             SchedulerKind::Olms => "olms",
             SchedulerKind::Damps => "damps",
             SchedulerKind::Edar => "edar",
+            SchedulerKind::Falcon => "falcon",
         }
     }
 
@@ -211,6 +216,7 @@ impl SchedulerKind {
             SchedulerKind::Olms => Olms::INFO,
             SchedulerKind::Damps => Damps::INFO,
             SchedulerKind::Edar => Edar::INFO,
+            SchedulerKind::Falcon => Falcon::INFO,
         }
     }
 }
@@ -280,6 +286,8 @@ pub enum SchedulerConfig {
     Damps(DampsConfig),
     /// See [`Edar`].
     Edar(EdarConfig),
+    /// See [`Falcon`].
+    Falcon(FalconConfig),
 }
 
 impl SchedulerConfig {
@@ -299,6 +307,7 @@ impl SchedulerConfig {
             SchedulerKind::Olms => SchedulerConfig::Olms(OlmsConfig::default()),
             SchedulerKind::Damps => SchedulerConfig::Damps(DampsConfig::default()),
             SchedulerKind::Edar => SchedulerConfig::Edar(EdarConfig::default()),
+            SchedulerKind::Falcon => SchedulerConfig::Falcon(FalconConfig::default()),
         }
     }
 
@@ -316,6 +325,7 @@ impl SchedulerConfig {
             SchedulerConfig::Olms(_) => SchedulerKind::Olms,
             SchedulerConfig::Damps(_) => SchedulerKind::Damps,
             SchedulerConfig::Edar(_) => SchedulerKind::Edar,
+            SchedulerConfig::Falcon(_) => SchedulerKind::Falcon,
         }
     }
 
@@ -339,6 +349,7 @@ impl SchedulerConfig {
             SchedulerConfig::Olms(c) => c.set(name, value)?,
             SchedulerConfig::Damps(c) => c.set(name, value)?,
             SchedulerConfig::Edar(c) => c.set(name, value)?,
+            SchedulerConfig::Falcon(c) => c.set(name, value)?,
             SchedulerConfig::MinRtt(_)
             | SchedulerConfig::RoundRobin(_)
             | SchedulerConfig::WeightedRoundRobin(_)
@@ -364,6 +375,7 @@ impl SchedulerConfig {
             SchedulerConfig::Olms(c) => AnyScheduler::Olms(Box::new(Olms::new(c))),
             SchedulerConfig::Damps(c) => AnyScheduler::Damps(Box::new(Damps::new(c))),
             SchedulerConfig::Edar(c) => AnyScheduler::Edar(Box::new(Edar::new(c))),
+            SchedulerConfig::Falcon(c) => AnyScheduler::Falcon(Box::new(Falcon::new(c))),
         }
     }
 }
@@ -414,6 +426,8 @@ pub enum AnyScheduler {
     Damps(Box<Damps>),
     /// See [`Edar`] (boxed: its state history and network scratch are a few kB).
     Edar(Box<Edar>),
+    /// See [`Falcon`] (boxed: its change detectors and network scratch are allocated once).
+    Falcon(Box<Falcon>),
 }
 
 impl AnyScheduler {
@@ -436,6 +450,7 @@ impl AnyScheduler {
             AnyScheduler::Olms(_) => SchedulerKind::Olms,
             AnyScheduler::Damps(_) => SchedulerKind::Damps,
             AnyScheduler::Edar(_) => SchedulerKind::Edar,
+            AnyScheduler::Falcon(_) => SchedulerKind::Falcon,
         }
     }
 }
@@ -455,6 +470,7 @@ macro_rules! dispatch {
             AnyScheduler::Olms($s) => $call,
             AnyScheduler::Damps($s) => $call,
             AnyScheduler::Edar($s) => $call,
+            AnyScheduler::Falcon($s) => $call,
         }
     };
 }

@@ -5,6 +5,7 @@ pub mod damps;
 pub mod ecf;
 pub mod edar;
 pub mod edf;
+pub mod falcon;
 pub mod linucb;
 pub mod minrtt;
 pub mod olms;

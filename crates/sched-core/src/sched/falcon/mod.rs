@@ -1,0 +1,464 @@
+//! FALCON (Wu, Alay, Brunstrom, Caso, Ferlin, "FALCON: Fast and Accurate Multipath Scheduling
+//! using Offline and Online Learning"): a DQN over paths whose weights start from offline
+//! meta-models and are fine-tuned online after each detected change of network condition.
+//!
+//! The hot-path half of Alg. 1's online learning module lives here:
+//! - **Execute(CurrentPolicy)**: the deployed MLP (§V-A: three ReLU hidden layers) scores each
+//!   slot's path from the §IV-B state ([`state`]); the best sendable slot wins. With a learner
+//!   attached, a fixed ε-greedy exploration (§IV-B, ε_s = 0.1 by default) picks a random
+//!   sendable slot instead, from a seeded generator.
+//! - **ChangeDetect()**: Bayesian online change-point detection ([`crate::changepoint`]) on each
+//!   path's RTT samples and on its loss counts over groups of `loss_group` packets (§IV-A).
+//! - **SelectMetaModel(R_S, Θ_S)**: on a change on a path, that path's coarse condition class
+//!   (§V-A, 27 per path) picks the meta-model, which is deployed at once; the learner is told
+//!   (a transition flagged `change`) and, after its K = 16-step fine-tuning from that
+//!   meta-model, publishes the new policy through the weight slot (latest wins, never waits).
+//!   The paper keys meta-models by the joint class of both paths (27² = 729); we key them by the
+//!   class of the path whose condition changed (27), a choice that keeps offline training within
+//!   this project's CPU budget and works for any number of paths.
+//! - **Reward** (§IV-B: the throughput obtained): the bytes acknowledged on all paths per unit of
+//!   time, measured over windows of at least 1 ms and smoothed, in units of 100 Mbit/s; when the
+//!   receiver's reports arrive, the in-order goodput they carry replaces it.
+//!
+//! Safety: a decision whose chosen slot cannot send (or whose Q-values are not finite) falls
+//! back to minRTT, so tiers, failed paths and rate caps are always honoured. Without trained
+//! weights the built-in network decides exactly as minRTT ([`FalconWeights::minrtt`]).
+//! Everything is allocated when the scheduler is built; a decision allocates nothing.
+
+pub mod state;
+
+use std::sync::Arc;
+
+use crate::changepoint::{ChangeDetector, ChangeDetectorConfig};
+use crate::decision::Decision;
+use crate::nn::MlpScratch;
+use crate::packet::PacketMeta;
+use crate::path::{MAX_PATHS, PathId, PathView};
+use crate::sched::minrtt::lowest_rtt_with_room;
+use crate::scheduler::{
+    AckInfo, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
+    in_range,
+};
+use crate::slot::{ExperienceSender, SlotReader, weight_slot};
+use crate::tier::TierGate;
+use crate::time::Timestamp;
+
+pub use state::{
+    CLASSES, FEATURES, FalconTransition, FalconWeights, FalconWeightsError, HIDDEN, INPUTS, SLOTS,
+    Slots, State, WIDTHS, condition_class, path_features,
+};
+
+/// Configuration of [`Falcon`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FalconConfig {
+    /// ε of the ε-greedy exploration while a learner is attached (§V-A: ε_s = 0.1).
+    pub epsilon: f64,
+    /// Seed of the exploration's random generator.
+    pub seed: u64,
+    /// Packets per group whose loss count feeds the loss change detector (§IV-A).
+    pub loss_group: u32,
+    /// Weights to start from (trained ones loaded by the caller); `None`: the built-in
+    /// minRTT-equivalent network.
+    pub weights: Option<Arc<FalconWeights>>,
+}
+
+impl Default for FalconConfig {
+    fn default() -> Self {
+        FalconConfig {
+            epsilon: 0.1,
+            seed: 1,
+            loss_group: 32,
+            weights: None,
+        }
+    }
+}
+
+impl FalconConfig {
+    /// Sets parameter `name`; `Ok(false)` when FALCON has no such parameter.
+    pub fn set(&mut self, name: &str, value: f64) -> Result<bool, ParamError> {
+        match name {
+            "epsilon" => {
+                self.epsilon = in_range("epsilon", value, 0.0, 1.0, "a probability in [0, 1]")?
+            }
+            "seed" => {
+                const SEED: &str = "an integer in [0, 2^53]";
+                let seed = in_range("seed", value, 0.0, 9_007_199_254_740_992.0, SEED)?;
+                if seed.fract() != 0.0 {
+                    return Err(ParamError::OutOfRange {
+                        name: "seed",
+                        value,
+                        expected: SEED,
+                    });
+                }
+                self.seed = seed as u64;
+            }
+            "loss_group" => {
+                const GROUP: &str = "an integer number of packets in [1, 100000]";
+                let group = in_range("loss_group", value, 1.0, 100_000.0, GROUP)?;
+                if group.fract() != 0.0 {
+                    return Err(ParamError::OutOfRange {
+                        name: "loss_group",
+                        value,
+                        expected: GROUP,
+                    });
+                }
+                self.loss_group = group as u32;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Which network decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Active {
+    /// The published policy.
+    Policy,
+    /// The meta-model of a condition class, deployed on a change until the fine-tuned policy
+    /// arrives.
+    Meta(u8),
+}
+
+/// Change detectors and loss grouping of one path.
+#[derive(Clone, Debug)]
+struct PathMonitor {
+    rtt: ChangeDetector,
+    loss: ChangeDetector,
+    sent: u32,
+    lost: u32,
+}
+
+/// Counters FALCON keeps (for `braid status` and experiments).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FalconStats {
+    /// Decisions taken.
+    pub decisions: u64,
+    /// Decisions that fell back to minRTT.
+    pub fallbacks: u64,
+    /// Decisions taken at random (exploration).
+    pub explored: u64,
+    /// Changes detected (RTT or loss, any path).
+    pub changes: u64,
+    /// Version of the weights in use (0: the initial set).
+    pub model_version: u64,
+}
+
+/// The pending transition: the state decided on and the action taken.
+#[derive(Clone, Copy, Debug)]
+struct Last {
+    at: Timestamp,
+    state: State,
+    action: u8,
+}
+
+/// The FALCON scheduler.
+#[derive(Clone, Debug)]
+pub struct Falcon {
+    weights: SlotReader<FalconWeights>,
+    active: Active,
+    scratch: MlpScratch,
+    experience: Option<ExperienceSender<FalconTransition>>,
+    epsilon: f64,
+    loss_group: u32,
+    monitors: Box<[PathMonitor]>,
+    changed: Option<PathId>,
+    change_pending: bool,
+    condition: u8,
+    last: Option<Last>,
+    acked_bytes: u64,
+    window_start: Option<Timestamp>,
+    rate: f32,
+    reports_seen: bool,
+    rng: u64,
+    stats: FalconStats,
+}
+
+impl Falcon {
+    /// Catalogue entry.
+    pub const INFO: SchedulerInfo = SchedulerInfo {
+        kind: SchedulerKind::Falcon,
+        summary: "DQN over paths from offline meta-models, fine-tuned online after Bayesian change detection",
+        source: "Wu et al., FALCON (meta-learning + DQN + BOCPD), §IV-§V-A",
+        params: &[
+            ParamInfo {
+                name: "epsilon",
+                default: 0.1,
+                description: "ε-greedy exploration while a learner is attached, in [0, 1]",
+            },
+            ParamInfo {
+                name: "seed",
+                default: 1.0,
+                description: "seed of the exploration, integer in [0, 2^53]",
+            },
+            ParamInfo {
+                name: "loss_group",
+                default: 32.0,
+                description: "packets per loss count fed to the change detector, in [1, 100000]",
+            },
+        ],
+    };
+
+    /// Builds the scheduler from the configured weights (or the built-in minRTT network).
+    pub fn new(config: &FalconConfig) -> Self {
+        let initial = match &config.weights {
+            Some(weights) => FalconWeights::clone(weights),
+            None => FalconWeights::minrtt(),
+        };
+        let (_, reader) = weight_slot(initial);
+        Self::with_reader(config, reader)
+    }
+
+    /// Builds the scheduler reading its weights from `reader` (a learner's slot).
+    pub fn with_reader(config: &FalconConfig, reader: SlotReader<FalconWeights>) -> Self {
+        let scratch = reader.weights().policy().scratch();
+        let detector = |relative_scale: f64, min_scale: f64| {
+            ChangeDetector::new(ChangeDetectorConfig {
+                relative_scale,
+                min_scale,
+                ..ChangeDetectorConfig::default()
+            })
+        };
+        let monitor = PathMonitor {
+            // RTT in ms: prior spread 10% of the first sample, at least 1 ms.
+            rtt: detector(0.1, 1.0),
+            // Lost packets per group: prior spread at least one packet.
+            loss: detector(0.5, 1.0),
+            sent: 0,
+            lost: 0,
+        };
+        let model_version = reader.version();
+        Falcon {
+            weights: reader,
+            active: Active::Policy,
+            scratch,
+            experience: None,
+            epsilon: config.epsilon,
+            loss_group: config.loss_group.max(1),
+            monitors: vec![monitor; MAX_PATHS].into_boxed_slice(),
+            changed: None,
+            change_pending: false,
+            condition: 0,
+            last: None,
+            acked_bytes: 0,
+            window_start: None,
+            rate: 0.0,
+            reports_seen: false,
+            // splitmix64 of the seed, never zero (xorshift must not start at zero)
+            rng: splitmix64(config.seed) | 1,
+            stats: FalconStats {
+                model_version,
+                ..FalconStats::default()
+            },
+        }
+    }
+
+    /// Attaches a learner: weights come from `reader`, experience goes to `experience`, and
+    /// ε-greedy exploration starts.
+    pub fn attach_learner(
+        &mut self,
+        reader: SlotReader<FalconWeights>,
+        experience: ExperienceSender<FalconTransition>,
+    ) {
+        self.scratch = reader.weights().policy().scratch();
+        self.stats.model_version = reader.version();
+        self.weights = reader;
+        self.active = Active::Policy;
+        self.experience = Some(experience);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FalconStats {
+        self.stats
+    }
+
+    /// The weights in use.
+    pub fn weights(&self) -> &FalconWeights {
+        self.weights.weights()
+    }
+
+    /// Picks up new weights, and deploys the meta-model after a detected change.
+    fn refresh(&mut self, paths: &[PathView]) {
+        if self.weights.refresh() {
+            self.stats.model_version = self.weights.version();
+            self.active = Active::Policy;
+        }
+        if let Some(changed) = self.changed.take()
+            && let Some(view) = paths.iter().find(|p| p.id == changed)
+        {
+            self.condition = condition_class(view.loss_rate, view.srtt_us, view.rttvar_us);
+            if self.weights.weights().meta(self.condition).is_some() {
+                self.active = Active::Meta(self.condition);
+            }
+            self.change_pending = true;
+        }
+    }
+
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// A random sendable slot (ε-greedy exploration).
+    fn random_slot(&mut self, slots: &Slots) -> Option<usize> {
+        let count = slots.sendable.iter().filter(|s| **s).count();
+        if count == 0 {
+            return None;
+        }
+        let pick = (self.next_random() % count as u64) as usize;
+        slots
+            .sendable
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s)
+            .nth(pick)
+            .map(|(i, _)| i)
+    }
+
+    /// Sends the previous decision's transition, now that its next state is known.
+    fn record(&mut self, next_state: &State) {
+        let (Some(sender), Some(last)) = (&self.experience, self.last) else {
+            return;
+        };
+        let sent = sender.send(FalconTransition {
+            at: last.at,
+            state: last.state,
+            action: last.action,
+            reward: self.rate,
+            next_state: *next_state,
+            condition: self.condition,
+            change: self.change_pending,
+        });
+        if sent {
+            self.change_pending = false;
+        }
+    }
+
+    /// Updates the ack-based throughput estimate (the reward while no reports arrive).
+    fn update_rate(&mut self, now: Timestamp) {
+        let start = *self.window_start.get_or_insert(now);
+        let elapsed = now.as_micros().saturating_sub(start.as_micros());
+        if elapsed < 1_000 || self.reports_seen {
+            return;
+        }
+        // bytes/µs × 8 = Mbit/s; ÷ 100 → units of 100 Mbit/s.
+        let sample = (self.acked_bytes as f64 * 8.0 / elapsed as f64 / 100.0) as f32;
+        self.rate = if self.rate == 0.0 {
+            sample
+        } else {
+            0.8 * self.rate + 0.2 * sample
+        };
+        self.acked_bytes = 0;
+        self.window_start = Some(now);
+    }
+
+    fn note_change(&mut self, path: PathId) {
+        self.stats.changes += 1;
+        self.changed = Some(path);
+    }
+}
+
+impl Scheduler for Falcon {
+    fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision {
+        self.refresh(paths);
+        self.stats.decisions += 1;
+        let gate = TierGate::new(paths, packet.len);
+        let slots = Slots::fill(paths, packet, |p| gate.admits(p));
+        let explore = self.experience.is_some()
+            && self.epsilon > 0.0
+            && (self.next_random() >> 11) as f64 / (1u64 << 53) as f64 <= self.epsilon;
+        let chosen = if explore {
+            self.stats.explored += 1;
+            self.random_slot(&slots)
+        } else {
+            let weights = self.weights.weights();
+            let network = match self.active {
+                Active::Meta(class) => weights.meta(class).unwrap_or(weights.policy()),
+                Active::Policy => weights.policy(),
+            };
+            match network.forward(&slots.state, &mut self.scratch) {
+                Ok(q) => slots.best(q),
+                Err(_) => None,
+            }
+        };
+        self.update_rate(now);
+        self.record(&slots.state);
+        let chosen = chosen.and_then(|slot| slots.ids[slot].map(|id| (slot, id)));
+        match chosen {
+            Some((slot, id)) => {
+                self.last = Some(Last {
+                    at: now,
+                    state: slots.state,
+                    action: slot as u8,
+                });
+                Decision::Send(id)
+            }
+            None => {
+                self.last = None;
+                self.stats.fallbacks += 1;
+                match lowest_rtt_with_room(paths, packet.len) {
+                    Some(p) => Decision::Send(p.id),
+                    None => Decision::Wait,
+                }
+            }
+        }
+    }
+
+    fn on_sent(&mut self, path: PathId, _packet: &PacketMeta, _now: Timestamp) {
+        let group = self.loss_group;
+        let Some(monitor) = self.monitors.get_mut(path.index()) else {
+            return;
+        };
+        monitor.sent += 1;
+        if monitor.sent >= group {
+            let lost = f64::from(monitor.lost.min(group));
+            monitor.sent = 0;
+            monitor.lost = 0;
+            if monitor.loss.observe(lost) {
+                self.note_change(path);
+            }
+        }
+    }
+
+    fn on_ack(&mut self, path: PathId, ack: &AckInfo, _now: Timestamp) {
+        self.acked_bytes = self.acked_bytes.saturating_add(ack.bytes);
+        let Some(monitor) = self.monitors.get_mut(path.index()) else {
+            return;
+        };
+        if ack.rtt_us > 0 && monitor.rtt.observe(f64::from(ack.rtt_us) / 1_000.0) {
+            self.note_change(path);
+        }
+    }
+
+    fn on_loss(&mut self, path: PathId, bytes: u64, _now: Timestamp) {
+        if let Some(monitor) = self.monitors.get_mut(path.index()) {
+            let packets = bytes.div_ceil(1_200).max(1);
+            monitor.lost = monitor
+                .lost
+                .saturating_add(u32::try_from(packets).unwrap_or(u32::MAX));
+        }
+    }
+
+    fn on_report(&mut self, report: &ReceiverReport, now: Timestamp) {
+        if report.interval_us == 0 {
+            return;
+        }
+        self.reports_seen = true;
+        let goodput = report.delivered_bytes as f64 * 8.0 / f64::from(report.interval_us) / 100.0;
+        self.rate = goodput as f32;
+        self.window_start = Some(now);
+    }
+}
+
+/// One splitmix64 step: spreads a small seed over all bits.
+fn splitmix64(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests;
