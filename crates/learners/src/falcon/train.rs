@@ -1,0 +1,429 @@
+//! FALCON's training with tch (feature `torch`): the DQN of §IV-B (MLP with three ReLU hidden
+//! layers, Adam with learning rate 1e-3, minibatches of 32, §V-A), Reptile meta-training of one
+//! meta-model per condition class (§IV-A's procedure: K steps of minibatch gradient descent on a
+//! sampled task from Θ, then `Θ ← Θ + λ(W − Θ)`), and the online module's few-shot learning: on a
+//! change, start from the matching meta-model, take K = 16 steps and deploy (Alg. 1 lines 9-13).
+//!
+//! Choices where the paper is silent (documented in `docs/models.md`): discount γ = 0.9, a target
+//! network softly updated with τ = 0.01, Huber loss, Reptile step λ = 0.1, and one fine-tuning
+//! step per 32 fresh transitions after a change (so K steps cost K × 32 packets, the paper's
+//! "learning overhead", §VIII-A1).
+
+use std::collections::HashMap;
+
+use braid_sched_core::nn::{Activation, Mlp};
+use braid_sched_core::sched::falcon::{FalconTransition, FalconWeights, INPUTS, WIDTHS};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Reduction, Tensor};
+
+use crate::learner::TrainStep;
+use crate::torch::{ExportError, TchMlp};
+
+/// Hyper-parameters of FALCON's DQN, Reptile and fine-tuning.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FalconHyper {
+    /// Adam learning rate (§V-A: 1e-3).
+    pub learning_rate: f64,
+    /// Minibatch size (§V-A: 32).
+    pub batch: usize,
+    /// Discount γ.
+    pub gamma: f64,
+    /// Soft target update τ.
+    pub tau: f64,
+    /// Gradient steps per task or per change (§V-A: K = 16).
+    pub k: usize,
+    /// Reptile's outer step λ (§IV-A, 0 < λ ≤ 1).
+    pub reptile_lambda: f64,
+    /// Seed of sampling and initialisation.
+    pub seed: u64,
+}
+
+impl Default for FalconHyper {
+    fn default() -> Self {
+        FalconHyper {
+            learning_rate: 1e-3,
+            batch: 32,
+            gamma: 0.9,
+            tau: 0.01,
+            k: 16,
+            reptile_lambda: 0.1,
+            seed: 1,
+        }
+    }
+}
+
+/// Why FALCON training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FalconTrainError {
+    /// A hyper-parameter is out of range.
+    #[error("FALCON hyper-parameter `{name}` = {value}: {expected}")]
+    Hyper {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// What is accepted.
+        expected: &'static str,
+    },
+    /// tch failed.
+    #[error("tch: {0}")]
+    Tch(#[from] tch::TchError),
+    /// The network could not be built or exported.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// The exported network does not fit FALCON.
+    #[error(transparent)]
+    Weights(#[from] braid_sched_core::sched::falcon::FalconWeightsError),
+}
+
+impl FalconHyper {
+    fn validate(&self) -> Result<(), FalconTrainError> {
+        let bad = |name, value: f64, expected| FalconTrainError::Hyper {
+            name,
+            value,
+            expected,
+        };
+        if !(self.learning_rate > 0.0 && self.learning_rate < 1.0) {
+            return Err(bad("learning_rate", self.learning_rate, "in (0, 1)"));
+        }
+        if self.batch == 0 || self.batch > 1 << 16 {
+            return Err(bad("batch", self.batch as f64, "in 1..=65536"));
+        }
+        if !(0.0..1.0).contains(&self.gamma) {
+            return Err(bad("gamma", self.gamma, "in [0, 1)"));
+        }
+        if !(self.tau > 0.0 && self.tau <= 1.0) {
+            return Err(bad("tau", self.tau, "in (0, 1]"));
+        }
+        if self.k == 0 || self.k > 1 << 16 {
+            return Err(bad("k", self.k as f64, "in 1..=65536"));
+        }
+        if !(self.reptile_lambda > 0.0 && self.reptile_lambda <= 1.0) {
+            return Err(bad("reptile_lambda", self.reptile_lambda, "in (0, 1]"));
+        }
+        Ok(())
+    }
+}
+
+/// A small deterministic generator for minibatch sampling.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+fn copy_into(variable: &Tensor, values: &[f32]) {
+    let mut v = variable.shallow_clone();
+    let source = Tensor::from_slice(values)
+        .view(variable.size().as_slice())
+        .to_device(variable.device());
+    v.copy_(&source);
+}
+
+/// FALCON's DQN: main and target MLPs and Adam.
+pub struct FalconDqn {
+    hyper: FalconHyper,
+    device: Device,
+    vs: nn::VarStore,
+    net: TchMlp,
+    target_vs: nn::VarStore,
+    optimizer: nn::Optimizer,
+    target: TchMlp,
+    rng: SplitMix64,
+    steps: u64,
+    last_loss: Option<f64>,
+}
+
+impl std::fmt::Debug for FalconDqn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FalconDqn")
+            .field("hyper", &self.hyper)
+            .field("device", &self.device)
+            .field("steps", &self.steps)
+            .field("last_loss", &self.last_loss)
+            .finish()
+    }
+}
+
+impl FalconDqn {
+    /// A freshly initialised agent on `device`, target = main.
+    pub fn new(hyper: FalconHyper, device: Device) -> Result<Self, FalconTrainError> {
+        hyper.validate()?;
+        tch::manual_seed(i64::from_ne_bytes(hyper.seed.to_ne_bytes()));
+        let vs = nn::VarStore::new(device);
+        let net = TchMlp::new(&(vs.root() / "q"), &WIDTHS, Activation::Relu)?;
+        let mut target_vs = nn::VarStore::new(device);
+        let target = TchMlp::new(&(target_vs.root() / "q"), &WIDTHS, Activation::Relu)?;
+        target_vs.copy(&vs)?;
+        let optimizer = nn::Adam::default().build(&vs, hyper.learning_rate)?;
+        Ok(FalconDqn {
+            rng: SplitMix64(hyper.seed ^ 0xFA1C_0000),
+            hyper,
+            device,
+            vs,
+            net,
+            target_vs,
+            optimizer,
+            target,
+            steps: 0,
+            last_loss: None,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn hyper(&self) -> &FalconHyper {
+        &self.hyper
+    }
+
+    /// Gradient steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The loss of the latest step.
+    pub fn last_loss(&self) -> Option<f64> {
+        self.last_loss
+    }
+
+    /// Sets both networks to `mlp` (a meta-model or a shipped policy) and restarts Adam's
+    /// moments, as a fresh fine-tuning from that model.
+    pub fn load(&mut self, mlp: &Mlp) -> Result<(), FalconTrainError> {
+        tch::no_grad(|| {
+            for (layer, linear) in self.net.layers().iter().zip(mlp.layers()) {
+                copy_into(&layer.ws, linear.weight());
+                if let Some(bs) = &layer.bs {
+                    copy_into(bs, linear.bias());
+                }
+            }
+        });
+        self.target_vs.copy(&self.vs)?;
+        self.optimizer = nn::Adam::default().build(&self.vs, self.hyper.learning_rate)?;
+        Ok(())
+    }
+
+    /// The main network as sched-core's [`Mlp`].
+    pub fn export(&self) -> Result<Mlp, FalconTrainError> {
+        Ok(self.net.export()?)
+    }
+
+    /// Q-values of `states` (`[n, INPUTS]`) from the main network.
+    pub fn q_values(&self, states: &[[f32; INPUTS]]) -> Tensor {
+        self.net.forward(&self.states(states.iter()))
+    }
+
+    fn states<'a>(&self, states: impl Iterator<Item = &'a [f32; INPUTS]>) -> Tensor {
+        let flat: Vec<f32> = states.flat_map(|s| s.iter().copied()).collect();
+        let rows = (flat.len() / INPUTS) as i64;
+        Tensor::from_slice(&flat)
+            .view([rows, INPUTS as i64])
+            .to_device(self.device)
+    }
+
+    /// The DQN loss on `batch`: Huber between `Q(s, a)` and `r + γ max_a' Q_target(s', a')`.
+    pub fn loss(&self, batch: &[FalconTransition]) -> Tensor {
+        let states = self.states(batch.iter().map(|t| &t.state));
+        let next = self.states(batch.iter().map(|t| &t.next_state));
+        let actions: Vec<i64> = batch.iter().map(|t| i64::from(t.action)).collect();
+        let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
+        let actions = Tensor::from_slice(&actions)
+            .to_device(self.device)
+            .unsqueeze(1);
+        let rewards = Tensor::from_slice(&rewards).to_device(self.device);
+        let q = self
+            .net
+            .forward(&states)
+            .gather(1, &actions, false)
+            .squeeze_dim(1);
+        let target = tch::no_grad(|| {
+            let (best_next, _) = self.target.forward(&next).max_dim(1, false);
+            rewards + best_next * self.hyper.gamma
+        });
+        q.huber_loss(&target, Reduction::Mean, 1.0)
+    }
+
+    /// One gradient step on `batch` (never empty), then the soft target update; the loss.
+    pub fn step(&mut self, batch: &[FalconTransition]) -> f64 {
+        let loss = self.loss(batch);
+        self.optimizer.backward_step(&loss);
+        self.soft_update();
+        self.steps += 1;
+        let value = loss.double_value(&[]);
+        self.last_loss = Some(value);
+        value
+    }
+
+    /// One step on a minibatch drawn (with replacement) from `data` (never empty).
+    pub fn step_on(&mut self, data: &[FalconTransition]) -> f64 {
+        let batch: Vec<FalconTransition> = (0..self.hyper.batch)
+            .map(|_| data[self.rng.below(data.len())])
+            .collect();
+        self.step(&batch)
+    }
+
+    /// `θ' ← τθ + (1 − τ)θ'`.
+    pub fn soft_update(&mut self) {
+        let tau = self.hyper.tau;
+        let source = self.vs.variables();
+        tch::no_grad(|| {
+            for (name, mut t) in self.target_vs.variables() {
+                if let Some(s) = source.get(&name) {
+                    let blended = &t * (1.0 - tau) + s * tau;
+                    t.copy_(&blended);
+                }
+            }
+        });
+    }
+
+    /// The main network's variables, by name.
+    pub fn main_variables(&self) -> HashMap<String, Tensor> {
+        self.vs.variables()
+    }
+
+    /// The target network's variables, by name.
+    pub fn target_variables(&self) -> HashMap<String, Tensor> {
+        self.target_vs.variables()
+    }
+
+    /// One Reptile iteration (§IV-A steps 3-4) on `task` (never empty): K steps from the current
+    /// weights Θ give W, then the weights become `Θ + λ(W − Θ)`. Returns the last inner loss.
+    pub fn reptile_step(&mut self, task: &[FalconTransition]) -> Result<f64, FalconTrainError> {
+        let theta: HashMap<String, Tensor> = self
+            .vs
+            .variables()
+            .into_iter()
+            .map(|(name, t)| (name, t.detach().copy()))
+            .collect();
+        self.target_vs.copy(&self.vs)?;
+        self.optimizer = nn::Adam::default().build(&self.vs, self.hyper.learning_rate)?;
+        let mut loss = 0.0;
+        for _ in 0..self.hyper.k {
+            loss = self.step_on(task);
+        }
+        reptile_interpolate(&self.vs.variables(), &theta, self.hyper.reptile_lambda);
+        self.target_vs.copy(&self.vs)?;
+        Ok(loss)
+    }
+}
+
+/// Reptile's outer update in place: each variable `w` of `adapted` becomes `θ + λ(w − θ)` with
+/// `θ` the same-named tensor of `meta`.
+pub fn reptile_interpolate(
+    adapted: &HashMap<String, Tensor>,
+    meta: &HashMap<String, Tensor>,
+    lambda: f64,
+) {
+    tch::no_grad(|| {
+        for (name, w) in adapted {
+            if let Some(theta) = meta.get(name) {
+                let updated = theta + (w - theta) * lambda;
+                w.shallow_clone().copy_(&updated);
+            }
+        }
+    });
+}
+
+/// Builds the meta-model of one group of tasks with Reptile: `iterations` times, sample a task
+/// and take a Reptile step. Returns the loss of the last inner step.
+pub fn meta_train(
+    dqn: &mut FalconDqn,
+    tasks: &[Vec<FalconTransition>],
+    iterations: usize,
+) -> Result<f64, FalconTrainError> {
+    let tasks: Vec<&Vec<FalconTransition>> = tasks.iter().filter(|t| !t.is_empty()).collect();
+    let mut loss = 0.0;
+    if tasks.is_empty() {
+        return Ok(loss);
+    }
+    for _ in 0..iterations {
+        let task = tasks[dqn.rng.below(tasks.len())];
+        loss = dqn.reptile_step(task)?;
+    }
+    Ok(loss)
+}
+
+/// The online learning module (Alg. 1 lines 6-15) as a [`TrainStep`] for a [`crate::Learner`]:
+/// on a transition flagged `change`, it loads the meta-model of the transition's condition class
+/// (or the deployed policy if that class has none), takes one step per `batch` fresh transitions
+/// until K steps are done, and then publishes the fine-tuned policy beside the unchanged
+/// meta-models.
+#[derive(Debug)]
+pub struct FalconOnline {
+    dqn: FalconDqn,
+    weights: FalconWeights,
+    fresh: Vec<FalconTransition>,
+    steps_left: usize,
+    fine_tunings: u64,
+}
+
+impl FalconOnline {
+    /// Starts from `weights` (shipped meta-models and policy).
+    pub fn new(hyper: FalconHyper, weights: FalconWeights) -> Result<Self, FalconTrainError> {
+        let mut dqn = FalconDqn::new(hyper, Device::Cpu)?;
+        dqn.load(weights.policy())?;
+        Ok(FalconOnline {
+            dqn,
+            weights,
+            fresh: Vec::new(),
+            steps_left: 0,
+            fine_tunings: 0,
+        })
+    }
+
+    /// Fine-tunings completed (policies published).
+    pub fn fine_tunings(&self) -> u64 {
+        self.fine_tunings
+    }
+
+    /// The agent.
+    pub fn dqn(&self) -> &FalconDqn {
+        &self.dqn
+    }
+}
+
+impl TrainStep<FalconTransition, FalconWeights> for FalconOnline {
+    type Error = FalconTrainError;
+
+    fn train(&mut self, batch: &[FalconTransition]) -> Result<Option<FalconWeights>, Self::Error> {
+        let k = self.dqn.hyper.k;
+        let size = self.dqn.hyper.batch;
+        let mut publish = None;
+        for t in batch {
+            if t.change {
+                let start = self
+                    .weights
+                    .meta(t.condition)
+                    .unwrap_or(self.weights.policy())
+                    .clone();
+                self.dqn.load(&start)?;
+                self.fresh.clear();
+                self.steps_left = k;
+            }
+            if self.steps_left == 0 {
+                continue;
+            }
+            self.fresh.push(*t);
+            let done = k - self.steps_left;
+            if self.fresh.len() >= size * (done + 1) {
+                self.dqn.step_on(&self.fresh);
+                self.steps_left -= 1;
+                if self.steps_left == 0 {
+                    self.weights = self.weights.with_policy(self.dqn.export()?)?;
+                    self.fine_tunings += 1;
+                    publish = Some(self.weights.clone());
+                }
+            }
+        }
+        Ok(publish)
+    }
+}
