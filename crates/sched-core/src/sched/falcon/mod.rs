@@ -60,6 +60,26 @@ pub struct FalconConfig {
     /// Weights to start from (trained ones loaded by the caller); `None`: the built-in
     /// minRTT-equivalent network.
     pub weights: Option<Arc<FalconWeights>>,
+    /// A learner to attach when built (online learning, offline data collection in the
+    /// simulator); every scheduler built from this config shares it.
+    pub learner: Option<FalconLink>,
+}
+
+/// The hot path's ends of a learner: its weight slot and its experience queue.
+#[derive(Clone, Debug)]
+pub struct FalconLink {
+    /// Where the learner publishes.
+    pub weights: SlotReader<FalconWeights>,
+    /// Where the scheduler sends its transitions.
+    pub experience: ExperienceSender<FalconTransition>,
+}
+
+/// Links are connections, not values: two links are never equal (so a config carrying one
+/// differs from every other config).
+impl PartialEq for FalconLink {
+    fn eq(&self, _other: &Self) -> bool {
+        false
+    }
 }
 
 impl Default for FalconConfig {
@@ -69,6 +89,7 @@ impl Default for FalconConfig {
             seed: 1,
             loss_group: 32,
             weights: None,
+            learner: None,
         }
     }
 }
@@ -206,7 +227,11 @@ impl Falcon {
             None => FalconWeights::minrtt(),
         };
         let (_, reader) = weight_slot(initial);
-        Self::with_reader(config, reader)
+        let mut falcon = Self::with_reader(config, reader);
+        if let Some(link) = &config.learner {
+            falcon.attach_learner(link.weights.clone(), link.experience.clone());
+        }
+        falcon
     }
 
     /// Builds the scheduler reading its weights from `reader` (a learner's slot).
