@@ -28,6 +28,7 @@
 //! exports.
 #![warn(missing_docs)]
 
+pub mod edar;
 pub mod falcon;
 pub mod learner;
 pub mod model;

@@ -1,0 +1,483 @@
+//! EdAR's DQN with tch (feature `torch`; Han et al. §V-A, Algs. 1–2, §VI settings).
+//!
+//! - [`TchEdar`]: the Q-network of §IV-C built from [`TchLstm`] and [`TchMlp`], mirroring
+//!   [`EdarNetwork`] exactly ([`TchEdar::export`] gives the pure-Rust twin, the parity test checks
+//!   both agree to 1e-5);
+//! - [`EdarDqn`]: main and target networks, a replay buffer of [`EdarTransition`]s, Adam
+//!   (lr 1e-4), loss `(y − Q(s, a))²` with `y = r + γ max_a' Q'(s', a')` (γ = 0.6; `y = r` for a
+//!   terminal transition) and the soft target update `θ' ← τθ + (1 − τ)θ'` (τ = 0.01) after every
+//!   step. Minibatches hold transitions with the same number of paths (the representation network
+//!   takes any number, but one batch runs as one tensor).
+//!
+//! [`EdarDqn`] is a [`TrainStep`]: a [`crate::Learner`] feeds it the scheduler's transitions and
+//! publishes the exported network (Alg. 2's "synchronize θ to the scheduler").
+
+use braid_sched_core::nn::Activation;
+use braid_sched_core::sched::edar::network::{ACROSS_HIDDEN, CORE_WIDTHS, FEATURE_HIDDEN};
+use braid_sched_core::sched::edar::{
+    CONNECTION_FEATURES, EdarNetwork, EdarNetworkError, EdarState, EdarTransition, FEATURES,
+    HISTORY, SplitMix64,
+};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind, Reduction, Tensor};
+
+use crate::learner::TrainStep;
+use crate::torch::{ExportError, TchLstm, TchMlp};
+
+/// Why training or export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EdarTrainError {
+    /// tch refused an operation.
+    #[error("tch: {0}")]
+    Tch(#[from] tch::TchError),
+    /// A network could not be built or exported.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// The exported parts are not an EdAR network.
+    #[error(transparent)]
+    Network(#[from] EdarNetworkError),
+    /// A hyper-parameter is out of range.
+    #[error("EdAR training parameter `{name}` = {value}: {expected}")]
+    Parameter {
+        /// The parameter.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// What is accepted.
+        expected: &'static str,
+    },
+}
+
+/// DQN hyper-parameters; the defaults are §VI's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdarHyper {
+    /// Adam learning rate (1e-4).
+    pub learning_rate: f64,
+    /// Discount γ (0.6).
+    pub gamma: f64,
+    /// Soft target update rate τ (0.01).
+    pub tau: f64,
+    /// Minibatch size H.
+    pub batch: usize,
+    /// Replay buffer capacity (oldest dropped first).
+    pub replay_capacity: usize,
+    /// Training steps per batch of new experience when used as a [`TrainStep`].
+    pub steps_per_batch: usize,
+    /// Seed of tch's initialisation and of minibatch sampling.
+    pub seed: u64,
+}
+
+impl Default for EdarHyper {
+    fn default() -> Self {
+        EdarHyper {
+            learning_rate: 1e-4,
+            gamma: 0.6,
+            tau: 0.01,
+            batch: 32,
+            replay_capacity: 100_000,
+            steps_per_batch: 4,
+            seed: 0,
+        }
+    }
+}
+
+impl EdarHyper {
+    fn validate(&self) -> Result<(), EdarTrainError> {
+        let check = |name, value: f64, ok: bool, expected| {
+            if ok && value.is_finite() {
+                Ok(())
+            } else {
+                Err(EdarTrainError::Parameter {
+                    name,
+                    value,
+                    expected,
+                })
+            }
+        };
+        let lr = self.learning_rate;
+        check("learning_rate", lr, lr > 0.0 && lr < 1.0, "in (0, 1)")?;
+        check(
+            "gamma",
+            self.gamma,
+            (0.0..1.0).contains(&self.gamma),
+            "in [0, 1)",
+        )?;
+        check(
+            "tau",
+            self.tau,
+            self.tau > 0.0 && self.tau <= 1.0,
+            "in (0, 1]",
+        )?;
+        check(
+            "batch",
+            self.batch as f64,
+            (1..=65_536).contains(&self.batch),
+            "1..=65536",
+        )?;
+        let cap = self.replay_capacity;
+        check(
+            "replay_capacity",
+            cap as f64,
+            cap >= self.batch,
+            "at least `batch`",
+        )
+    }
+}
+
+/// The §IV-C Q-network in tch.
+#[derive(Debug)]
+pub struct TchEdar {
+    features: Vec<TchLstm>,
+    across: TchLstm,
+    core: TchMlp,
+}
+
+/// A minibatch of states with the same path count, as tensors.
+struct StateBatch {
+    connection: Tensor,
+    /// `[B, n, FEATURES, HISTORY]`.
+    paths: Tensor,
+    batch: i64,
+    paths_per_state: i64,
+}
+
+fn i64_of(v: usize) -> i64 {
+    // Batch sizes and widths here are at most 2^16.
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl StateBatch {
+    fn new<'a>(states: impl Iterator<Item = &'a EdarState>, device: Device) -> Self {
+        let mut connection = Vec::new();
+        let mut paths = Vec::new();
+        let mut batch = 0usize;
+        let mut n = 0usize;
+        for s in states {
+            batch += 1;
+            n = s.used_paths().len();
+            connection.extend_from_slice(&s.connection);
+            for p in s.used_paths() {
+                paths.extend_from_slice(p);
+            }
+        }
+        let (b, n64) = (i64_of(batch), i64_of(n));
+        StateBatch {
+            connection: Tensor::from_slice(&connection)
+                .view([b, i64_of(CONNECTION_FEATURES)])
+                .to_device(device),
+            paths: Tensor::from_slice(&paths)
+                .view([b, n64, i64_of(FEATURES), i64_of(HISTORY)])
+                .to_device(device),
+            batch: b,
+            paths_per_state: n64,
+        }
+    }
+}
+
+impl TchEdar {
+    /// Creates the variables under `path`: `feature0..5`, `across`, `core`.
+    pub fn new(path: &nn::Path<'_>) -> Result<Self, EdarTrainError> {
+        let features = (0..FEATURES)
+            .map(|i| TchLstm::new(&(path / format!("feature{i}")), 1, FEATURE_HIDDEN))
+            .collect::<Result<Vec<_>, _>>()?;
+        let across = TchLstm::new(
+            &(path / "across"),
+            FEATURES * 2 * FEATURE_HIDDEN,
+            ACROSS_HIDDEN,
+        )?;
+        let core = TchMlp::new(&(path / "core"), &CORE_WIDTHS, Activation::Relu)?;
+        Ok(TchEdar {
+            features,
+            across,
+            core,
+        })
+    }
+
+    fn forward_batch(&self, states: &StateBatch) -> Tensor {
+        let (b, n) = (states.batch, states.paths_per_state);
+        let representation = if n == 0 {
+            Tensor::zeros(
+                [b, i64_of(ACROSS_HIDDEN)],
+                (Kind::Float, states.connection.device()),
+            )
+        } else {
+            let steps = i64_of(HISTORY);
+            let per_feature: Vec<Tensor> = self
+                .features
+                .iter()
+                .enumerate()
+                .map(|(f, lstm)| {
+                    // [B·n, steps, 1]: one sequence per (state, path).
+                    let xs = states.paths.select(2, i64_of(f)).reshape([b * n, steps, 1]);
+                    let last = lstm.forward_sequence(&xs);
+                    let before = lstm.forward_sequence(&xs.narrow(1, 0, steps - 1));
+                    Tensor::cat(&[before, last], 1)
+                })
+                .collect();
+            let per_path = Tensor::cat(&per_feature, 1).view([b, n, -1]);
+            self.across.forward_sequence(&per_path)
+        };
+        self.core.forward(&Tensor::cat(
+            &[states.connection.shallow_clone(), representation],
+            1,
+        ))
+    }
+
+    /// Q-values `[B, 2]` of `states` (all with the same number of paths).
+    pub fn q_values(&self, states: &[EdarState], device: Device) -> Tensor {
+        self.forward_batch(&StateBatch::new(states.iter(), device))
+    }
+
+    /// The same network as sched-core's [`EdarNetwork`].
+    pub fn export(&self) -> Result<EdarNetwork, EdarTrainError> {
+        let features = self
+            .features
+            .iter()
+            .map(TchLstm::export)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EdarNetwork::new(
+            features,
+            self.across.export()?,
+            self.core.export()?,
+        )?)
+    }
+
+    /// Overwrites the variables with `network`'s weights (start online learning from a
+    /// pre-trained model, Alg. 2 line 2).
+    pub fn load(&self, network: &EdarNetwork) {
+        tch::no_grad(|| {
+            let lstms = self
+                .features
+                .iter()
+                .zip(network.features())
+                .chain(std::iter::once((&self.across, network.across())));
+            for (tch_lstm, lstm) in lstms {
+                let sources = [
+                    lstm.weight_ih(),
+                    lstm.weight_hh(),
+                    lstm.bias_ih(),
+                    lstm.bias_hh(),
+                ];
+                for (t, src) in tch_lstm.tensors().iter().zip(sources) {
+                    copy_into(t, src);
+                }
+            }
+            for (layer, linear) in self.core.layers().iter().zip(network.core().layers()) {
+                copy_into(&layer.ws, linear.weight());
+                if let Some(bs) = &layer.bs {
+                    copy_into(bs, linear.bias());
+                }
+            }
+        });
+    }
+}
+
+fn copy_into(variable: &Tensor, values: &[f32]) {
+    let mut v = variable.shallow_clone();
+    let source = Tensor::from_slice(values)
+        .view(variable.size().as_slice())
+        .to_device(variable.device());
+    v.copy_(&source);
+}
+
+/// DQN over EdAR's Q-network: replay buffer, main and target networks, Adam.
+pub struct EdarDqn {
+    hyper: EdarHyper,
+    device: Device,
+    vs: nn::VarStore,
+    net: TchEdar,
+    target_vs: nn::VarStore,
+    target: TchEdar,
+    optimizer: nn::Optimizer,
+    replay: Vec<EdarTransition>,
+    replay_next: usize,
+    rng: SplitMix64,
+    steps: u64,
+    last_loss: Option<f64>,
+}
+
+impl std::fmt::Debug for EdarDqn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdarDqn")
+            .field("hyper", &self.hyper)
+            .field("device", &self.device)
+            .field("replay", &self.replay.len())
+            .field("steps", &self.steps)
+            .field("last_loss", &self.last_loss)
+            .finish()
+    }
+}
+
+impl EdarDqn {
+    /// A fresh agent on `device` (Alg. 1 lines 11–12: random main network, target = main).
+    pub fn new(hyper: EdarHyper, device: Device) -> Result<Self, EdarTrainError> {
+        hyper.validate()?;
+        tch::manual_seed(i64::from_ne_bytes(hyper.seed.to_ne_bytes()));
+        let vs = nn::VarStore::new(device);
+        let net = TchEdar::new(&(vs.root() / "q"))?;
+        let mut target_vs = nn::VarStore::new(device);
+        let target = TchEdar::new(&(target_vs.root() / "q"))?;
+        target_vs.copy(&vs)?;
+        let optimizer = nn::Adam::default().build(&vs, hyper.learning_rate)?;
+        Ok(EdarDqn {
+            rng: SplitMix64(hyper.seed ^ 0x5EED_EDA2),
+            replay: Vec::with_capacity(hyper.replay_capacity.min(1 << 20)),
+            replay_next: 0,
+            hyper,
+            device,
+            vs,
+            net,
+            target_vs,
+            target,
+            optimizer,
+            steps: 0,
+            last_loss: None,
+        })
+    }
+
+    /// Starts both networks from `network` (a pre-trained model).
+    pub fn load(&mut self, network: &EdarNetwork) -> Result<(), EdarTrainError> {
+        self.net.load(network);
+        self.target_vs.copy(&self.vs)?;
+        Ok(())
+    }
+
+    /// Adds a transition to the replay buffer, replacing the oldest when full.
+    pub fn push(&mut self, transition: EdarTransition) {
+        if self.replay.len() < self.hyper.replay_capacity {
+            self.replay.push(transition);
+        } else {
+            self.replay[self.replay_next] = transition;
+            self.replay_next = (self.replay_next + 1) % self.hyper.replay_capacity;
+        }
+    }
+
+    /// Transitions held.
+    pub fn replay_len(&self) -> usize {
+        self.replay.len()
+    }
+
+    /// Training steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The loss of the latest step.
+    pub fn last_loss(&self) -> Option<f64> {
+        self.last_loss
+    }
+
+    /// The main network.
+    pub fn network(&self) -> &TchEdar {
+        &self.net
+    }
+
+    /// A minibatch of up to `batch` transitions sharing the path counts of a random first one.
+    fn sample(&mut self) -> Vec<EdarTransition> {
+        let len = self.replay.len();
+        let mut batch = Vec::with_capacity(self.hyper.batch);
+        if len == 0 {
+            return batch;
+        }
+        let pick = |rng: &mut SplitMix64| (rng.next_u64() % len as u64) as usize;
+        let first = self.replay[pick(&mut self.rng)];
+        let key = (first.state.path_count, first.next_state.path_count);
+        batch.push(first);
+        for _ in 0..8 * self.hyper.batch {
+            if batch.len() == self.hyper.batch {
+                break;
+            }
+            let t = self.replay[pick(&mut self.rng)];
+            if (t.state.path_count, t.next_state.path_count) == key {
+                batch.push(t);
+            }
+        }
+        batch
+    }
+
+    /// The DQN loss on `batch` (all with the same path counts).
+    pub fn loss(&self, batch: &[EdarTransition]) -> Tensor {
+        let states = StateBatch::new(batch.iter().map(|t| &t.state), self.device);
+        let next = StateBatch::new(batch.iter().map(|t| &t.next_state), self.device);
+        let actions: Vec<i64> = batch.iter().map(|t| i64_of(t.action.index())).collect();
+        let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
+        let live: Vec<f32> = batch
+            .iter()
+            .map(|t| if t.terminal { 0.0 } else { 1.0 })
+            .collect();
+        let actions = Tensor::from_slice(&actions)
+            .to_device(self.device)
+            .unsqueeze(1);
+        let rewards = Tensor::from_slice(&rewards).to_device(self.device);
+        let live = Tensor::from_slice(&live).to_device(self.device);
+        let q = self
+            .net
+            .forward_batch(&states)
+            .gather(1, &actions, false)
+            .squeeze_dim(1);
+        let target = tch::no_grad(|| {
+            let (best_next, _) = self.target.forward_batch(&next).max_dim(1, false);
+            rewards + live * best_next * self.hyper.gamma
+        });
+        q.mse_loss(&target, Reduction::Mean)
+    }
+
+    /// One step of Alg. 1/2 lines 14–20: sample, minimise the loss, soft-update the target.
+    /// Returns the loss, or `None` while the replay buffer is empty.
+    pub fn train_step(&mut self) -> Result<Option<f64>, EdarTrainError> {
+        let batch = self.sample();
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        let loss = self.loss(&batch);
+        self.optimizer.backward_step(&loss);
+        self.soft_update();
+        self.steps += 1;
+        let value = loss.double_value(&[]);
+        self.last_loss = Some(value);
+        Ok(Some(value))
+    }
+
+    /// `θ' ← τθ + (1 − τ)θ'`.
+    pub fn soft_update(&mut self) {
+        let tau = self.hyper.tau;
+        let source = self.vs.variables();
+        tch::no_grad(|| {
+            for (name, mut t) in self.target_vs.variables() {
+                if let Some(s) = source.get(&name) {
+                    let blended = &t * (1.0 - tau) + s * tau;
+                    t.copy_(&blended);
+                }
+            }
+        });
+    }
+
+    /// The target network's variables, by name (for tests of the soft update).
+    pub fn target_variables(&self) -> std::collections::HashMap<String, Tensor> {
+        self.target_vs.variables()
+    }
+
+    /// The main network's variables, by name.
+    pub fn main_variables(&self) -> std::collections::HashMap<String, Tensor> {
+        self.vs.variables()
+    }
+
+    /// The main network as sched-core's [`EdarNetwork`].
+    pub fn export(&self) -> Result<EdarNetwork, EdarTrainError> {
+        self.net.export()
+    }
+}
+
+impl TrainStep<EdarTransition, EdarNetwork> for EdarDqn {
+    type Error = EdarTrainError;
+
+    fn train(&mut self, batch: &[EdarTransition]) -> Result<Option<EdarNetwork>, Self::Error> {
+        for t in batch {
+            self.push(*t);
+        }
+        for _ in 0..self.hyper.steps_per_batch.max(1) {
+            self.train_step()?;
+        }
+        Ok(Some(self.export()?))
+    }
+}
