@@ -17,7 +17,8 @@
 //!
 //! Learning (§V): at every decision the previous interval becomes a transition
 //! `(s_{t−1}, a_{t−1}, r_{t−1}, s_t)` whose reward ([`reward`]) comes from the receiver reports
-//! that arrived during the interval; it goes to the learner through an
+//! that arrived during the interval (intervals in which this end placed no data packet, e.g. the
+//! receiving end of a download, yield none); it goes to the learner through an
 //! [`ExperienceSender`] (never blocks; dropped and counted when full). Weights come back through
 //! a [`SlotReader`] refreshed at every call (latest wins, never waits). Actions are ε-greedy with
 //! a seeded generator (Alg. 2); `policy = normal | redundant` gives the fixed policies of offline
@@ -32,7 +33,7 @@ pub mod reward;
 pub mod state;
 
 use crate::decision::{Decision, PathSet};
-use crate::packet::PacketMeta;
+use crate::packet::{PacketMeta, TrafficClass};
 use crate::path::{MAX_PATHS, PathId, PathView};
 use crate::sched::minrtt::lowest_rtt_with_room;
 use crate::scheduler::{
@@ -286,6 +287,8 @@ pub struct Edar {
     accumulators: [PathAccumulator; EDAR_MAX_PATHS],
     histories: [PathHistory; EDAR_MAX_PATHS],
     reports: ReportTotals,
+    /// Data (non-control) packets placed in the current interval.
+    data_packets: u32,
     pending: Option<(EdarState, EdarAction)>,
     receive_window: u64,
     decisions: u64,
@@ -350,6 +353,7 @@ impl Edar {
             accumulators: [PathAccumulator::default(); EDAR_MAX_PATHS],
             histories: [PathHistory::default(); EDAR_MAX_PATHS],
             reports: ReportTotals::default(),
+            data_packets: 0,
             pending: None,
             receive_window: 0,
             decisions: 0,
@@ -441,6 +445,7 @@ impl Edar {
         let state = self.observe_state(paths);
         if let Some((previous, action)) = self.pending.take()
             && !self.reports.is_empty()
+            && self.data_packets > 0
             && let Some(sender) = &self.config.experience
         {
             sender.send(EdarTransition {
@@ -452,6 +457,7 @@ impl Edar {
             });
         }
         self.reports = ReportTotals::default();
+        self.data_packets = 0;
         let action = self.choose(&state);
         self.pending = Some((state, action));
         self.mode = action;
@@ -505,6 +511,9 @@ impl Scheduler for Edar {
             }
         }
         self.receive_window = packet.send_window;
+        if packet.class != TrafficClass::Control {
+            self.data_packets = self.data_packets.saturating_add(1);
+        }
         if self.interval_start.is_none() {
             // The first interval of a connection is redundant (§IV-B).
             self.interval_start = Some(now);
