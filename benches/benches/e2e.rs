@@ -271,5 +271,129 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
     );
 }
 
-criterion_group!(benches, goodput);
+// ---------------------------------------------------------------------------------------
+// `e2e/shaped` (the emulator's part): the same braid download, but over the two shaped links of
+// `config/local/emu.toml` (30 Mbit/s RTT 20 ms and 20 Mbit/s RTT 40 ms) through the real-time
+// link emulator in this process. Goal: goodput >= 90% of the 50 Mbit/s the two links carry
+// (the links count IP and UDP headers, so the payload ceiling is a little under 50).
+
+/// Bytes per shaped download: about 2.7 s at 48 Mbit/s.
+const SHAPED_BYTES: u64 = 16 << 20;
+
+async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHandle) {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/local/emu.toml");
+    let mut config = braid_testbed::emu::EmuConfig::load(&file).unwrap();
+    let server = start_server(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            state_dir: state_dir("shaped-server"),
+            server_name: "braid".into(),
+            users: vec![UserEntry {
+                name: "bench".into(),
+                key: KEY,
+            }],
+            scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+            egress: EgressPolicy {
+                allow_loopback: true,
+                ..EgressPolicy::default()
+            },
+            max_sessions: 4,
+            max_pending_joins: 4,
+        },
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    for path in &mut config.paths {
+        path.listen = "127.0.0.1:0".parse().unwrap();
+        path.forward = server.addr;
+    }
+    let emu = braid_testbed::emu::Emulator::start(&config).await.unwrap();
+    let pin = braid_proxy::config::parse_fingerprint(&server.fingerprint).unwrap();
+    let client = start_client(ClientConfig {
+        user: "bench".into(),
+        key: KEY,
+        trust: ServerTrust::Fingerprint(pin),
+        server_name: "braid".into(),
+        state_dir: state_dir("shaped-client"),
+        socks_listen: "127.0.0.1:0".parse().unwrap(),
+        http_listen: None,
+        socks_users: Vec::new(),
+        scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+        links: emu
+            .listen_addrs()
+            .iter()
+            .zip(&config.paths)
+            .map(|(addr, path)| LinkConfig {
+                name: path.link.name.clone(),
+                local_addr: Some("127.0.0.1:0".parse().unwrap()),
+                interface: None,
+                interface_required: false,
+                server: addr.to_string(),
+                weight: 1,
+                tier: Tier::Primary,
+                rate_cap_mbps: None,
+            })
+            .collect(),
+    })
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    (server, emu, client)
+}
+
+fn shaped(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_server, emu, client, target) = rt.block_on(async {
+        let (s, e, c) = shaped_pair().await;
+        (s, e, c, source().await)
+    });
+    let socks = client.socks_addr;
+    let mut group = c.benchmark_group("e2e/shaped");
+    group.throughput(Throughput::Bytes(SHAPED_BYTES));
+    group.sampling_mode(criterion::SamplingMode::Flat);
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(3));
+    group.measurement_time(Duration::from_secs(25));
+    group.bench_function("braid_local_30+20mbps", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let before = emu.stats();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    braid_download(socks, target, SHAPED_BYTES).await;
+                }
+                let wall = start.elapsed();
+                let mbps = (iters * SHAPED_BYTES) as f64 * 8.0 / wall.as_secs_f64() / 1e6;
+                // How busy each emulated link was towards the client (IP + UDP headers included).
+                let busy: Vec<String> = emu
+                    .stats()
+                    .iter()
+                    .zip(&before)
+                    .map(|(path, b)| {
+                        let (a, b) = (&path.reverse_dir, &b.reverse_dir);
+                        let wire = (a.sent_bytes - b.sent_bytes) + 28 * (a.sent_packets - b.sent_packets);
+                        let drops = a.link.queue_full - b.link.queue_full;
+                        let link_mbps = wire as f64 * 8.0 / wall.as_secs_f64() / 1e6;
+                        format!("{} {link_mbps:.1} Mbit/s on the wire, {drops} queue drops", path.name)
+                    })
+                    .collect();
+                eprintln!(
+                    "e2e/shaped: {iters} x {} MiB in {:.2} s: {mbps:.1} Mbit/s = {:.0}% of 50 Mbit/s; links: {}",
+                    SHAPED_BYTES >> 20,
+                    wall.as_secs_f64(),
+                    mbps / 50.0 * 100.0,
+                    busy.join("; ")
+                );
+                wall
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, goodput, shaped);
 criterion_main!(benches);

@@ -34,6 +34,7 @@ async fn curl_download_survives_a_5_s_outage_of_one_link() {
     for s in &stats {
         println!("{s}");
     }
+    print_session(&bed).await;
     // The outage happened inside the transfer and really dropped traffic.
     assert!(
         ended.as_secs_f64() > 9.0,

@@ -37,6 +37,7 @@ async fn curl_download_and_upload_50_mb_over_two_shaped_links() {
     for s in bed.emu.stats() {
         println!("{s}");
     }
+    print_session(&bed).await;
     // Both links carried data in both directions.
     for s in bed.emu.stats() {
         assert!(s.forward_dir.sent_bytes > MB as u64, "{s}");

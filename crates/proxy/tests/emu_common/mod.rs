@@ -311,3 +311,22 @@ pub async fn curl_upload(
 pub fn mbps(bytes: usize, took: Duration) -> f64 {
     bytes as f64 * 8.0 / took.as_secs_f64() / 1e6
 }
+
+/// Prints the server's view of each path and the session counters (for diagnosing a slow run).
+pub async fn print_session(bed: &Testbed) {
+    for session in bed.server.status().await.sessions {
+        for p in &session.paths {
+            println!(
+                "server path {} ({}): {} sent, {} lost, srtt {:.1} ms, cwnd {} B, max datagram {} B",
+                p.id,
+                p.state,
+                p.packets_sent,
+                p.packets_lost,
+                p.srtt_ms,
+                p.cwnd,
+                p.max_datagram_size
+            );
+        }
+        println!("server session counters: {:?}", session.counters);
+    }
+}
