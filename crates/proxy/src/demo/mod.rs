@@ -264,8 +264,9 @@ impl Context {
         let failure = match task.await {
             Ok(Err(reason)) => Some(reason),
             _ if stalled => Some(format!(
-                "no data arrived for {:.1} s (stalled)",
-                STALL_S.min(seconds / 2.0)
+                "no data arrived for {:.1} s (stalled); {}",
+                STALL_S.min(seconds / 2.0),
+                server_view(&server).await
             )),
             _ => None,
         };
@@ -414,11 +415,11 @@ async fn sample_loop(
         if bytes > prev_bytes {
             last_progress = t;
         }
-        if t + 0.5 >= seconds || progress.failed.load(Ordering::Relaxed) {
+        if t - last_progress >= STALL_S.min(seconds / 2.0) - 0.05 {
+            stalled = true;
             break;
         }
-        if t - last_progress >= STALL_S.min(seconds / 2.0) {
-            stalled = true;
+        if t + 0.5 >= seconds || progress.failed.load(Ordering::Relaxed) {
             break;
         }
     }
@@ -451,6 +452,32 @@ struct Sampled {
 /// Seconds without a verified byte after which a phase counts as failed (half the phase when
 /// that is shorter).
 const STALL_S: f64 = 5.0;
+
+/// The server's side of a stalled phase, for the error message: per path its state, packets
+/// sent and lost and largest datagram, and the session's counters.
+async fn server_view(server: &crate::daemon::ServerHandle) -> String {
+    let status = server.status().await;
+    let Some(session) = status.sessions.first() else {
+        return "the server has no session".into();
+    };
+    let paths: Vec<String> = session
+        .paths
+        .iter()
+        .map(|p| {
+            format!(
+                "path {} {}: {} sent, {} lost, max datagram {} B",
+                p.name, p.state, p.packets_sent, p.packets_lost, p.max_datagram_size
+            )
+        })
+        .collect();
+    let c = &session.counters;
+    format!(
+        "server: {}; datagrams quinn refused as too large: {}, send errors: {}",
+        paths.join(", "),
+        c.datagrams_too_large,
+        c.send_errors
+    )
+}
 
 /// Goodput between the first sample at or after `from` and the last at or before `to`:
 /// (Mbit/s, from, to) with the sample times actually used.
