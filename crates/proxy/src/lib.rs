@@ -14,4 +14,5 @@ pub mod inbound;
 pub mod session;
 pub mod sim_endpoint;
 pub mod tls;
+pub mod train;
 pub mod transport;

@@ -14,6 +14,7 @@ mod schedulers;
 mod server;
 mod sim;
 mod status;
+mod train;
 
 pub use schedulers::scheduler_catalogue;
 
@@ -43,6 +44,8 @@ pub enum Command {
     Emu(emu::EmuArgs),
     /// The whole system in one process on loopback, with a live per-path view and a summary.
     Demo(demo::DemoArgs),
+    /// Offline training of a learned scheduler (edar, falcon) in the simulator (feature `torch`).
+    Train(train::TrainArgs),
 }
 
 /// Parses `std::env::args` and runs the command.
@@ -66,5 +69,6 @@ pub fn main() -> ExitCode {
         Command::Sim(args) => sim::run(&args),
         Command::Emu(args) => emu::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Train(args) => train::run(&args),
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use braid_sched_core::SchedulerKind;
 use braid_testbed::ScenarioFile;
 use braid_testbed::report::write_report;
 use braid_testbed::sim::{self, SchedulerSummary, SimOptions};
@@ -81,7 +81,7 @@ pub fn run(args: &SimArgs) -> ExitCode {
     let mut events = 0u64;
     for kind in kinds {
         let options = SimOptions {
-            scheduler: SchedulerConfig::new(kind),
+            scheduler: crate::train::scheduler_config(kind),
         };
         let mut runs = Vec::with_capacity(args.runs as usize);
         for r in 0..args.runs {

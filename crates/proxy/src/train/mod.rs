@@ -1,0 +1,80 @@
+//! Learned schedulers in the daemon and the simulator: shipped weights (`models/<name>/`), the
+//! options and results of `braid train` (offline training, feature `torch`), and one module per
+//! learned scheduler ([`edar`]; FALCON adds `falcon`).
+//!
+//! Shipped weights are looked up in `$BRAID_MODELS` when set, else in the repository's `models/`
+//! directory this binary was built from. A missing file is not an error: the scheduler then runs
+//! its documented safe default (EdAR: normal transmission, i.e. minRTT), and
+//! [`scheduler_config`] says so on stderr once per process.
+
+pub mod edar;
+pub mod falcon;
+
+use std::path::PathBuf;
+
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
+
+/// Where shipped models live: `$BRAID_MODELS`, else `<repository>/models`.
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("BRAID_MODELS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")),
+    }
+}
+
+/// The default configuration of `kind`, with the shipped weights of a learned scheduler loaded
+/// into it (a fresh weight slot per call). Other kinds get [`SchedulerConfig::new`].
+pub fn scheduler_config(kind: SchedulerKind) -> SchedulerConfig {
+    match kind {
+        SchedulerKind::Edar => edar::shipped_config(),
+        SchedulerKind::Falcon => falcon::shipped_config(),
+        _ => SchedulerConfig::new(kind),
+    }
+}
+
+/// What `braid train` is asked to do (shared by every learned scheduler).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOptions {
+    /// Scenario files whose simulations provide the training episodes.
+    pub scenarios: Vec<PathBuf>,
+    /// Directory the model and its provenance are written to.
+    pub out: PathBuf,
+    /// `cpu` or `cuda`.
+    pub device: String,
+    /// Seed of the episodes, the initialisation and the minibatches.
+    pub seed: u64,
+    /// Simulated episodes per scenario and data-collection policy.
+    pub episodes: u32,
+    /// Gradient steps.
+    pub steps: u64,
+    /// Simulated seconds per episode (`None`: the scenario's own duration).
+    pub duration_s: Option<f64>,
+    /// The command line as typed, for the provenance file.
+    pub command: String,
+}
+
+/// What a training run produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainSummary {
+    /// The model file written.
+    pub model: PathBuf,
+    /// Transitions (or tasks) learned from.
+    pub samples: u64,
+    /// Gradient steps taken.
+    pub steps: u64,
+    /// Mean loss over the last 100 steps.
+    pub final_loss: f64,
+    /// Wall-clock seconds, simulation and training.
+    pub seconds: f64,
+}
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Bad options (exit code 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The run itself failed (exit code 1).
+    #[error("{0}")]
+    Runtime(String),
+}
