@@ -19,7 +19,7 @@ use super::flow::SessionHandle;
 use super::join::{EXPORTER_LABEL, JOIN_OK, Join, SessionId, compute_mac};
 use super::quic::{BindError, bind_link_socket};
 use crate::config::{ClientConfig, LinkConfig};
-use crate::session::{PathConfig, Role, SessionConfig};
+use crate::session::{PathConfig, Role};
 
 /// First retry delay of a link.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -80,7 +80,7 @@ pub(crate) async fn session_loop(
         let session_id: SessionId = rand::random();
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
-            config: SessionConfig::default(),
+            config: super::session_config(),
             scheduler: ctx.config.scheduler.build(),
             label: hex(&session_id),
             user: ctx.config.user.clone(),

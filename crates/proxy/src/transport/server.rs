@@ -21,7 +21,7 @@ use super::join::{
     verify_mac,
 };
 use crate::config::ServerConfig;
-use crate::session::{PathConfig, Role, SessionConfig};
+use crate::session::{PathConfig, Role};
 
 /// How long a client has from the first packet to a complete JOIN.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -196,7 +196,7 @@ fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
     let policy = Arc::new(shared.config.egress.clone());
     let (handle, _task) = driver::spawn(DriverSetup {
         role: Role::Server,
-        config: SessionConfig::default(),
+        config: super::session_config(),
         scheduler: shared.config.scheduler.build(),
         label: hex(&join.session_id),
         user: join.user.clone(),
