@@ -10,6 +10,7 @@
 //! both with a handoff (the Wi-Fi link dark for a few seconds). Every received byte is checked
 //! against the source's pattern.
 
+mod summary;
 mod traffic;
 mod view;
 
@@ -24,7 +25,7 @@ use braid_sched_core::{SchedulerConfig, SchedulerKind};
 use braid_testbed::emu::{EmuConfig, EmuError, EmuHandle, Emulator};
 
 use crate::config::{ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, UserEntry};
-use crate::daemon::{ClientHandle, DaemonError, start_client, start_server};
+use crate::daemon::{ClientHandle, DaemonError, ServerHandle, start_client, start_server};
 use crate::session::Tier;
 use crate::tls::ServerIdentity;
 use traffic::Progress;
@@ -217,36 +218,7 @@ impl Context {
         view: &mut LiveView,
         out: &mut dyn Write,
     ) -> Result<PhaseResult, DemoError> {
-        // Each phase has its own server, so nothing of an earlier phase (its session, its
-        // egress connection) competes with this one.
-        let identity = ServerIdentity::generate("braid").map_err(|e| DemoError::Daemon {
-            what: "server",
-            source: e.into(),
-        })?;
-        let state = self.dir.join(name.replace(' ', "-"));
-        let mut server = start_server(server_config(&state, self.key), identity)
-            .await
-            .map_err(|source| DemoError::Daemon {
-                what: "server",
-                source,
-            })?;
-        // The outage is placed in emulator time, shifted by a set-up allowance (the links join
-        // in well under it on loopback); the summary reports the window as it fell in the
-        // download's own time.
-        let config = self.emu_config(server.addr, paths, handoff, SETUP_ALLOWANCE_S)?;
-        let mut emu = Emulator::start(&config).await?;
-        let mut client = start_client(self.client_config(&state, &server.fingerprint, paths, &emu))
-            .await
-            .map_err(|source| DemoError::Daemon {
-                what: "client",
-                source,
-            })?;
-        if !client
-            .wait_for_paths(paths.len(), Duration::from_secs(10))
-            .await
-        {
-            return Err(DemoError::Join { phase: name.into() });
-        }
+        let (mut server, mut emu, mut client) = self.set_up(name, paths, handoff).await?;
         let progress = Arc::new(Progress::default());
         let task = tokio::spawn(traffic::download(
             client.socks_addr,
@@ -292,6 +264,51 @@ impl Context {
             path_bytes,
             handoff,
         })
+    }
+
+    /// A phase's own server, emulator (with the handoff outage, if any) and client, its links
+    /// joined.
+    async fn set_up(
+        &self,
+        name: &str,
+        paths: &[(String, String)],
+        handoff: Option<(f64, f64)>,
+    ) -> Result<(ServerHandle, EmuHandle, ClientHandle), DemoError> {
+        // Each phase has its own server, so nothing of an earlier phase (its session, its
+        // egress connection) competes with this one.
+        let state = self.dir.join(name.replace(' ', "-"));
+        let server = self.start_server(&state).await?;
+        // The outage is placed in emulator time, shifted by a set-up allowance (the links join
+        // in well under it on loopback); the summary reports the window as it fell in the
+        // download's own time.
+        let config = self.emu_config(server.addr, paths, handoff, SETUP_ALLOWANCE_S)?;
+        let emu = Emulator::start(&config).await?;
+        let client = start_client(self.client_config(&state, &server.fingerprint, paths, &emu))
+            .await
+            .map_err(|source| DemoError::Daemon {
+                what: "client",
+                source,
+            })?;
+        if !client
+            .wait_for_paths(paths.len(), Duration::from_secs(10))
+            .await
+        {
+            return Err(DemoError::Join { phase: name.into() });
+        }
+        Ok((server, emu, client))
+    }
+
+    async fn start_server(&self, state: &Path) -> Result<ServerHandle, DemoError> {
+        let identity = ServerIdentity::generate("braid").map_err(|e| DemoError::Daemon {
+            what: "server",
+            source: e.into(),
+        })?;
+        start_server(server_config(state, self.key), identity)
+            .await
+            .map_err(|source| DemoError::Daemon {
+                what: "server",
+                source,
+            })
     }
 
     fn emu_config(
@@ -390,26 +407,7 @@ async fn sample_loop(
             .first()
             .map(|s| s.paths.clone())
             .unwrap_or_default();
-        let stats = emu.stats();
-        let rows: Vec<PathRow> = stats
-            .iter()
-            .zip(last_paths.iter_mut())
-            .map(|(s, last)| {
-                let delta = s.reverse_dir.sent_bytes.saturating_sub(*last);
-                *last = s.reverse_dir.sent_bytes;
-                let report = reports.iter().find(|p| p.name == s.name);
-                PathRow {
-                    name: s.name.clone(),
-                    state: if s.down {
-                        "DOWN".into()
-                    } else {
-                        report.map_or("joining".into(), |p| p.state.clone())
-                    },
-                    mbps: mbps(delta, t - prev_t),
-                    rtt_ms: report.map_or(0.0, |p| p.srtt_ms),
-                }
-            })
-            .collect();
+        let rows = path_rows(&emu.stats(), &mut last_paths, &reports, t - prev_t);
         let goodput = mbps(bytes - prev_bytes, t - prev_t);
         let _ = view.render(out, phase, t, &rows, goodput);
         if bytes > prev_bytes {
@@ -441,6 +439,35 @@ async fn sample_loop(
     }
 }
 
+/// The view's rows: per path its state, the bytes its emulated link delivered towards the
+/// client since the last sample (`last` is updated) over `dt` seconds, and the client's RTT.
+fn path_rows(
+    stats: &[braid_testbed::emu::PathStats],
+    last: &mut [u64],
+    reports: &[crate::transport::status::PathReport],
+    dt: f64,
+) -> Vec<PathRow> {
+    stats
+        .iter()
+        .zip(last.iter_mut())
+        .map(|(s, last)| {
+            let delta = s.reverse_dir.sent_bytes.saturating_sub(*last);
+            *last = s.reverse_dir.sent_bytes;
+            let report = reports.iter().find(|p| p.name == s.name);
+            PathRow {
+                name: s.name.clone(),
+                state: if s.down {
+                    "DOWN".into()
+                } else {
+                    report.map_or("joining".into(), |p| p.state.clone())
+                },
+                mbps: mbps(delta, dt),
+                rtt_ms: report.map_or(0.0, |p| p.srtt_ms),
+            }
+        })
+        .collect()
+}
+
 /// What [`sample_loop`] saw.
 struct Sampled {
     samples: Samples,
@@ -455,7 +482,7 @@ const STALL_S: f64 = 5.0;
 
 /// The server's side of a stalled phase, for the error message: per path its state, packets
 /// sent and lost and largest datagram, and the session's counters.
-async fn server_view(server: &crate::daemon::ServerHandle) -> String {
+async fn server_view(server: &ServerHandle) -> String {
     let status = server.status().await;
     let Some(session) = status.sessions.first() else {
         return "the server has no session".into();
@@ -522,72 +549,6 @@ fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
         },
         max_sessions: 4,
         max_pending_joins: 4,
-    }
-}
-
-impl std::fmt::Display for DemoSummary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "braid demo summary")?;
-        let singles: Vec<&PhaseResult> = self
-            .phases
-            .iter()
-            .filter(|p| p.handoff.is_none() && p.name != "multipath")
-            .collect();
-        writeln!(
-            f,
-            "  best single link, measured: the same download through each emulated link alone \
-             (a client with only that link):"
-        )?;
-        for p in &singles {
-            writeln!(
-                f,
-                "    {:<10} {:>6.1} Mbit/s  ({:.1} MB in {:.1} s)",
-                p.name,
-                p.goodput_mbps(),
-                p.bytes as f64 / 1e6,
-                p.seconds
-            )?;
-        }
-        let best = singles
-            .iter()
-            .map(|p| (p.name.as_str(), p.goodput_mbps()))
-            .fold(("none", 0.0), |a, b| if b.1 > a.1 { b } else { a });
-        let Some(multi) = self.phases.iter().find(|p| p.name == "multipath") else {
-            return Ok(());
-        };
-        let total: u64 = multi.path_bytes.iter().map(|(_, b)| b).sum();
-        writeln!(
-            f,
-            "  multipath (wifi + lte):  {:>6.1} Mbit/s  ({:.1} MB in {:.1} s, every byte verified)",
-            multi.goodput_mbps(),
-            multi.bytes as f64 / 1e6,
-            multi.seconds
-        )?;
-        let shares: Vec<String> = multi
-            .path_bytes
-            .iter()
-            .map(|(n, b)| format!("{n} {:.0}%", 100.0 * *b as f64 / total.max(1) as f64))
-            .collect();
-        writeln!(
-            f,
-            "    per-path share of bytes delivered to the client: {}",
-            shares.join(", ")
-        )?;
-        if let Some((g, a, b)) = multi.handoff {
-            writeln!(
-                f,
-                "    during the handoff (wifi dark, {a:.0} s to {b:.0} s): {g:.1} Mbit/s"
-            )?;
-        }
-        if best.1 > 0.0 {
-            writeln!(
-                f,
-                "  multipath vs best single link ({}): {:.2}x",
-                best.0,
-                multi.goodput_mbps() / best.1
-            )?;
-        }
-        Ok(())
     }
 }
 
