@@ -25,8 +25,6 @@ use crate::session::{PathConfig, Role};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest retry delay of a link.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Longest wait for path MTU discovery before joining.
-pub const MTU_SETTLE: Duration = Duration::from_secs(1);
 /// How long a handshake plus join may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -198,7 +196,6 @@ async fn connect_and_join(
         let conn = connecting
             .await
             .map_err(|e| LinkError::Connect(e.to_string()))?;
-        super::quic::settle_mtu(&conn, MTU_SETTLE).await;
         join(&conn, index, link, ctx, session_id).await?;
         Ok::<_, LinkError>(conn)
     };

@@ -66,6 +66,12 @@ pub fn transport_config() -> quinn::TransportConfig {
         .max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
             15_000,
         ))))
+        // quinn's path MTU discovery stays off: its black-hole detection lowers the datagram size
+        // limit after a burst of losses (an outage, a full queue), while a path's
+        // `max_datagram_size` in the session is fixed when it joins; every later packet would
+        // then be refused as too large and the path would stall. Datagrams therefore keep the
+        // size every QUIC path guarantees (1200-byte UDP payloads).
+        .mtu_discovery_config(None)
         // Paths carry datagrams; only the join uses a stream.
         .max_concurrent_uni_streams(quinn::VarInt::from_u32(0))
         .max_concurrent_bidi_streams(quinn::VarInt::from_u32(1));
@@ -124,25 +130,4 @@ pub fn bind_link_socket(
     }
     socket.bind(&local.into()).map_err(bind_err)?;
     Ok(socket.into())
-}
-
-/// Waits (at most `max_wait`) for quinn's path MTU discovery to settle, so that the path joins
-/// the session with the largest datagram size the link carries (a path's `max_datagram_size` is
-/// fixed when it joins). Settled means: unchanged for five RTTs (at least 10 ms each).
-pub async fn settle_mtu(conn: &quinn::Connection, max_wait: Duration) {
-    let start = tokio::time::Instant::now();
-    let mut last = conn.max_datagram_size();
-    let mut stable_since = start;
-    while start.elapsed() < max_wait {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let now = conn.max_datagram_size();
-        if now != last {
-            last = now;
-            stable_since = tokio::time::Instant::now();
-        }
-        let quiet = (conn.rtt() * 5).max(Duration::from_millis(10) * 5);
-        if stable_since.elapsed() >= quiet {
-            return;
-        }
-    }
 }

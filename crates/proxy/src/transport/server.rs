@@ -103,8 +103,6 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
             return Err(reason);
         }
     };
-    // The client waited for MTU discovery before joining; this end's probes ran meanwhile.
-    super::quic::settle_mtu(&conn, Duration::from_millis(300)).await;
     let Some(session) = session_for(shared, &join) else {
         refuse_and_close(&conn, &mut send).await;
         return Err("session limit reached");
