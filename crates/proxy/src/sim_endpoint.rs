@@ -5,9 +5,10 @@
 //!
 //! Simulated paths carry 1500-byte Ethernet frames: a QUIC DATAGRAM payload of
 //! [`SIM_MAX_DATAGRAM_SIZE`] bytes (1500 − 20 IPv4 − 8 UDP − 72 bytes of QUIC short header,
-//! frame header and AEAD tag, rounded down), so a real-time packet of 1250 bytes fits. Flow and
-//! session windows are 16 MiB and 64 MiB (or the scenario's `receive_buffer_bytes`), large
-//! enough for the scenarios' bandwidth-delay products.
+//! frame header and AEAD tag, rounded down), so a real-time packet of 1250 bytes fits. Flow send
+//! buffers and receive windows follow the simulator's `window_hint_bytes` (4 × the paths' total
+//! rate × (largest RTT + 200 ms), 2 to 16 MiB; the session allocates a flow's buffer whole on
+//! first use, so an oversized one costs time) unless the scenario sets `receive_buffer_bytes`.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -21,8 +22,6 @@ use crate::session::{
 
 /// Largest datagram a simulated path carries, bytes.
 pub const SIM_MAX_DATAGRAM_SIZE: u16 = 1400;
-/// Default per-flow send buffer and receive window in the simulator, bytes.
-pub const SIM_FLOW_WINDOW: u64 = 16 << 20;
 
 /// The target every simulated flow names (TEST-NET-1, never connected to).
 const SIM_TARGET: SocketAddr =
@@ -32,13 +31,18 @@ fn err(e: impl std::fmt::Display) -> EndpointError {
     EndpointError(e.to_string())
 }
 
-/// The session configuration the simulator uses for one endpoint.
-pub fn sim_session_config(receive_buffer_bytes: Option<u64>) -> SessionConfig {
-    let window = receive_buffer_bytes.unwrap_or(SIM_FLOW_WINDOW).max(1);
+/// The session configuration the simulator uses for one endpoint: flow buffers of
+/// `window_hint_bytes`, the receive window limited to `receive_buffer_bytes` when set.
+pub fn sim_session_config(
+    receive_buffer_bytes: Option<u64>,
+    window_hint_bytes: u64,
+) -> SessionConfig {
+    let buffer = window_hint_bytes.max(1);
+    let window = receive_buffer_bytes.unwrap_or(buffer).max(1);
     SessionConfig {
-        flow_send_buffer: SIM_FLOW_WINDOW,
+        flow_send_buffer: buffer,
         flow_receive_window: window,
-        session_receive_window: window.max(4 * SIM_FLOW_WINDOW),
+        session_receive_window: window.max(4 * buffer),
         max_datagram_payload: usize::from(SIM_MAX_DATAGRAM_SIZE) - 100,
         max_sent_packets: 65_536,
         ..SessionConfig::default()
@@ -51,7 +55,7 @@ impl Endpoint for Session {
             Side::Client => Role::Client,
             Side::Server => Role::Server,
         };
-        let config = sim_session_config(setup.receive_buffer_bytes);
+        let config = sim_session_config(setup.receive_buffer_bytes, setup.window_hint_bytes);
         config.validate().map_err(err)?;
         let mut session = Session::new(config, role, setup.scheduler.build(), setup.now);
         let path = PathConfig {
@@ -188,6 +192,7 @@ mod tests {
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             paths: 2,
             receive_buffer_bytes: None,
+            window_hint_bytes: 1 << 20,
             now: Timestamp::ZERO,
         };
         let mut client = <Session as Endpoint>::create(&setup(Side::Client)).unwrap();

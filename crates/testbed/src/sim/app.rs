@@ -186,7 +186,8 @@ impl AppModel {
                 _ => {}
             }
         }
-        self.send_realtime(&mut eps[SERVER], now, end)
+        self.send_realtime(&mut eps[SERVER], now, end);
+        Ok(())
     }
 
     /// Server side of one stream: read the request, then write the answer.
@@ -282,12 +283,7 @@ impl AppModel {
         Ok(())
     }
 
-    fn send_realtime<E: Endpoint>(
-        &mut self,
-        server: &mut E,
-        now: Timestamp,
-        end: Timestamp,
-    ) -> Result<(), EndpointError> {
+    fn send_realtime<E: Endpoint>(&mut self, server: &mut E, now: Timestamp, end: Timestamp) {
         let (
             Some(flow),
             App::Realtime {
@@ -297,7 +293,7 @@ impl AppModel {
             },
         ) = (self.rt_flow, &self.app)
         else {
-            return Ok(());
+            return;
         };
         let len = (*packet_bytes as usize).clamp(RT_HEADER, self.buf.len());
         let interval = (*interval).max(Duration::from_micros(1));
@@ -321,7 +317,6 @@ impl AppModel {
             self.rt_sent += 1;
             self.rt_next += interval;
         }
-        Ok(())
     }
 
     /// DaMPS deadline meeting ratio inputs at the end of the run: packets read by their

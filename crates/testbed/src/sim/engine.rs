@@ -8,6 +8,7 @@ use braid_sched_core::{PathId, SchedulerConfig, Timestamp};
 use super::app::AppModel;
 use super::metrics::{Metrics, Recorder, TimeSeries};
 use super::queue::EventQueue;
+use super::truth;
 use super::{APP_SEED_SALT, Endpoint, EndpointError, EndpointSetup, Side};
 use crate::link::{Link, LinkConfigError, Verdict};
 use crate::scenario::{App, Scenario};
@@ -77,6 +78,22 @@ fn seeded(config: &SchedulerConfig, seed: u64) -> SchedulerConfig {
     c
 }
 
+/// See [`EndpointSetup::window_hint_bytes`].
+fn window_hint(scenario: &Scenario) -> u64 {
+    let rate_bytes: f64 = scenario
+        .paths
+        .iter()
+        .map(|p| truth::rate_mbps(p, 0.0) * 1e6 / 8.0)
+        .sum();
+    let rtt_s = scenario
+        .paths
+        .iter()
+        .map(|p| truth::rtt_ms(p, 0.0) / 1e3)
+        .fold(0.0, f64::max);
+    let bytes = 4.0 * rate_bytes * (rtt_s + 0.2);
+    (bytes as u64).clamp(2 << 20, 16 << 20)
+}
+
 /// Runs `scenario` (already resolved with the run's seed) with `options`.
 pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<RunResult, SimError> {
     let name = options.scheduler.kind().name();
@@ -99,6 +116,7 @@ pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<Run
         scheduler: seeded(&options.scheduler, seed),
         paths: scenario.paths.len(),
         receive_buffer_bytes: scenario.receive_buffer_bytes,
+        window_hint_bytes: window_hint(scenario),
         now: Timestamp::ZERO,
     };
     let s = scenario.seed;
@@ -118,6 +136,7 @@ pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<Run
         errors: 0,
         stall_at: Timestamp::ZERO,
         stalls: 0,
+        timers: [None; 2],
     };
     loop {
         app.step(&mut eps, &mut rec, sim.now, end)
@@ -162,6 +181,10 @@ struct Loop {
     errors: u64,
     stall_at: Timestamp,
     stalls: u32,
+    /// Per side: the timer read after its last flush (read once per step: it is not free, the
+    /// session scans its paths; a timer that a delivery moves to now fires on the next step, at
+    /// the same instant).
+    timers: [Option<Timestamp>; 2],
 }
 
 impl Loop {
@@ -185,7 +208,7 @@ impl Loop {
                     continue;
                 };
                 let data = &self.buf[..len];
-                if side == SERVER {
+                if side == SERVER && rec.wants_sent_data() {
                     let mut carries_data = false;
                     E::inspect(data, |_| carries_data = true);
                     if carries_data {
@@ -197,6 +220,7 @@ impl Loop {
                         .push(at, (1 - side) as u8, path.0, self.now, data);
                 }
             }
+            self.timers[side] = eps[side].poll_timeout();
         }
     }
 
@@ -208,10 +232,7 @@ impl Loop {
         app_wakeup: Option<Timestamp>,
         end: Timestamp,
     ) -> bool {
-        // Each endpoint's timer is read once per step (it is not free: the session scans its
-        // paths); a timer that a delivery below moves to now fires on the next step, at the
-        // same instant.
-        let timers = [eps[0].poll_timeout(), eps[1].poll_timeout()];
+        let timers = self.timers;
         let candidates = [self.queue.next_at(), timers[0], timers[1], app_wakeup];
         let Some(next) = candidates.into_iter().flatten().min().filter(|&t| t <= end) else {
             return false;
@@ -245,8 +266,8 @@ impl Loop {
             }
             self.queue.release(&p);
         }
-        for (ep, timer) in eps.iter_mut().zip(timers) {
-            if timer.is_some_and(|t| t <= self.now) {
+        for (side, ep) in eps.iter_mut().enumerate() {
+            if timers[side].is_some_and(|t| t <= self.now) {
                 ep.handle_timeout(self.now);
             }
         }

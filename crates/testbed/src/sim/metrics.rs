@@ -144,8 +144,8 @@ impl DatagramTrack {
 #[derive(Debug)]
 pub struct Recorder {
     bin_s: f64,
-    paths: Vec<PathSpec>,
     objective: Option<Objective>,
+    truth: Option<truth::TruthCache>,
     outages: Vec<(f64, f64)>,
     streams: BTreeMap<FlowId, StreamTrack>,
     datagrams: BTreeMap<FlowId, DatagramTrack>,
@@ -175,8 +175,8 @@ impl Recorder {
         let bins = (duration_s / bin_s).ceil() as usize + 1;
         Recorder {
             bin_s,
-            paths: paths.to_vec(),
             objective,
+            truth: objective.map(|o| truth::TruthCache::new(paths, o, duration_s)),
             outages: truth::outage_union(paths, duration_s),
             streams: BTreeMap::new(),
             datagrams: BTreeMap::new(),
@@ -241,30 +241,42 @@ impl Recorder {
     pub fn on_data_arrival(&mut self, now: Timestamp, path: usize, sent_at: Timestamp) {
         let bin = self.bin(now);
         self.data_packets[bin] += 1;
-        let (Some(o), Some(p)) = (self.objective, self.paths.get(path)) else {
+        let (Some(o), Some(truth)) = (self.objective, self.truth.as_mut()) else {
             return;
         };
         if o.kind != ObjectiveKind::MaxRtt {
             return;
         }
+        let Some(&reverse_ms) = truth.at(sent_at.as_secs_f64()).reverse_delay_ms.get(path) else {
+            return;
+        };
         let transit_ms = (now - sent_at).as_secs_f64() * 1e3;
-        let rtt = transit_ms + truth::delay_ms(&p.reverse, sent_at.as_secs_f64());
-        self.violation_bins[bin] += (rtt / o.rtt_scale_ms - o.threshold).max(0.0);
+        self.violation_bins[bin] +=
+            ((transit_ms + reverse_ms) / o.rtt_scale_ms - o.threshold).max(0.0);
         self.violation_packets += 1;
+    }
+
+    /// Whether regret is measured (the caller may skip decoding sent packets otherwise).
+    pub fn wants_sent_data(&self) -> bool {
+        self.truth.is_some()
     }
 
     /// The sender put a data packet on `path` at `now`: its regret against the optimum.
     pub fn on_data_sent(&mut self, now: Timestamp, path: usize) {
-        let (Some(o), Some(p)) = (self.objective, self.paths.get(path)) else {
+        let (Some(o), Some(truth)) = (self.objective, self.truth.as_mut()) else {
             return;
         };
-        let t = now.as_secs_f64();
-        let Some(opt) = truth::optimum(&o, &self.paths, t) else {
+        let truth = truth.at(now.as_secs_f64());
+        let (Some(opt), Some(&b), Some(&r)) = (
+            truth.optimum,
+            truth.bandwidth.get(path),
+            truth.rtt.get(path),
+        ) else {
             return;
         };
         let regret = match o.kind {
-            ObjectiveKind::MaxRtt => opt - truth::rate_mbps(p, t) / o.bw_scale_mbps,
-            ObjectiveKind::Bandwidth => truth::rtt_ms(p, t) / o.rtt_scale_ms - opt,
+            ObjectiveKind::MaxRtt => opt - b,
+            ObjectiveKind::Bandwidth => r - opt,
         };
         let bin = self.bin(now);
         self.regret_bins[bin] += regret.max(0.0);

@@ -115,6 +115,84 @@ pub fn outage_union(paths: &[PathSpec], end_s: f64) -> Vec<(f64, f64)> {
     union
 }
 
+/// The true values of every path, recomputed only when time crosses a step change (the
+/// values are piecewise constant), so the per-packet cost is a comparison.
+#[derive(Debug)]
+pub struct TruthCache {
+    paths: Vec<PathSpec>,
+    objective: Objective,
+    /// Every step-change instant of any link within the run, sorted.
+    instants: Vec<f64>,
+    valid_from: f64,
+    valid_until: f64,
+    /// The optimum in force.
+    pub optimum: Option<f64>,
+    /// Per path: normalised true bandwidth.
+    pub bandwidth: Vec<f64>,
+    /// Per path: normalised true RTT.
+    pub rtt: Vec<f64>,
+    /// Per path: reverse one-way delay, ms.
+    pub reverse_delay_ms: Vec<f64>,
+}
+
+impl TruthCache {
+    /// A cache for a run of `duration_s`.
+    pub fn new(paths: &[PathSpec], objective: Objective, duration_s: f64) -> Self {
+        let mut instants = Vec::new();
+        for link in paths.iter().flat_map(|p| [&p.forward, &p.reverse]) {
+            let period = link.changes_period_s.filter(|&p| p > 0.0);
+            let mut base = 0.0;
+            loop {
+                instants.extend(
+                    link.changes
+                        .iter()
+                        .map(|c| base + c.at_s)
+                        .filter(|&t| t <= duration_s),
+                );
+                match period {
+                    Some(p) if base + p <= duration_s && instants.len() < 1_000_000 => base += p,
+                    _ => break,
+                }
+            }
+        }
+        instants.sort_by(f64::total_cmp);
+        instants.dedup();
+        TruthCache {
+            paths: paths.to_vec(),
+            objective,
+            instants,
+            valid_from: f64::INFINITY,
+            valid_until: f64::NEG_INFINITY,
+            optimum: None,
+            bandwidth: vec![0.0; paths.len()],
+            rtt: vec![0.0; paths.len()],
+            reverse_delay_ms: vec![0.0; paths.len()],
+        }
+    }
+
+    /// Brings the cached values to time `t_s`.
+    pub fn at(&mut self, t_s: f64) -> &Self {
+        if t_s >= self.valid_from && t_s < self.valid_until {
+            return self;
+        }
+        let i = self.instants.partition_point(|&x| x <= t_s);
+        self.valid_from = if i == 0 {
+            f64::NEG_INFINITY
+        } else {
+            self.instants[i - 1]
+        };
+        self.valid_until = self.instants.get(i).copied().unwrap_or(f64::INFINITY);
+        let o = self.objective;
+        for (k, p) in self.paths.iter().enumerate() {
+            self.bandwidth[k] = rate_mbps(p, t_s) / o.bw_scale_mbps;
+            self.rtt[k] = rtt_ms(p, t_s) / o.rtt_scale_ms;
+            self.reverse_delay_ms[k] = delay_ms(&p.reverse, t_s);
+        }
+        self.optimum = optimum(&o, &self.paths, t_s);
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +254,21 @@ mod tests {
         );
         p.forward.outages = vec![(1.0, 2.0)];
         p.forward.outages_period_s = Some(10.0);
+        let objective = Objective {
+            kind: ObjectiveKind::MaxRtt,
+            threshold: 0.5,
+            rtt_scale_ms: 100.0,
+            bw_scale_mbps: 100.0,
+            paths_per_decision: 1,
+        };
+        let mut cache = TruthCache::new(std::slice::from_ref(&p), objective, 30.0);
+        for t in [0.0, 4.0, 5.0, 7.0, 12.0, 15.0, 25.5] {
+            assert_eq!(
+                cache.at(t).bandwidth[0],
+                rate_mbps(&p, t) / 100.0,
+                "t = {t}"
+            );
+        }
         assert_eq!(outage_union(&[p], 15.0), vec![(1.0, 2.0), (11.0, 12.0)]);
     }
 }
