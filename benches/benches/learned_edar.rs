@@ -1,0 +1,146 @@
+//! EdAR's per-decision cost (DESIGN.md budget: edar inference ≤ 1 µs), beside the tch forward
+//! pass on the same input, and one DQN training step.
+//!
+//! - `sched/select/edar/{2,4}`: one `Scheduler::select` that closes an interval and runs the full
+//!   Q-network (six LSTM1 over 6 intervals per path, LSTM2 across paths, 128/32 core) with
+//!   trained-size weights: `now` advances past the interval on every call, so every call decides.
+//! - `sched/select/edar_in_interval/4`: a `select` inside an interval (the mode is already chosen:
+//!   what most packets cost).
+//! - `learned/tch/edar_forward/{2,4}` (feature `torch`): the tch twin on the same state, one
+//!   sample, one thread.
+//! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU.
+//!
+//! Run: `cargo bench -p braid-benches --bench learned_edar` (add `--features torch` after
+//! `source scripts/setup-torch.sh` for the tch side).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use braid_sched_core::sched::edar::{Edar, EdarConfig, EdarNetwork, EdarState, SplitMix64};
+use braid_sched_core::slot::weight_slot;
+use braid_sched_core::{PacketMeta, PathId, PathView, Scheduler, Timestamp};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn paths(k: usize) -> Vec<PathView> {
+    (0..k)
+        .map(|i| {
+            let mut p = PathView::new(PathId(i as u8), 20_000 + 10_000 * i as u32, 200_000);
+            p.bytes_in_flight = 50_000;
+            p.loss_rate = 0.001 * i as f32;
+            p
+        })
+        .collect()
+}
+
+fn scheduler(network: &EdarNetwork) -> Edar {
+    let (_writer, reader) = weight_slot(network.clone());
+    Edar::new(&EdarConfig {
+        weights: Some(reader),
+        ..EdarConfig::default()
+    })
+}
+
+fn state(k: u8) -> EdarState {
+    let mut rng = SplitMix64(3);
+    let mut s = EdarState::EMPTY;
+    s.path_count = k;
+    s.connection = [1.0, 0.5, 0.3];
+    for p in s.paths.iter_mut() {
+        for v in p.iter_mut() {
+            *v = rng.unit() as f32;
+        }
+    }
+    s
+}
+
+fn bench_rust(c: &mut Criterion, network: &EdarNetwork) {
+    let mut group = c.benchmark_group("sched/select");
+    let packet = PacketMeta::bulk(1_200);
+    for k in [2usize, 4] {
+        let views = paths(k);
+        let mut s = scheduler(network);
+        let mut now = Timestamp::from_millis(1);
+        group.bench_function(format!("edar/{k}"), |b| {
+            b.iter(|| {
+                // Past the interval (≤ 50 ms) every call: every call decides.
+                now += Duration::from_millis(60);
+                black_box(s.select(black_box(&views), black_box(&packet), now))
+            })
+        });
+    }
+    let views = paths(4);
+    let mut s = scheduler(network);
+    s.select(&views, &packet, Timestamp::from_millis(1));
+    group.bench_function("edar_in_interval/4", |b| {
+        b.iter(|| {
+            black_box(s.select(
+                black_box(&views),
+                black_box(&packet),
+                Timestamp::from_millis(2),
+            ))
+        })
+    });
+    group.finish();
+    let mut group = c.benchmark_group("learned/rust");
+    for k in [2u8, 4] {
+        let st = state(k);
+        let mut scratch = network.scratch();
+        group.bench_function(format!("edar_forward/{k}"), |b| {
+            b.iter(|| black_box(network.q_values(black_box(&st), &mut scratch).unwrap()))
+        });
+    }
+    group.finish();
+}
+
+#[cfg(not(feature = "torch"))]
+fn learned(c: &mut Criterion) {
+    bench_rust(c, &EdarNetwork::initial(1));
+}
+
+#[cfg(feature = "torch")]
+fn learned(c: &mut Criterion) {
+    use braid_learners::edar::train::{EdarDqn, EdarHyper};
+    use braid_learners::torch::tch::{self, Device};
+    use braid_sched_core::sched::edar::{EdarAction, EdarTransition};
+
+    tch::set_num_threads(1);
+    let mut dqn = EdarDqn::new(EdarHyper::default(), Device::Cpu).unwrap();
+    let network = dqn.export().unwrap();
+    bench_rust(c, &network);
+    let mut group = c.benchmark_group("learned/tch");
+    for k in [2u8, 4] {
+        let st = [state(k)];
+        group.bench_function(format!("edar_forward/{k}"), |b| {
+            b.iter(|| {
+                tch::no_grad(|| black_box(dqn.network().q_values(black_box(&st), Device::Cpu)))
+            })
+        });
+    }
+    group.finish();
+    let mut rng = SplitMix64(8);
+    for i in 0..1_000 {
+        let mut s = state(2);
+        s.connection[2] = rng.unit() as f32;
+        dqn.push(EdarTransition {
+            state: s,
+            action: if i % 2 == 0 {
+                EdarAction::Normal
+            } else {
+                EdarAction::Redundant
+            },
+            reward: rng.unit() as f32,
+            next_state: s,
+            terminal: false,
+        });
+    }
+    let mut group = c.benchmark_group("learned/train_step");
+    group.sample_size(20);
+    group.bench_function("edar_cpu", |b| {
+        b.iter(|| black_box(dqn.train_step().unwrap()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, learned);
+criterion_main!(benches);
