@@ -453,6 +453,15 @@ impl AnyScheduler {
             AnyScheduler::Falcon(_) => SchedulerKind::Falcon,
         }
     }
+
+    /// The version of the learned weights a learned scheduler decides with (`None` for the
+    /// others, and for a learned one without a weight slot); `braid status` shows it.
+    pub fn model_version(&self) -> Option<u64> {
+        match self {
+            AnyScheduler::Edar(s) => s.weights_version(),
+            _ => None,
+        }
+    }
 }
 
 /// Forwards one `Scheduler` method to whichever variant is inside.

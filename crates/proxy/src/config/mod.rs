@@ -110,7 +110,8 @@ pub(crate) fn scheduler(
             &raw.name,
         )
     })?;
-    let mut config = SchedulerConfig::new(kind);
+    // Learned schedulers get their shipped weights (and, with `torch`, online learning).
+    let mut config = crate::train::daemon_scheduler_config(kind);
     for (name, &value) in &raw.params {
         config.set(name, value).map_err(|e| {
             invalid(

@@ -50,6 +50,31 @@ pub fn shipped_config() -> SchedulerConfig {
     })
 }
 
+/// ε of the daemon's online exploration (Alg. 2) with the `torch` feature.
+pub const ONLINE_EPSILON: f64 = 0.05;
+
+/// The daemon's EdAR configuration. Without `torch`: the shipped weights, greedy. With `torch`:
+/// online learning as in Alg. 2: one learner thread per process (started by the first call)
+/// trains a DQN that starts from the shipped weights on every session's transitions and
+/// publishes each new network into the weight slot all sessions' schedulers read; actions are
+/// ε-greedy with ε = [`ONLINE_EPSILON`]. If the learner cannot start, the shipped weights run
+/// greedily and the reason goes to stderr.
+pub fn daemon_config() -> SchedulerConfig {
+    #[cfg(feature = "torch")]
+    if let Some(online) = online::shared() {
+        return SchedulerConfig::Edar(EdarConfig {
+            epsilon: ONLINE_EPSILON,
+            weights: Some(online.reader.clone()),
+            experience: Some(online.sender.clone()),
+            ..EdarConfig::default()
+        });
+    }
+    shipped_config()
+}
+
+#[cfg(feature = "torch")]
+mod online;
+
 #[cfg(feature = "torch")]
 mod offline;
 

@@ -32,6 +32,15 @@ pub fn scheduler_config(kind: SchedulerKind) -> SchedulerConfig {
     }
 }
 
+/// The daemon's configuration of `kind`: like [`scheduler_config`], and with the `torch`
+/// feature a learned scheduler also learns online (EdAR Alg. 2: see [`edar::daemon_config`]).
+pub fn daemon_scheduler_config(kind: SchedulerKind) -> SchedulerConfig {
+    match kind {
+        SchedulerKind::Edar => edar::daemon_config(),
+        _ => scheduler_config(kind),
+    }
+}
+
 /// What `braid train` is asked to do (shared by every learned scheduler).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrainOptions {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use braid_learners::Provenance;
 use braid_learners::edar::to_model;
 use braid_learners::edar::train::{EdarDqn, EdarHyper};
-use braid_learners::torch::tch::{Cuda, Device};
+use braid_learners::torch::tch::{self, Cuda, Device};
 use braid_sched_core::SchedulerConfig;
 use braid_sched_core::sched::edar::{EdarConfig, EdarPolicy, EdarTransition};
 use braid_sched_core::slot::{ExperienceReceiver, experience_queue};
@@ -115,6 +115,11 @@ pub fn run(options: &TrainOptions) -> Result<TrainSummary, TrainError> {
         )));
     }
     let device = device(&options.device)?;
+    if device == Device::Cpu {
+        // One intra-op thread: the small batches gain nothing from more, and the machine's
+        // cores are shared.
+        tch::set_num_threads(1);
+    }
     let started = Instant::now();
     let hyper = EdarHyper {
         seed: options.seed,

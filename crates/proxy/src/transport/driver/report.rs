@@ -70,7 +70,7 @@ impl Driver {
                 Role::Server => "server".to_owned(),
             },
             scheduler: self.session.scheduler().kind().name().to_owned(),
-            model_version: None,
+            model_version: self.session.scheduler().model_version(),
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             paths,
             counters,

@@ -210,3 +210,26 @@ fn parameters_are_validated() {
     assert!(c.set("seed", 1.5).is_err());
     assert!(!c.set("gamma", 0.6).unwrap());
 }
+
+#[test]
+fn model_version_is_visible_through_any_scheduler() {
+    use crate::scheduler::{AnyScheduler, SchedulerConfig, SchedulerKind};
+    assert_eq!(
+        SchedulerConfig::new(SchedulerKind::Edar)
+            .build()
+            .model_version(),
+        None
+    );
+    let (mut writer, reader) = weight_slot(constant_network(1.0, 0.0));
+    let mut any = SchedulerConfig::Edar(EdarConfig {
+        weights: Some(reader),
+        ..EdarConfig::default()
+    })
+    .build();
+    assert_eq!(any.model_version(), Some(0));
+    writer.publish(constant_network(0.0, 1.0));
+    writer.publish(constant_network(0.0, 1.0));
+    any.select(&two_paths(), &pkt(), Timestamp::from_millis(1));
+    assert_eq!(any.model_version(), Some(2));
+    assert!(matches!(any, AnyScheduler::Edar(_)));
+}
