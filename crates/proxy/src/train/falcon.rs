@@ -45,6 +45,27 @@ pub fn shipped_config() -> SchedulerConfig {
     })
 }
 
+/// The daemon's FALCON configuration. Without `torch`: the shipped weights, greedy. With
+/// `torch`: online learning (Alg. 1's online module): one learner thread per process (started
+/// by the first call) fine-tunes the matching meta-model K = 16 steps after each change a
+/// scheduler detects and publishes the policy into the slot all sessions' schedulers read;
+/// decisions are ε-greedy with ε_s = 0.1 (§V-A). If the learner cannot start, the shipped
+/// weights run greedily and the reason goes to stderr.
+pub fn daemon_config() -> SchedulerConfig {
+    #[cfg(feature = "torch")]
+    if let Some(online) = online::shared() {
+        return SchedulerConfig::Falcon(FalconConfig {
+            weights: shipped_weights().cloned(),
+            learner: Some(online.link.clone()),
+            ..FalconConfig::default()
+        });
+    }
+    shipped_config()
+}
+
+#[cfg(feature = "torch")]
+mod online;
+
 #[cfg(feature = "torch")]
 pub mod offline;
 

@@ -292,6 +292,11 @@ impl Falcon {
         self.experience = Some(experience);
     }
 
+    /// The version of the weights decided with (0: the initial set); `braid status` shows it.
+    pub fn weights_version(&self) -> Option<u64> {
+        Some(self.weights.version())
+    }
+
     /// Counters.
     pub fn stats(&self) -> FalconStats {
         self.stats
