@@ -459,6 +459,7 @@ impl AnyScheduler {
     pub fn model_version(&self) -> Option<u64> {
         match self {
             AnyScheduler::Edar(s) => s.weights_version(),
+            AnyScheduler::Falcon(s) => s.weights_version(),
             _ => None,
         }
     }

@@ -37,6 +37,7 @@ pub fn scheduler_config(kind: SchedulerKind) -> SchedulerConfig {
 pub fn daemon_scheduler_config(kind: SchedulerKind) -> SchedulerConfig {
     match kind {
         SchedulerKind::Edar => edar::daemon_config(),
+        SchedulerKind::Falcon => falcon::daemon_config(),
         _ => scheduler_config(kind),
     }
 }
