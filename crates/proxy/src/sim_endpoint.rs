@@ -42,7 +42,8 @@ pub fn sim_session_config(
     SessionConfig {
         flow_send_buffer: buffer,
         flow_receive_window: window,
-        session_receive_window: window.max(4 * buffer),
+        // Session-wide credit is accounting only (buffers are per flow): never the limit here.
+        session_receive_window: window.max(64 << 20),
         max_datagram_payload: usize::from(SIM_MAX_DATAGRAM_SIZE) - 100,
         max_sent_packets: 65_536,
         ..SessionConfig::default()

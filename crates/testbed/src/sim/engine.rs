@@ -90,8 +90,17 @@ fn window_hint(scenario: &Scenario) -> u64 {
         .iter()
         .map(|p| truth::rtt_ms(p, 0.0) / 1e3)
         .fold(0.0, f64::max);
-    let bytes = 4.0 * rate_bytes * (rtt_s + 0.2);
-    (bytes as u64).clamp(2 << 20, 16 << 20)
+    let bytes = (4.0 * rate_bytes * (rtt_s + 0.2)) as u64;
+    // A flow never has more than its whole size outstanding: no buffer beyond the largest
+    // stream (web objects are small, and a buffer is allocated whole per flow).
+    let largest_stream = match &scenario.app {
+        App::Bulk { bytes } => *bytes,
+        App::Web { objects } => objects.iter().copied().max().unwrap_or(0),
+        App::Realtime { .. } => 0,
+    };
+    bytes
+        .clamp(2 << 20, 16 << 20)
+        .min(largest_stream.saturating_add(64 << 10))
 }
 
 /// Runs `scenario` (already resolved with the run's seed) with `options`.

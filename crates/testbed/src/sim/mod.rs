@@ -67,7 +67,8 @@ pub struct EndpointSetup {
     /// The scenario's receiver buffer limit in bytes, when it sets one.
     pub receive_buffer_bytes: Option<u64>,
     /// Flow window the scenario needs: 4 × (sum of the paths' forward rates) × (largest base
-    /// RTT + 200 ms), clamped to 2–16 MiB (implementations may size buffers by it).
+    /// RTT + 200 ms), clamped to 2–16 MiB, and at most the largest stream's size + 64 KiB
+    /// (implementations may size buffers by it).
     pub window_hint_bytes: u64,
     /// The virtual time at construction.
     pub now: Timestamp,
