@@ -55,7 +55,10 @@ fn redundant_copies_show_in_the_redundant_ratio_and_reordering_in_ooo_packets() 
     let redundant = run_text(&text, SchedulerKind::Redundant).metrics;
     let rr = run_text(&text, SchedulerKind::RoundRobin).metrics;
     println!("redundant: {redundant:?}\nrr: {rr:?}");
-    assert!(redundant.redundant_ratio.unwrap() > 0.02, "copies arrive twice");
+    assert!(
+        redundant.redundant_ratio.unwrap() > 0.02,
+        "copies arrive twice"
+    );
     assert!(rr.redundant_ratio.unwrap() < 0.01);
     assert!(
         rr.ooo_packets.unwrap() > 100.0,
