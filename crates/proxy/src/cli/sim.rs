@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use braid_sched_core::SchedulerKind;
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
 use braid_testbed::ScenarioFile;
 use braid_testbed::report::write_report;
+use braid_testbed::scenario::{Objective, ObjectiveKind};
 use braid_testbed::sim::{self, SchedulerSummary, SimOptions};
 
 use crate::session::Session;
@@ -58,6 +59,29 @@ pub fn parse_schedulers(text: &str) -> Result<Vec<SchedulerKind>, String> {
     Ok(kinds)
 }
 
+/// The configuration `kind` runs with in a scenario: OLMS takes its application, threshold,
+/// scales and L from the scenario's `[objective]` (OLMS §VI: the objective the run is judged
+/// against is the one the scheduler optimises); every other scheduler, and OLMS without an
+/// objective, keeps its defaults (learned ones their shipped weights).
+pub fn scheduler_for(
+    kind: SchedulerKind,
+    objective: Option<&Objective>,
+) -> Result<SchedulerConfig, braid_sched_core::ParamError> {
+    let mut config = crate::train::scheduler_config(kind);
+    if let (SchedulerKind::Olms, Some(o)) = (kind, objective) {
+        let application = match o.kind {
+            ObjectiveKind::MaxRtt => 0.0,
+            ObjectiveKind::Bandwidth => 1.0,
+        };
+        config.set("application", application)?;
+        config.set("threshold", o.threshold)?;
+        config.set("rtt_scale_ms", o.rtt_scale_ms)?;
+        config.set("bw_scale_mbps", o.bw_scale_mbps)?;
+        config.set("paths_per_decision", o.paths_per_decision as f64)?;
+    }
+    Ok(config)
+}
+
 /// Runs `braid sim`.
 pub fn run(args: &SimArgs) -> ExitCode {
     let usage = |message: String| {
@@ -76,13 +100,19 @@ pub fn run(args: &SimArgs) -> ExitCode {
         Err(e) => return usage(e.to_string()),
     };
     let seed = args.seed.unwrap_or_else(|| file.seed());
+    let objective = match file.resolve(seed) {
+        Ok(s) => s.objective,
+        Err(e) => return usage(e.to_string()),
+    };
     let mut summaries = Vec::with_capacity(kinds.len());
     let started = Instant::now();
     let mut events = 0u64;
     for kind in kinds {
-        let options = SimOptions {
-            scheduler: crate::train::scheduler_config(kind),
+        let scheduler = match scheduler_for(kind, objective.as_ref()) {
+            Ok(c) => c,
+            Err(e) => return usage(format!("{}: [objective]: {e}", args.scenario.display())),
         };
+        let options = SimOptions { scheduler };
         let mut runs = Vec::with_capacity(args.runs as usize);
         for r in 0..args.runs {
             let scenario = match file.resolve(seed.wrapping_add(r)) {
@@ -156,6 +186,38 @@ mod tests {
         );
         let e = parse_schedulers("minrtt,bogus").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn olms_follows_the_scenario_objective() {
+        let objective = Objective {
+            kind: ObjectiveKind::Bandwidth,
+            threshold: 0.4,
+            rtt_scale_ms: 200.0,
+            bw_scale_mbps: 50.0,
+            paths_per_decision: 3,
+        };
+        let mut expected = SchedulerConfig::new(SchedulerKind::Olms);
+        for (name, value) in [
+            ("application", 1.0),
+            ("threshold", 0.4),
+            ("rtt_scale_ms", 200.0),
+            ("bw_scale_mbps", 50.0),
+            ("paths_per_decision", 3.0),
+        ] {
+            expected.set(name, value).unwrap();
+        }
+        let olms = scheduler_for(SchedulerKind::Olms, Some(&objective)).unwrap();
+        assert_eq!(olms, expected);
+        assert_ne!(olms, SchedulerConfig::new(SchedulerKind::Olms));
+        assert_eq!(
+            scheduler_for(SchedulerKind::Olms, None).unwrap(),
+            SchedulerConfig::new(SchedulerKind::Olms)
+        );
+        assert_eq!(
+            scheduler_for(SchedulerKind::MinRtt, Some(&objective)).unwrap(),
+            SchedulerConfig::new(SchedulerKind::MinRtt)
+        );
     }
 
     #[test]
