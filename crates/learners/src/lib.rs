@@ -28,6 +28,8 @@
 //! exports.
 #![warn(missing_docs)]
 
+#[cfg(feature = "torch")]
+pub mod dqn;
 pub mod edar;
 pub mod falcon;
 pub mod learner;

@@ -3,8 +3,8 @@
 //! - [`TchEdar`]: the Q-network of §IV-C built from [`TchLstm`] and [`TchMlp`], mirroring
 //!   [`EdarNetwork`] exactly ([`TchEdar::export`] gives the pure-Rust twin, the parity test checks
 //!   both agree to 1e-5);
-//! - [`EdarDqn`]: main and target networks, a replay buffer of [`EdarTransition`]s, Adam
-//!   (lr 1e-4), loss `(y − Q(s, a))²` with `y = r + γ max_a' Q'(s', a')` (γ = 0.6; `y = r` for a
+//! - [`EdarDqn`]: the shared [`DqnCore`] (main and target networks, Adam) with a
+//!   [`ReplayBuffer`] of [`EdarTransition`]s, Adam (lr 1e-4), loss `(y − Q(s, a))²` with `y = r + γ max_a' Q'(s', a')` (γ = 0.6; `y = r` for a
 //!   terminal transition) and the soft target update `θ' ← τθ + (1 − τ)θ'` (τ = 0.01) after every
 //!   step. Minibatches hold transitions with the same number of paths (the representation network
 //!   takes any number, but one batch runs as one tensor).
@@ -18,9 +18,10 @@ use braid_sched_core::sched::edar::{
     CONNECTION_FEATURES, EdarNetwork, EdarNetworkError, EdarState, EdarTransition, FEATURES,
     HISTORY, SplitMix64,
 };
-use tch::nn::{self, Module, OptimizerConfig};
-use tch::{Device, Kind, Reduction, Tensor};
+use tch::nn::{self, Module};
+use tch::{Device, Kind, Tensor};
 
+use crate::dqn::{DqnCore, ReplayBuffer, TdBatch, TdLoss};
 use crate::learner::TrainStep;
 use crate::torch::{ExportError, TchLstm, TchMlp};
 
@@ -246,64 +247,29 @@ impl TchEdar {
     /// pre-trained model, Alg. 2 line 2).
     pub fn load(&self, network: &EdarNetwork) {
         tch::no_grad(|| {
-            let lstms = self
-                .features
-                .iter()
-                .zip(network.features())
-                .chain(std::iter::once((&self.across, network.across())));
-            for (tch_lstm, lstm) in lstms {
-                let sources = [
-                    lstm.weight_ih(),
-                    lstm.weight_hh(),
-                    lstm.bias_ih(),
-                    lstm.bias_hh(),
-                ];
-                for (t, src) in tch_lstm.tensors().iter().zip(sources) {
-                    copy_into(t, src);
-                }
+            for (tch_lstm, lstm) in self.features.iter().zip(network.features()) {
+                tch_lstm.load(lstm);
             }
-            for (layer, linear) in self.core.layers().iter().zip(network.core().layers()) {
-                copy_into(&layer.ws, linear.weight());
-                if let Some(bs) = &layer.bs {
-                    copy_into(bs, linear.bias());
-                }
-            }
+            self.across.load(network.across());
+            self.core.load(network.core());
         });
     }
 }
 
-fn copy_into(variable: &Tensor, values: &[f32]) {
-    let mut v = variable.shallow_clone();
-    let source = Tensor::from_slice(values)
-        .view(variable.size().as_slice())
-        .to_device(variable.device());
-    v.copy_(&source);
-}
-
-/// DQN over EdAR's Q-network: replay buffer, main and target networks, Adam.
+/// DQN over EdAR's Q-network ([`DqnCore`] with a [`ReplayBuffer`]; squared TD error).
 pub struct EdarDqn {
     hyper: EdarHyper,
-    device: Device,
-    vs: nn::VarStore,
-    net: TchEdar,
-    target_vs: nn::VarStore,
-    target: TchEdar,
-    optimizer: nn::Optimizer,
-    replay: Vec<EdarTransition>,
-    replay_next: usize,
+    core: DqnCore<TchEdar>,
+    replay: ReplayBuffer<EdarTransition>,
     rng: SplitMix64,
-    steps: u64,
-    last_loss: Option<f64>,
 }
 
 impl std::fmt::Debug for EdarDqn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EdarDqn")
             .field("hyper", &self.hyper)
-            .field("device", &self.device)
+            .field("core", &self.core)
             .field("replay", &self.replay.len())
-            .field("steps", &self.steps)
-            .field("last_loss", &self.last_loss)
             .finish()
     }
 }
@@ -312,44 +278,31 @@ impl EdarDqn {
     /// A fresh agent on `device` (Alg. 1 lines 11–12: random main network, target = main).
     pub fn new(hyper: EdarHyper, device: Device) -> Result<Self, EdarTrainError> {
         hyper.validate()?;
-        tch::manual_seed(i64::from_ne_bytes(hyper.seed.to_ne_bytes()));
-        let vs = nn::VarStore::new(device);
-        let net = TchEdar::new(&(vs.root() / "q"))?;
-        let mut target_vs = nn::VarStore::new(device);
-        let target = TchEdar::new(&(target_vs.root() / "q"))?;
-        target_vs.copy(&vs)?;
-        let optimizer = nn::Adam::default().build(&vs, hyper.learning_rate)?;
+        let core = DqnCore::new(
+            device,
+            hyper.seed,
+            hyper.learning_rate,
+            hyper.tau,
+            TchEdar::new,
+        )?;
         Ok(EdarDqn {
             rng: SplitMix64(hyper.seed ^ 0x5EED_EDA2),
-            replay: Vec::with_capacity(hyper.replay_capacity.min(1 << 20)),
-            replay_next: 0,
+            replay: ReplayBuffer::new(hyper.replay_capacity),
             hyper,
-            device,
-            vs,
-            net,
-            target_vs,
-            target,
-            optimizer,
-            steps: 0,
-            last_loss: None,
+            core,
         })
     }
 
     /// Starts both networks from `network` (a pre-trained model).
     pub fn load(&mut self, network: &EdarNetwork) -> Result<(), EdarTrainError> {
-        self.net.load(network);
-        self.target_vs.copy(&self.vs)?;
+        self.core.net().load(network);
+        self.core.sync_target()?;
         Ok(())
     }
 
     /// Adds a transition to the replay buffer, replacing the oldest when full.
     pub fn push(&mut self, transition: EdarTransition) {
-        if self.replay.len() < self.hyper.replay_capacity {
-            self.replay.push(transition);
-        } else {
-            self.replay[self.replay_next] = transition;
-            self.replay_next = (self.replay_next + 1) % self.hyper.replay_capacity;
-        }
+        self.replay.push(transition);
     }
 
     /// Transitions held.
@@ -359,35 +312,34 @@ impl EdarDqn {
 
     /// Training steps taken.
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.core.steps()
     }
 
     /// The loss of the latest step.
     pub fn last_loss(&self) -> Option<f64> {
-        self.last_loss
+        self.core.last_loss()
     }
 
     /// The main network.
     pub fn network(&self) -> &TchEdar {
-        &self.net
+        self.core.net()
     }
 
     /// A minibatch of up to `batch` transitions sharing the path counts of a random first one.
     fn sample(&mut self) -> Vec<EdarTransition> {
-        let len = self.replay.len();
         let mut batch = Vec::with_capacity(self.hyper.batch);
-        if len == 0 {
+        let Some(first) = self.replay.draw(&mut self.rng) else {
             return batch;
-        }
-        let pick = |rng: &mut SplitMix64| (rng.next_u64() % len as u64) as usize;
-        let first = self.replay[pick(&mut self.rng)];
+        };
         let key = (first.state.path_count, first.next_state.path_count);
         batch.push(first);
         for _ in 0..8 * self.hyper.batch {
             if batch.len() == self.hyper.batch {
                 break;
             }
-            let t = self.replay[pick(&mut self.rng)];
+            let Some(t) = self.replay.draw(&mut self.rng) else {
+                break;
+            };
             if (t.state.path_count, t.next_state.path_count) == key {
                 batch.push(t);
             }
@@ -397,29 +349,28 @@ impl EdarDqn {
 
     /// The DQN loss on `batch` (all with the same path counts).
     pub fn loss(&self, batch: &[EdarTransition]) -> Tensor {
-        let states = StateBatch::new(batch.iter().map(|t| &t.state), self.device);
-        let next = StateBatch::new(batch.iter().map(|t| &t.next_state), self.device);
+        let device = self.core.device();
+        let states = StateBatch::new(batch.iter().map(|t| &t.state), device);
+        let next = StateBatch::new(batch.iter().map(|t| &t.next_state), device);
         let actions: Vec<i64> = batch.iter().map(|t| i64_of(t.action.index())).collect();
         let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
         let live: Vec<f32> = batch
             .iter()
             .map(|t| if t.terminal { 0.0 } else { 1.0 })
             .collect();
-        let actions = Tensor::from_slice(&actions)
-            .to_device(self.device)
-            .unsqueeze(1);
-        let rewards = Tensor::from_slice(&rewards).to_device(self.device);
-        let live = Tensor::from_slice(&live).to_device(self.device);
-        let q = self
-            .net
-            .forward_batch(&states)
-            .gather(1, &actions, false)
-            .squeeze_dim(1);
-        let target = tch::no_grad(|| {
-            let (best_next, _) = self.target.forward_batch(&next).max_dim(1, false);
-            rewards + live * best_next * self.hyper.gamma
-        });
-        q.mse_loss(&target, Reduction::Mean)
+        let q = self.core.net().forward_batch(&states);
+        let next_q = tch::no_grad(|| self.core.target().forward_batch(&next));
+        self.core.td_loss(
+            &q,
+            &next_q,
+            TdBatch {
+                actions: &actions,
+                rewards: &rewards,
+                live: Some(&live),
+                gamma: self.hyper.gamma,
+                loss: TdLoss::Squared,
+            },
+        )
     }
 
     /// One step of Alg. 1/2 lines 14–20: sample, minimise the loss, soft-update the target.
@@ -430,41 +381,27 @@ impl EdarDqn {
             return Ok(None);
         }
         let loss = self.loss(&batch);
-        self.optimizer.backward_step(&loss);
-        self.soft_update();
-        self.steps += 1;
-        let value = loss.double_value(&[]);
-        self.last_loss = Some(value);
-        Ok(Some(value))
+        Ok(Some(self.core.step(&loss)))
     }
 
     /// `θ' ← τθ + (1 − τ)θ'`.
     pub fn soft_update(&mut self) {
-        let tau = self.hyper.tau;
-        let source = self.vs.variables();
-        tch::no_grad(|| {
-            for (name, mut t) in self.target_vs.variables() {
-                if let Some(s) = source.get(&name) {
-                    let blended = &t * (1.0 - tau) + s * tau;
-                    t.copy_(&blended);
-                }
-            }
-        });
+        self.core.soft_update();
     }
 
     /// The target network's variables, by name (for tests of the soft update).
     pub fn target_variables(&self) -> std::collections::HashMap<String, Tensor> {
-        self.target_vs.variables()
+        self.core.target_variables()
     }
 
     /// The main network's variables, by name.
     pub fn main_variables(&self) -> std::collections::HashMap<String, Tensor> {
-        self.vs.variables()
+        self.core.main_variables()
     }
 
     /// The main network as sched-core's [`EdarNetwork`].
     pub fn export(&self) -> Result<EdarNetwork, EdarTrainError> {
-        self.net.export()
+        self.core.net().export()
     }
 }
 

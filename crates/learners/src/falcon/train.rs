@@ -12,10 +12,12 @@
 use std::collections::HashMap;
 
 use braid_sched_core::nn::{Activation, Mlp};
+use braid_sched_core::sched::edar::SplitMix64;
 use braid_sched_core::sched::falcon::{FalconTransition, FalconWeights, INPUTS, WIDTHS};
-use tch::nn::{self, Module, OptimizerConfig};
-use tch::{Device, Reduction, Tensor};
+use tch::nn::{self, Module};
+use tch::{Device, Tensor};
 
+use crate::dqn::{DqnCore, TdBatch, TdLoss, below};
 use crate::learner::TrainStep;
 use crate::torch::{ExportError, TchMlp};
 
@@ -105,79 +107,32 @@ impl FalconHyper {
     }
 }
 
-/// A small deterministic generator for minibatch sampling.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
-
-fn copy_into(variable: &Tensor, values: &[f32]) {
-    let mut v = variable.shallow_clone();
-    let source = Tensor::from_slice(values)
-        .view(variable.size().as_slice())
-        .to_device(variable.device());
-    v.copy_(&source);
-}
-
-/// FALCON's DQN: main and target MLPs and Adam.
+/// FALCON's DQN: the shared [`DqnCore`] (main and target MLPs, Adam) with Huber TD loss and
+/// minibatches drawn with replacement from the data at hand.
+#[derive(Debug)]
 pub struct FalconDqn {
     hyper: FalconHyper,
-    device: Device,
-    vs: nn::VarStore,
-    net: TchMlp,
-    target_vs: nn::VarStore,
-    optimizer: nn::Optimizer,
-    target: TchMlp,
+    core: DqnCore<TchMlp>,
     rng: SplitMix64,
-    steps: u64,
-    last_loss: Option<f64>,
-}
-
-impl std::fmt::Debug for FalconDqn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FalconDqn")
-            .field("hyper", &self.hyper)
-            .field("device", &self.device)
-            .field("steps", &self.steps)
-            .field("last_loss", &self.last_loss)
-            .finish()
-    }
 }
 
 impl FalconDqn {
     /// A freshly initialised agent on `device`, target = main.
     pub fn new(hyper: FalconHyper, device: Device) -> Result<Self, FalconTrainError> {
         hyper.validate()?;
-        tch::manual_seed(i64::from_ne_bytes(hyper.seed.to_ne_bytes()));
-        let vs = nn::VarStore::new(device);
-        let net = TchMlp::new(&(vs.root() / "q"), &WIDTHS, Activation::Relu)?;
-        let mut target_vs = nn::VarStore::new(device);
-        let target = TchMlp::new(&(target_vs.root() / "q"), &WIDTHS, Activation::Relu)?;
-        target_vs.copy(&vs)?;
-        let optimizer = nn::Adam::default().build(&vs, hyper.learning_rate)?;
+        let core = DqnCore::new(
+            device,
+            hyper.seed,
+            hyper.learning_rate,
+            hyper.tau,
+            |path: &nn::Path<'_>| -> Result<TchMlp, FalconTrainError> {
+                Ok(TchMlp::new(path, &WIDTHS, Activation::Relu)?)
+            },
+        )?;
         Ok(FalconDqn {
             rng: SplitMix64(hyper.seed ^ 0xFA1C_0000),
             hyper,
-            device,
-            vs,
-            net,
-            target_vs,
-            optimizer,
-            target,
-            steps: 0,
-            last_loss: None,
+            core,
         })
     }
 
@@ -188,46 +143,37 @@ impl FalconDqn {
 
     /// Gradient steps taken.
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.core.steps()
     }
 
     /// The loss of the latest step.
     pub fn last_loss(&self) -> Option<f64> {
-        self.last_loss
+        self.core.last_loss()
     }
 
     /// Sets both networks to `mlp` (a meta-model or a shipped policy) and restarts Adam's
     /// moments, as a fresh fine-tuning from that model.
     pub fn load(&mut self, mlp: &Mlp) -> Result<(), FalconTrainError> {
-        tch::no_grad(|| {
-            for (layer, linear) in self.net.layers().iter().zip(mlp.layers()) {
-                copy_into(&layer.ws, linear.weight());
-                if let Some(bs) = &layer.bs {
-                    copy_into(bs, linear.bias());
-                }
-            }
-        });
-        self.target_vs.copy(&self.vs)?;
-        self.optimizer = nn::Adam::default().build(&self.vs, self.hyper.learning_rate)?;
+        self.core.net().load(mlp);
+        self.core.sync_target()?;
+        self.core.restart_optimizer()?;
         Ok(())
     }
 
     /// The main network as sched-core's [`Mlp`].
     pub fn export(&self) -> Result<Mlp, FalconTrainError> {
-        Ok(self.net.export()?)
+        Ok(self.core.net().export()?)
     }
 
     /// Q-values of `states` (`[n, INPUTS]`) from the main network.
     pub fn q_values(&self, states: &[[f32; INPUTS]]) -> Tensor {
-        self.net.forward(&self.states(states.iter()))
+        self.core.net().forward(&self.states(states.iter()))
     }
 
     fn states<'a>(&self, states: impl Iterator<Item = &'a [f32; INPUTS]>) -> Tensor {
         let flat: Vec<f32> = states.flat_map(|s| s.iter().copied()).collect();
         let rows = (flat.len() / INPUTS) as i64;
-        Tensor::from_slice(&flat)
-            .view([rows, INPUTS as i64])
-            .to_device(self.device)
+        self.core.tensor_f32(&flat).view([rows, INPUTS as i64])
     }
 
     /// The DQN loss on `batch`: Huber between `Q(s, a)` and `r + γ max_a' Q_target(s', a')`.
@@ -236,82 +182,71 @@ impl FalconDqn {
         let next = self.states(batch.iter().map(|t| &t.next_state));
         let actions: Vec<i64> = batch.iter().map(|t| i64::from(t.action)).collect();
         let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
-        let actions = Tensor::from_slice(&actions)
-            .to_device(self.device)
-            .unsqueeze(1);
-        let rewards = Tensor::from_slice(&rewards).to_device(self.device);
-        let q = self
-            .net
-            .forward(&states)
-            .gather(1, &actions, false)
-            .squeeze_dim(1);
-        let target = tch::no_grad(|| {
-            let (best_next, _) = self.target.forward(&next).max_dim(1, false);
-            rewards + best_next * self.hyper.gamma
-        });
-        q.huber_loss(&target, Reduction::Mean, 1.0)
+        let q = self.core.net().forward(&states);
+        let next_q = tch::no_grad(|| self.core.target().forward(&next));
+        self.core.td_loss(
+            &q,
+            &next_q,
+            TdBatch {
+                actions: &actions,
+                rewards: &rewards,
+                live: None,
+                gamma: self.hyper.gamma,
+                loss: TdLoss::Huber,
+            },
+        )
     }
 
     /// One gradient step on `batch` (never empty), then the soft target update; the loss.
     pub fn step(&mut self, batch: &[FalconTransition]) -> f64 {
         let loss = self.loss(batch);
-        self.optimizer.backward_step(&loss);
-        self.soft_update();
-        self.steps += 1;
-        let value = loss.double_value(&[]);
-        self.last_loss = Some(value);
-        value
+        self.core.step(&loss)
     }
 
     /// One step on a minibatch drawn (with replacement) from `data` (never empty).
     pub fn step_on(&mut self, data: &[FalconTransition]) -> f64 {
         let batch: Vec<FalconTransition> = (0..self.hyper.batch)
-            .map(|_| data[self.rng.below(data.len())])
+            .map(|_| data[below(&mut self.rng, data.len())])
             .collect();
         self.step(&batch)
     }
 
     /// `θ' ← τθ + (1 − τ)θ'`.
     pub fn soft_update(&mut self) {
-        let tau = self.hyper.tau;
-        let source = self.vs.variables();
-        tch::no_grad(|| {
-            for (name, mut t) in self.target_vs.variables() {
-                if let Some(s) = source.get(&name) {
-                    let blended = &t * (1.0 - tau) + s * tau;
-                    t.copy_(&blended);
-                }
-            }
-        });
+        self.core.soft_update();
     }
 
     /// The main network's variables, by name.
     pub fn main_variables(&self) -> HashMap<String, Tensor> {
-        self.vs.variables()
+        self.core.main_variables()
     }
 
     /// The target network's variables, by name.
     pub fn target_variables(&self) -> HashMap<String, Tensor> {
-        self.target_vs.variables()
+        self.core.target_variables()
     }
 
     /// One Reptile iteration (§IV-A steps 3-4) on `task` (never empty): K steps from the current
     /// weights Θ give W, then the weights become `Θ + λ(W − Θ)`. Returns the last inner loss.
     pub fn reptile_step(&mut self, task: &[FalconTransition]) -> Result<f64, FalconTrainError> {
         let theta: HashMap<String, Tensor> = self
-            .vs
-            .variables()
+            .core
+            .main_variables()
             .into_iter()
             .map(|(name, t)| (name, t.detach().copy()))
             .collect();
-        self.target_vs.copy(&self.vs)?;
-        self.optimizer = nn::Adam::default().build(&self.vs, self.hyper.learning_rate)?;
+        self.core.sync_target()?;
+        self.core.restart_optimizer()?;
         let mut loss = 0.0;
         for _ in 0..self.hyper.k {
             loss = self.step_on(task);
         }
-        reptile_interpolate(&self.vs.variables(), &theta, self.hyper.reptile_lambda);
-        self.target_vs.copy(&self.vs)?;
+        reptile_interpolate(
+            &self.core.main_variables(),
+            &theta,
+            self.hyper.reptile_lambda,
+        );
+        self.core.sync_target()?;
         Ok(loss)
     }
 }
@@ -346,7 +281,7 @@ pub fn meta_train(
         return Ok(loss);
     }
     for _ in 0..iterations {
-        let task = tasks[dqn.rng.below(tasks.len())];
+        let task = tasks[below(&mut dqn.rng, tasks.len())];
         loss = dqn.reptile_step(task)?;
     }
     Ok(loss)

@@ -50,6 +50,15 @@ fn values(tensor: &Tensor, name: &str) -> Result<Vec<f32>, ExportError> {
     })
 }
 
+/// Copies `values` (row-major, as many as `variable` holds) into `variable` in place.
+fn copy_into(variable: &Tensor, values: &[f32]) {
+    let mut v = variable.shallow_clone();
+    let source = Tensor::from_slice(values)
+        .view(variable.size().as_slice())
+        .to_device(variable.device());
+    v.copy_(&source);
+}
+
 fn dim(value: usize) -> i64 {
     // Widths are checked against MAX_DIMENSION (2^16) before they get here.
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -99,6 +108,19 @@ impl TchMlp {
     /// The layers (for optimisers and weight surgery).
     pub fn layers(&self) -> &[nn::Linear] {
         &self.layers
+    }
+
+    /// Overwrites the variables with `mlp`'s weights (layer by layer; `mlp` has this network's
+    /// widths). Runs without recording gradients.
+    pub fn load(&self, mlp: &Mlp) {
+        tch::no_grad(|| {
+            for (layer, linear) in self.layers.iter().zip(mlp.layers()) {
+                copy_into(&layer.ws, linear.weight());
+                if let Some(bs) = &layer.bs {
+                    copy_into(bs, linear.bias());
+                }
+            }
+        });
     }
 
     /// The same network as a sched-core [`Mlp`].
@@ -194,6 +216,22 @@ impl TchLstm {
         let (_, state) = self.lstm.seq(xs);
         // h is [num_layers = 1, batch, hidden].
         state.h().squeeze_dim(0)
+    }
+
+    /// Overwrites the four variables with `lstm`'s weights (same sizes). Runs without recording
+    /// gradients.
+    pub fn load(&self, lstm: &Lstm) {
+        let sources = [
+            lstm.weight_ih(),
+            lstm.weight_hh(),
+            lstm.bias_ih(),
+            lstm.bias_hh(),
+        ];
+        tch::no_grad(|| {
+            for (t, src) in self.tensors.iter().zip(sources) {
+                copy_into(t, src);
+            }
+        });
     }
 
     /// The same layer as a sched-core [`Lstm`].
