@@ -48,4 +48,6 @@ source scripts/setup-torch.sh
 echo "== torch: clippy and tests of braid-learners --features torch"
 cargo clippy -p braid-learners -p braid-benches --all-targets --features torch -- -D warnings
 cargo test -p braid-learners --features torch
+echo "== torch: the daemons learn online (braid status model version advances)"
+cargo test -p braid-proxy --features torch --test learn_online
 # --- end loom and torch --------------------------------------------------------------------
