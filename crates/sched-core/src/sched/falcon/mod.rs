@@ -237,18 +237,15 @@ impl Falcon {
     /// Builds the scheduler reading its weights from `reader` (a learner's slot).
     pub fn with_reader(config: &FalconConfig, reader: SlotReader<FalconWeights>) -> Self {
         let scratch = reader.weights().policy().scratch();
-        let detector = |relative_scale: f64, min_scale: f64| {
-            ChangeDetector::new(ChangeDetectorConfig {
-                relative_scale,
-                min_scale,
-                ..ChangeDetectorConfig::default()
-            })
-        };
         let monitor = PathMonitor {
-            // RTT in ms: prior spread 10% of the first sample, at least 1 ms.
-            rtt: detector(0.1, 1.0),
+            // RTT in ms, averaged over groups of ACKs (see `per_ack_rtt`).
+            rtt: ChangeDetector::new(ChangeDetectorConfig::per_ack_rtt()),
             // Lost packets per group: prior spread at least one packet.
-            loss: detector(0.5, 1.0),
+            loss: ChangeDetector::new(ChangeDetectorConfig {
+                relative_scale: 0.5,
+                min_scale: 1.0,
+                ..ChangeDetectorConfig::default()
+            }),
             sent: 0,
             lost: 0,
         };

@@ -162,7 +162,7 @@ fn a_change_in_rtt_deploys_the_matching_meta_model() {
     let mut meta = vec![None; CLASSES];
     meta[3] = Some(constant_network([0.0, 0.0, 7.0, 0.0]));
     let weights = FalconWeights::new(FalconWeights::minrtt().policy().clone(), meta).unwrap();
-    let (sender, mut receiver) = experience_queue(1 << 12).unwrap();
+    let (sender, mut receiver) = experience_queue(1 << 14).unwrap();
     let (_writer, reader) = weight_slot(weights);
     let config = FalconConfig {
         epsilon: 0.0,
@@ -181,7 +181,9 @@ fn a_change_in_rtt_deploys_the_matching_meta_model() {
         };
         falcon.on_ack(PathId(1), &ack, Timestamp::from_micros(now));
     };
-    for _ in 0..300 {
+    // RTT samples reach the detector in groups of RTT_GROUP ACKs.
+    let group = crate::changepoint::RTT_GROUP;
+    for _ in 0..300 * group {
         now += 1_000;
         ack(&mut falcon, 10, now);
         assert_eq!(
@@ -192,7 +194,7 @@ fn a_change_in_rtt_deploys_the_matching_meta_model() {
     assert_eq!(falcon.stats().changes, 0);
     p[1].srtt_us = 150_000;
     p[1].rttvar_us = 10_000;
-    for _ in 0..10 {
+    for _ in 0..10 * group {
         now += 1_000;
         ack(&mut falcon, 150, now);
     }
