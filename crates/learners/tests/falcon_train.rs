@@ -214,3 +214,28 @@ fn learner_thread_hot_swaps_the_running_scheduler() {
     assert_eq!(falcon.stats().model_version, 1);
     assert_ne!(falcon.weights().policy(), FalconWeights::minrtt().policy());
 }
+
+#[test]
+fn online_dqn_learns_continuously_without_meta_models() {
+    use braid_learners::falcon::train::DqnOnline;
+    let shipped = FalconWeights::minrtt();
+    let mut online = DqnOnline::new(FalconHyper::default(), &shipped, 4).unwrap();
+    assert_eq!(online.weights().policy(), shipped.policy());
+    assert!(online.weights().meta_models().iter().all(Option::is_none));
+    // 3 steps (96 transitions): nothing published yet; the 4th step publishes.
+    let data = toy_transitions(4 * 32, 31, 0.0);
+    assert!(online.train(&data[..96]).unwrap().is_none());
+    assert_eq!(online.dqn().steps(), 3);
+    let published = online.train(&data[96..]).unwrap().unwrap();
+    assert_eq!(online.dqn().steps(), 4);
+    assert_eq!(online.published(), 1);
+    assert_ne!(published.policy(), shipped.policy());
+    // No change flag is needed: it keeps learning.
+    assert!(online.train(&toy_transitions(4 * 32, 32, 0.0)).unwrap().is_some());
+    assert_eq!(online.dqn().steps(), 8);
+    // From scratch: a different, seeded start.
+    let a = DqnOnline::from_scratch(FalconHyper::default(), 1).unwrap();
+    let b = DqnOnline::from_scratch(FalconHyper::default(), 1).unwrap();
+    assert_eq!(a.weights(), b.weights());
+    assert_ne!(a.weights().policy(), shipped.policy());
+}

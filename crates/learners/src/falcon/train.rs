@@ -17,7 +17,7 @@ use braid_sched_core::sched::falcon::{FalconTransition, FalconWeights, INPUTS, W
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use crate::dqn::{DqnCore, TdBatch, TdLoss, below};
+use crate::dqn::{DqnCore, ReplayBuffer, TdBatch, TdLoss, below};
 use crate::learner::TrainStep;
 use crate::torch::{ExportError, TchMlp};
 
@@ -357,6 +357,99 @@ impl TrainStep<FalconTransition, FalconWeights> for FalconOnline {
                     self.fine_tunings += 1;
                     publish = Some(self.weights.clone());
                 }
+            }
+        }
+        Ok(publish)
+    }
+}
+
+/// The plain online DQN of FALCON §VI (DQN-On): the same network, state, actions and reward as
+/// FALCON, learning continuously without meta-models or change detection. Every `batch` fresh
+/// transitions it takes one step on a minibatch drawn from a replay buffer of recent
+/// transitions, and publishes the policy every `publish_every` steps. It starts from a given
+/// network (the deployed policy, "from one model"), or, with [`DqnOnline::from_scratch`], from
+/// a fresh initialisation (DQN-On(Z), §VI-B1).
+#[derive(Debug)]
+pub struct DqnOnline {
+    dqn: FalconDqn,
+    weights: FalconWeights,
+    replay: ReplayBuffer<FalconTransition>,
+    fresh: usize,
+    publish_every: u64,
+    published: u64,
+}
+
+/// Transitions the online DQN's replay buffer holds.
+pub const DQN_ONLINE_REPLAY: usize = 10_000;
+
+impl DqnOnline {
+    /// Starts from `weights`' deployed policy; the meta-models are dropped (DQN-On has none).
+    pub fn new(
+        hyper: FalconHyper,
+        weights: &FalconWeights,
+        publish_every: u64,
+    ) -> Result<Self, FalconTrainError> {
+        let mut dqn = FalconDqn::new(hyper, Device::Cpu)?;
+        dqn.load(weights.policy())?;
+        Self::with(dqn, publish_every)
+    }
+
+    /// Starts from a fresh initialisation (seeded by `hyper.seed`).
+    pub fn from_scratch(hyper: FalconHyper, publish_every: u64) -> Result<Self, FalconTrainError> {
+        Self::with(FalconDqn::new(hyper, Device::Cpu)?, publish_every)
+    }
+
+    fn with(dqn: FalconDqn, publish_every: u64) -> Result<Self, FalconTrainError> {
+        let policy = dqn.export()?;
+        let weights =
+            FalconWeights::new(policy, vec![None; braid_sched_core::sched::falcon::CLASSES])?;
+        Ok(DqnOnline {
+            dqn,
+            weights,
+            replay: ReplayBuffer::new(DQN_ONLINE_REPLAY),
+            fresh: 0,
+            publish_every: publish_every.max(1),
+            published: 0,
+        })
+    }
+
+    /// The weights it starts from and publishes (policy only).
+    pub fn weights(&self) -> &FalconWeights {
+        &self.weights
+    }
+
+    /// Policies published.
+    pub fn published(&self) -> u64 {
+        self.published
+    }
+
+    /// The agent.
+    pub fn dqn(&self) -> &FalconDqn {
+        &self.dqn
+    }
+}
+
+impl TrainStep<FalconTransition, FalconWeights> for DqnOnline {
+    type Error = FalconTrainError;
+
+    fn train(&mut self, batch: &[FalconTransition]) -> Result<Option<FalconWeights>, Self::Error> {
+        let size = self.dqn.hyper.batch;
+        let mut publish = None;
+        for t in batch {
+            self.replay.push(*t);
+            self.fresh += 1;
+            if self.fresh < size {
+                continue;
+            }
+            self.fresh = 0;
+            let minibatch: Vec<FalconTransition> = (0..size)
+                .filter_map(|_| self.replay.draw(&mut self.dqn.rng))
+                .collect();
+            self.dqn.step(&minibatch);
+            if self.dqn.steps().is_multiple_of(self.publish_every) {
+                self.weights = self.weights.with_policy(self.dqn.export()?)?;
+                self.published += 1;
+                publish = Some(self.weights.clone());
             }
         }
         Ok(publish)
