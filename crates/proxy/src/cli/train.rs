@@ -1,7 +1,9 @@
 //! `braid train edar|falcon --scenarios FILE[,FILE…] --out DIR [--device cpu|cuda] [--seed N]
 //! [--episodes N] [--steps N] [--duration-s S]`: offline training of a learned scheduler in the
-//! simulator (feature `torch`; see `crate::train`). Without the feature it explains how to get
-//! it and exits with 2.
+//! simulator (feature `torch`; see `crate::train`). `braid train falcon --evaluate --scenarios …
+//! --out DIR [--runs N] [--seed N]` instead measures FALCON's online adaptation in the simulator
+//! (`crate::train::falcon::evaluate`). Without the feature it explains how to get it and exits
+//! with 2.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +39,13 @@ pub struct TrainArgs {
     /// Simulated seconds per episode (default: the scenario's duration).
     #[arg(long)]
     pub duration_s: Option<f64>,
+    /// falcon only: instead of training, measure online adaptation against minRTT, peekaboo,
+    /// the shipped weights and a plain online DQN (writes `evaluation.md` into `--out`).
+    #[arg(long)]
+    pub evaluate: bool,
+    /// With `--evaluate`: runs (seeds) per scenario and variant.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
 }
 
 /// Runs `braid train`.
@@ -52,6 +61,9 @@ pub fn run(args: &TrainArgs) -> ExitCode {
         duration_s: args.duration_s,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    if args.evaluate {
+        return evaluate(args, &options);
+    }
     let result = match args.scheduler.to_ascii_lowercase().as_str() {
         "edar" => crate::train::edar::run(&options),
         "falcon" => crate::train::falcon::run(&options),
@@ -69,6 +81,41 @@ pub fn run(args: &TrainArgs) -> ExitCode {
                 summary.final_loss,
                 summary.seconds
             );
+            ExitCode::SUCCESS
+        }
+        Err(TrainError::Usage(message)) => {
+            eprintln!("braid train: {message}");
+            ExitCode::from(2)
+        }
+        Err(TrainError::Runtime(message)) => {
+            eprintln!("braid train: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `braid train falcon --evaluate`.
+#[cfg(feature = "torch")]
+fn evaluate(args: &TrainArgs, options: &TrainOptions) -> ExitCode {
+    if !args.scheduler.eq_ignore_ascii_case("falcon") {
+        eprintln!(
+            "braid train {}: --evaluate is for falcon only",
+            args.scheduler
+        );
+        return ExitCode::from(2);
+    }
+    let result = std::fs::create_dir_all(&args.out)
+        .map_err(|e| TrainError::Usage(format!("--out {}: {e}", args.out.display())))
+        .and_then(|()| crate::train::falcon::evaluate::run(options, args.runs))
+        .and_then(|report| {
+            let file = args.out.join("evaluation.md");
+            std::fs::write(&file, &report)
+                .map_err(|e| TrainError::Runtime(format!("{}: {e}", file.display())))?;
+            Ok(report)
+        });
+    match result {
+        Ok(report) => {
+            print!("{report}");
             ExitCode::SUCCESS
         }
         Err(TrainError::Usage(message)) => {

@@ -69,6 +69,9 @@ mod online;
 #[cfg(feature = "torch")]
 pub mod offline;
 
+#[cfg(feature = "torch")]
+pub mod evaluate;
+
 /// `braid train falcon`: simulate tasks with exploring FALCON, meta-train with Reptile, write
 /// `falcon.safetensors` and `PROVENANCE.md` into `options.out`.
 #[cfg(feature = "torch")]
