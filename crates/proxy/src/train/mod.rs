@@ -14,6 +14,43 @@ use std::path::PathBuf;
 
 use braid_sched_core::{SchedulerConfig, SchedulerKind};
 
+/// The libtorch device named by `--device`: `cpu`, or `cuda` when libtorch sees a GPU.
+#[cfg(feature = "torch")]
+pub(crate) fn device(name: &str) -> Result<braid_learners::torch::tch::Device, TrainError> {
+    use braid_learners::torch::tch::{Cuda, Device};
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" if Cuda::is_available() => Ok(Device::Cuda(0)),
+        "cuda" => Err(TrainError::Usage(
+            "--device cuda: no CUDA device is available to libtorch".into(),
+        )),
+        other => Err(TrainError::Usage(format!(
+            "--device {other:?}: expected cpu or cuda"
+        ))),
+    }
+}
+
+/// The process's one online learner of a kind, started by `start` on first use (`cell` holds
+/// it for the life of the process); `None`, with the reason on stderr once, if it could not
+/// start: the daemon then runs the shipped weights.
+#[cfg(feature = "torch")]
+pub(crate) fn process_learner<T>(
+    cell: &'static std::sync::OnceLock<Option<T>>,
+    scheduler: &str,
+    start: impl FnOnce() -> Result<T, String>,
+) -> Option<&'static T> {
+    cell.get_or_init(|| match start() {
+        Ok(online) => Some(online),
+        Err(e) => {
+            eprintln!(
+                "braid: {scheduler} online learning could not start ({e}); shipped weights only"
+            );
+            None
+        }
+    })
+    .as_ref()
+}
+
 /// Where shipped models live: `$BRAID_MODELS`, else `<repository>/models`.
 pub fn models_dir() -> PathBuf {
     match std::env::var_os("BRAID_MODELS") {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use braid_learners::Provenance;
 use braid_learners::edar::to_model;
 use braid_learners::edar::train::{EdarDqn, EdarHyper};
-use braid_learners::torch::tch::{self, Cuda, Device};
+use braid_learners::torch::tch::{self, Device};
 use braid_sched_core::SchedulerConfig;
 use braid_sched_core::sched::edar::{EdarConfig, EdarPolicy, EdarTransition};
 use braid_sched_core::slot::{ExperienceReceiver, experience_queue};
@@ -20,23 +20,10 @@ use braid_testbed::ScenarioFile;
 use braid_testbed::sim::{self, SimOptions};
 
 use crate::session::Session;
-use crate::train::{TrainError, TrainOptions, TrainSummary};
+use crate::train::{TrainError, TrainOptions, TrainSummary, device};
 
 /// Transitions one episode may queue before the trainer drains them.
 const QUEUE_CAPACITY: usize = 1 << 18;
-
-fn device(name: &str) -> Result<Device, TrainError> {
-    match name {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" if Cuda::is_available() => Ok(Device::Cuda(0)),
-        "cuda" => Err(TrainError::Usage(
-            "--device cuda: no CUDA device is available to libtorch".into(),
-        )),
-        other => Err(TrainError::Usage(format!(
-            "--device {other:?}: expected cpu or cuda"
-        ))),
-    }
-}
 
 fn drain(receiver: &mut ExperienceReceiver<EdarTransition>, dqn: &mut EdarDqn) -> u64 {
     let mut n = 0;

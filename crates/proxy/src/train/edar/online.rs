@@ -58,15 +58,5 @@ fn start() -> Result<Online, String> {
 /// The process's online learner, started on first use; `None` if it could not start.
 pub(super) fn shared() -> Option<&'static Online> {
     static ONLINE: OnceLock<Option<Online>> = OnceLock::new();
-    ONLINE
-        .get_or_init(|| match start() {
-            Ok(online) => Some(online),
-            Err(e) => {
-                eprintln!(
-                    "braid: edar online learning could not start ({e}); shipped weights only"
-                );
-                None
-            }
-        })
-        .as_ref()
+    crate::train::process_learner(&ONLINE, "edar", start)
 }

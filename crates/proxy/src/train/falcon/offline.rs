@@ -21,7 +21,6 @@ use std::time::Instant;
 use braid_learners::Provenance;
 use braid_learners::falcon::to_model;
 use braid_learners::falcon::train::{FalconDqn, FalconHyper, meta_train};
-use braid_learners::torch::tch::{Cuda, Device};
 use braid_sched_core::SchedulerConfig;
 use braid_sched_core::sched::falcon::{
     CLASSES, FalconConfig, FalconLink, FalconTransition, FalconWeights, condition_class,
@@ -31,25 +30,12 @@ use braid_testbed::sim::{self, SimOptions};
 use braid_testbed::{Scenario, ScenarioFile};
 
 use crate::session::Session;
-use crate::train::{TrainError, TrainOptions, TrainSummary};
+use crate::train::{TrainError, TrainOptions, TrainSummary, device};
 
 /// Transitions one task may queue.
 const QUEUE_CAPACITY: usize = 1 << 18;
 /// ε_l of §V-A, the exploration while building the meta-models.
 const EPSILON_LARGE: f64 = 0.3;
-
-fn device(name: &str) -> Result<Device, TrainError> {
-    match name {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" if Cuda::is_available() => Ok(Device::Cuda(0)),
-        "cuda" => Err(TrainError::Usage(
-            "--device cuda: no CUDA device is available to libtorch".into(),
-        )),
-        other => Err(TrainError::Usage(format!(
-            "--device {other:?}: expected cpu or cuda"
-        ))),
-    }
-}
 
 /// One task: its experience and the condition class of each path.
 struct Task {
