@@ -2,10 +2,11 @@
 //! with online learning (FALCON §VI-B1 convergence, §VI-B2 stress test).
 //!
 //! `braid sim` attaches no learner. Here the learner runs in **lockstep with virtual time**:
-//! every simulated endpoint is the real [`Session`] wrapped in [`Lockstep`], which, after each
-//! packet the session sends (each scheduling decision), drains the experience queue and runs the
+//! every simulated endpoint is the real [`Session`] wrapped in [`Lockstep`]; the server's, after
+//! each packet it sends (each scheduling decision), drains the experience queue and runs the
 //! learner's [`TrainStep`] synchronously, publishing into the weight slot the scheduler reads at
-//! its next decision. No thread, no wall clock: the same scenario and seed give the same result,
+//! its next decision. The server sends the data; the client (ACKs and requests) runs the
+//! shipped weights without learning, as it would in its own process. No thread, no wall clock: the same scenario and seed give the same result,
 //! and learning costs no virtual time (an optimistic bound on what a learner thread can do).
 //!
 //! Variants, each run on every scenario with seeds `seed + r` for `r < runs`:
@@ -41,7 +42,8 @@ use braid_sched_core::sched::falcon::{FalconConfig, FalconLink, FalconTransition
 use braid_sched_core::slot::{ExperienceReceiver, SlotWriter, experience_queue, weight_slot};
 use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
 use braid_testbed::sim::{
-    self, DataFrame, Endpoint, EndpointError, EndpointEvent, EndpointSetup, RunResult, SimOptions,
+    self, DataFrame, Endpoint, EndpointError, EndpointEvent, EndpointSetup, RunResult, Side,
+    SimOptions,
 };
 use braid_testbed::{Scenario, ScenarioFile};
 
@@ -109,9 +111,23 @@ impl std::fmt::Debug for Lockstep {
 
 impl Endpoint for Lockstep {
     fn create(setup: &EndpointSetup) -> Result<Self, EndpointError> {
+        let learning = CURRENT.with(|c| c.borrow().clone());
+        if learning.is_some() && setup.side == Side::Client {
+            // The learner serves the server, which sends the data; the client (ACKs and
+            // requests) runs the shipped weights greedily, so that its transitions and its
+            // detected changes do not reach the server's learner.
+            let client = EndpointSetup {
+                scheduler: super::shipped_config(),
+                ..setup.clone()
+            };
+            return Ok(Lockstep {
+                session: <Session as Endpoint>::create(&client)?,
+                learning: None,
+            });
+        }
         Ok(Lockstep {
             session: <Session as Endpoint>::create(setup)?,
-            learning: CURRENT.with(|c| c.borrow().clone()),
+            learning,
         })
     }
 
