@@ -230,6 +230,7 @@ pub struct Olms {
     chosen_len: usize,
     cycle_left: u32,
     lp_solves: u64,
+    infeasible: u64,
     fallbacks: u64,
 }
 
@@ -308,6 +309,7 @@ impl Olms {
             chosen_len: 0,
             cycle_left: 0,
             lp_solves: 0,
+            infeasible: 0,
             fallbacks: 0,
         }
     }
@@ -327,6 +329,11 @@ impl Olms {
         (self.lp_solves, self.fallbacks)
     }
 
+    /// LPs that were infeasible (each such decision fell back to minRTT).
+    pub fn infeasible_solves(&self) -> u64 {
+        self.infeasible
+    }
+
     /// Normalised RTT of `srtt_us`.
     fn normalised_rtt(&self, srtt_us: u32) -> f64 {
         (f64::from(srtt_us) / 1_000.0 / self.config.rtt_scale_ms).clamp(0.0, 1.0)
@@ -338,18 +345,18 @@ impl Olms {
         (mbps / self.config.bw_scale_mbps).clamp(0.0, 1.0)
     }
 
-    /// Solves the application's LP for Thompson samples over `candidates`; `None` when it is
-    /// infeasible (or refuses its input), otherwise the schedule and the samples.
+    /// Draws one Thompson sample per candidate into `r` and `b` and solves the application's
+    /// LP on them; `None` when it is infeasible (or refuses its input).
     fn solve(
         &mut self,
         candidates: &[PathId],
-    ) -> Option<(Schedule, [f64; MAX_PATHS], [f64; MAX_PATHS])> {
+        r: &mut [f64; MAX_PATHS],
+        b: &mut [f64; MAX_PATHS],
+    ) -> Option<Schedule> {
         let k = candidates.len();
-        let mut r = [0.0; MAX_PATHS];
-        let mut b = [0.0; MAX_PATHS];
-        for (slot, id) in candidates.iter().enumerate() {
-            r[slot] = self.rtt[id.index()].sample(&mut self.rng);
-            b[slot] = self.bandwidth[id.index()].sample(&mut self.rng);
+        for ((id, r), b) in candidates.iter().zip(r.iter_mut()).zip(b.iter_mut()) {
+            *r = self.rtt[id.index()].sample(&mut self.rng);
+            *b = self.bandwidth[id.index()].sample(&mut self.rng);
         }
         let choose = (self.config.paths_per_decision as usize).clamp(1, k);
         self.lp_solves += 1;
@@ -369,30 +376,38 @@ impl Olms {
             }
             .solve(),
         };
-        solved.ok().map(|s| (s, r, b))
+        if solved.is_err() {
+            self.infeasible += 1;
+        }
+        solved.ok()
     }
 
     /// Samples, solves, rounds and stores the drawn set in preference order; false when the
-    /// LP is infeasible.
+    /// LP is infeasible. Samples and schedule live in fixed arrays on the stack.
     fn draw(&mut self, candidates: &[PathId]) -> bool {
-        let Some((schedule, r, b)) = self.solve(candidates) else {
+        let k = candidates.len();
+        let mut r = [0.0; MAX_PATHS];
+        let mut b = [0.0; MAX_PATHS];
+        let Some(schedule) = self.solve(candidates, &mut r, &mut b) else {
             return false;
         };
         let v = schedule.weights();
         let Ok(mask) = dependent_round(v, &mut self.rng) else {
             return false;
         };
-        // Preference key: v, then the application's utility sample.
-        let key = |slot: usize| match self.config.application {
-            Application::MaxRtt => (v[slot], b[slot]),
-            Application::Bandwidth => (v[slot], -r[slot]),
+        // Preference key: v, then the application's utility sample (higher b̂ for maxrtt,
+        // lower r̂ for bandwidth).
+        let utility = match self.config.application {
+            Application::MaxRtt => b,
+            Application::Bandwidth => r.map(|x| -x),
         };
+        let before = |x: usize, y: usize| (v[x], utility[x]) > (v[y], utility[y]);
         let mut order = [0usize; MAX_PATHS];
         let mut n = 0;
-        for slot in mask.iter().filter(|&s| s < candidates.len()) {
+        for slot in mask.iter().filter(|&s| s < k) {
             // Insertion by descending key (L <= 16).
             let mut j = n;
-            while j > 0 && key(order[j - 1]) < key(slot) {
+            while j > 0 && before(slot, order[j - 1]) {
                 order[j] = order[j - 1];
                 j -= 1;
             }

@@ -33,7 +33,8 @@ const APP1_B: [f64; 4] = [0.3, 0.2, 0.6, 0.4];
 fn application_one_lp_on_true_means_gives_the_papers_vector() {
     let mut s = forced(&OlmsConfig::default(), &APP1_R, &APP1_B);
     let ids: Vec<PathId> = (0..4).map(PathId).collect();
-    let (schedule, _, _) = s.solve(&ids).unwrap();
+    let (mut r, mut b) = ([0.0; MAX_PATHS], [0.0; MAX_PATHS]);
+    let schedule = s.solve(&ids, &mut r, &mut b).unwrap();
     let expected = [1.0 / 6.0, 0.0, 1.0, 5.0 / 6.0];
     for (v, e) in schedule.weights().iter().zip(expected) {
         assert!((v - e).abs() < 0.01, "{:?}", schedule.weights());
