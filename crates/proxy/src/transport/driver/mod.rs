@@ -533,8 +533,9 @@ impl Driver {
     }
 
     fn flush(&mut self) {
-        let now = self.now();
-        while let Some(t) = self.session.poll_transmit(now, &mut self.buf) {
+        // The clock is read per packet: building and handing over packets takes time, and the
+        // session's pacer releases what that time earned within the same flush.
+        while let Some(t) = self.session.poll_transmit(self.now(), &mut self.buf) {
             let Some(p) = self.paths[t.path.index()].as_ref() else {
                 continue;
             };
