@@ -46,6 +46,10 @@ pub struct ChangeDetectorConfig {
     /// makes queueing noise closer to the model's Gaussian and sets the time scale the hazard
     /// is counted in.
     pub group: u32,
+    /// Smallest predictive standard deviation of any run, in the signal's unit (0: none).
+    pub scale_floor: f64,
+    /// Smallest predictive standard deviation of any run relative to its mean (0: none).
+    pub relative_floor: f64,
 }
 
 impl Default for ChangeDetectorConfig {
@@ -59,6 +63,8 @@ impl Default for ChangeDetectorConfig {
             confirm: 3,
             min_drop: 4,
             group: 1,
+            scale_floor: 0.0,
+            relative_floor: 0.0,
         }
     }
 }
@@ -80,6 +86,22 @@ impl ChangeDetectorConfig {
     }
 }
 
+impl ChangeDetectorConfig {
+    /// Lost packets per group of sent packets (FALCON's loss monitor): prior spread half the
+    /// first count, at least one packet, and no run's predictive spread below one packet. Without
+    /// that floor a long run of loss-free groups shrinks the model's variance towards zero, and
+    /// the next drop-tail loss event (a few packets in one group, a path's ordinary congestion
+    /// epoch) underflows every long run's probability: one alarm per loss event.
+    pub fn loss_counts() -> Self {
+        ChangeDetectorConfig {
+            relative_scale: 0.5,
+            min_scale: 1.0,
+            scale_floor: 1.0,
+            ..ChangeDetectorConfig::default()
+        }
+    }
+}
+
 /// RTT samples averaged into one observation by [`ChangeDetectorConfig::per_ack_rtt`].
 pub const RTT_GROUP: u32 = 16;
 
@@ -95,9 +117,13 @@ struct Posterior {
 impl Posterior {
     /// Log of the Student-t predictive density of `x` (Murphy 2007, eq. 100), with
     /// `lgamma_ratio = ln Γ(α + ½) − ln Γ(α)`.
-    fn log_predictive(&self, x: f64, lgamma_ratio: f64) -> f64 {
+    /// `floor` and `relative` bound the scale from below ([`ChangeDetectorConfig::scale_floor`],
+    /// [`ChangeDetectorConfig::relative_floor`]).
+    fn log_predictive(&self, x: f64, lgamma_ratio: f64, floor: f64, relative: f64) -> f64 {
         let dof = 2.0 * self.alpha;
-        let scale2 = self.beta * (self.kappa + 1.0) / (self.alpha * self.kappa);
+        let least = floor.max(relative * self.mean.abs());
+        let scale2 =
+            (self.beta * (self.kappa + 1.0) / (self.alpha * self.kappa)).max(least * least);
         let z = (x - self.mean) * (x - self.mean) / (dof * scale2);
         lgamma_ratio
             - 0.5 * (dof * std::f64::consts::PI * scale2).ln()
@@ -144,6 +170,7 @@ impl ChangeDetector {
     /// [`ChangeDetectorConfig::default`]) so that the detector is always well defined.
     pub fn new(config: ChangeDetectorConfig) -> Self {
         let d = ChangeDetectorConfig::default();
+        let non_negative = |v: f64| if v.is_finite() && v > 0.0 { v } else { 0.0 };
         let positive = |v: f64, fallback: f64| {
             if v.is_finite() && v > 0.0 {
                 v
@@ -164,6 +191,8 @@ impl ChangeDetector {
             confirm: config.confirm.min(MAX_RUN / 2),
             min_drop: config.min_drop.clamp(1, MAX_RUN / 2),
             group: config.group.max(1),
+            scale_floor: non_negative(config.scale_floor),
+            relative_floor: non_negative(config.relative_floor),
         };
         let mut lgamma_ratio = [0.0; SLOTS];
         for (r, ratio) in lgamma_ratio.iter_mut().enumerate() {
@@ -255,6 +284,7 @@ impl ChangeDetector {
         }
         self.samples += 1;
         let h = self.hazard;
+        let (floor, relative) = (self.config.scale_floor, self.config.relative_floor);
         // Growth and change probabilities (Alg. 1 steps 3-5), then fold run MAX_RUN's growth
         // into the last bucket.
         let mut change = 0.0;
@@ -265,7 +295,7 @@ impl ChangeDetector {
                 continue;
             }
             let likelihood = self.posterior[r]
-                .log_predictive(x, self.lgamma_ratio[r])
+                .log_predictive(x, self.lgamma_ratio[r], floor, relative)
                 .exp();
             let mass = p * likelihood;
             change += mass * h;

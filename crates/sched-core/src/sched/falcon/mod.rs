@@ -240,12 +240,8 @@ impl Falcon {
         let monitor = PathMonitor {
             // RTT in ms, averaged over groups of ACKs (see `per_ack_rtt`).
             rtt: ChangeDetector::new(ChangeDetectorConfig::per_ack_rtt()),
-            // Lost packets per group: prior spread at least one packet.
-            loss: ChangeDetector::new(ChangeDetectorConfig {
-                relative_scale: 0.5,
-                min_scale: 1.0,
-                ..ChangeDetectorConfig::default()
-            }),
+            // Lost packets per group, spread at least one packet (see `loss_counts`).
+            loss: ChangeDetector::new(ChangeDetectorConfig::loss_counts()),
             sent: 0,
             lost: 0,
         };
