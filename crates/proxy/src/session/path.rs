@@ -311,6 +311,11 @@ impl Path {
     ) -> Option<SentPacket> {
         let mut largest: Option<SentPacket> = None;
         for (lo, hi) in ack.ranges() {
+            // Ranges come highest first: once one ends below the oldest packet still tracked,
+            // so do all the rest (an ACK repeats ranges long settled).
+            if self.sent.front().is_none_or(|p| p.pn > hi) {
+                break;
+            }
             let mut i = self.sent.partition_point(|p| p.pn < lo);
             while let Some(p) = self.sent.get_mut(i) {
                 if p.pn > hi {
@@ -412,7 +417,8 @@ impl Path {
         lost_bytes
     }
 
-    /// The earliest timer of this path.
+    /// The earliest timer of this path (called for every path after every packet, so the
+    /// probe and failure deadlines share one computation of the probe period).
     pub fn next_timeout(&self, config: &SessionConfig) -> Option<Timestamp> {
         let mut t = self.loss_time;
         let mut take = |x: Option<Timestamp>| {
@@ -423,24 +429,37 @@ impl Path {
         take(self.ack_deadline.filter(|_| self.ack_pending));
         if self.is_failed() {
             take(Some(self.next_failed_probe));
+        } else if self.ack_eliciting_in_flight == 0 {
+            take(Some(
+                self.last_ack_eliciting_sent + config.heartbeat_interval,
+            ));
         } else {
-            take(self.pto_deadline(config));
-            take(self.failure_deadline(config));
-            if self.ack_eliciting_in_flight == 0 {
-                take(Some(
-                    self.last_ack_eliciting_sent + config.heartbeat_interval,
-                ));
-            }
+            let base = self.probe_period_ns(config);
+            take(Some(self.pto_at(base)));
+            take(self.failure_at(base, config));
         }
         t
+    }
+
+    /// One probe period (`pto_base + max_ack_delay`) in nanoseconds: the deadlines below are
+    /// computed in integer nanoseconds, truncated to the microsecond like `Timestamp + Duration`.
+    fn probe_period_ns(&self, config: &SessionConfig) -> u64 {
+        duration_nanos(self.rtt.pto_base()).saturating_add(duration_nanos(config.max_ack_delay))
     }
 
     fn pto_deadline(&self, config: &SessionConfig) -> Option<Timestamp> {
         if self.ack_eliciting_in_flight == 0 {
             return None;
         }
-        let base = self.rtt.pto_base() + config.max_ack_delay;
-        Some(self.last_ack_eliciting_sent + base * (1u32 << self.pto_count.min(16)))
+        Some(self.pto_at(self.probe_period_ns(config)))
+    }
+
+    fn pto_at(&self, period_ns: u64) -> Timestamp {
+        after(
+            self.last_ack_eliciting_sent,
+            period_ns,
+            1u64 << self.pto_count.min(16),
+        )
     }
 
     /// When the path is declared failed if nothing is acknowledged: the oldest unacknowledged
@@ -451,11 +470,16 @@ impl Path {
         if self.ack_eliciting_in_flight == 0 {
             return None;
         }
+        self.failure_at(self.probe_period_ns(config), config)
+    }
+
+    fn failure_at(&self, period_ns: u64, config: &SessionConfig) -> Option<Timestamp> {
+        // Settled packets leave the front at once (`pop_done`), so this finds the front one
+        // unless failed-path probes (not in flight) are still waiting there.
         let oldest = self.sent.iter().find(|p| !p.done && p.in_flight)?.time_sent;
         let since = oldest.max(self.last_ack_received);
-        let base = self.rtt.pto_base() + config.max_ack_delay;
-        let rounds = (1u32 << config.failure_probe_timeouts.min(16)) - 1;
-        Some(since + base * rounds)
+        let rounds = (1u64 << config.failure_probe_timeouts.min(16)) - 1;
+        Some(after(since, period_ns, rounds))
     }
 
     /// Runs the path's expired timers. Returns true when the path just failed.
@@ -601,6 +625,19 @@ fn tier_state(tier: Tier) -> PathState {
         Tier::Primary => PathState::Active,
         Tier::Backup => PathState::Backup,
     }
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `t + period × factor` (period in ns), the product truncated to whole microseconds, as
+/// `Timestamp + Duration` does.
+fn after(t: Timestamp, period_ns: u64, factor: u64) -> Timestamp {
+    Timestamp::from_micros(
+        t.as_micros()
+            .saturating_add(period_ns.saturating_mul(factor) / 1_000),
+    )
 }
 
 fn micros32(d: Duration) -> u32 {

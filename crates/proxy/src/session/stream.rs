@@ -1,14 +1,141 @@
 //! The two halves of a reliable stream flow: [`SendStream`] (a ring of written bytes kept until
 //! acknowledged, with the ranges lost and waiting for retransmission) and [`RecvStream`] (a ring
-//! sized to the flow-control window that doubles as the reorder buffer). Both rings are allocated
-//! once, at their first use, at their configured size; nothing here allocates per packet.
+//! of at most the flow-control window that doubles as the reorder buffer). Both rings are
+//! allocated at their first use, sized to what they hold (at least [`MIN_RING`] bytes), and grow
+//! ([`RING_GROWTH`]-fold) up to their configured size when more must be held: a flow that
+//! carries a few kilobytes never touches a window-sized buffer, and a ring stops growing once it
+//! holds what the flow keeps outstanding, so nothing here allocates per packet. A ring given up
+//! (outgrown, or its flow dropped) goes to a small per-thread pool ([`POOL_MAX_BYTES`]) that the
+//! next ring of a fitting size takes instead of fresh memory, so short flows and back-to-back
+//! sessions (the simulator's runs) do not fault in and zero new pages every time. A reused ring
+//! holds stale bytes; only offsets written into the ring are ever read back.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::ranges::RangeSet;
 
 /// Ranges kept before the range sets grow.
 const RANGE_CAPACITY: usize = 16;
+
+/// Smallest ring allocated.
+const MIN_RING: u64 = 4096;
+/// Factor by which a ring grows at least (a bulk sender fills its whole buffer at once: few
+/// steps, few bytes moved).
+const RING_GROWTH: u64 = 4;
+
+/// Most bytes of spare rings one thread keeps for reuse.
+pub(crate) const POOL_MAX_BYTES: usize = 64 << 20;
+/// Most spare rings one thread keeps.
+const POOL_MAX_RINGS: usize = 16;
+
+thread_local! {
+    /// Spare ring buffers of this thread (see the module docs).
+    static SPARE_RINGS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of `size` bytes, or a spare one of at least `need` and at most `size` bytes (the
+/// largest such); its contents are unspecified.
+fn take_ring(need: usize, size: usize) -> Vec<u8> {
+    let spare = SPARE_RINGS.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let best = pool
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| (need..=size).contains(&b.len()))
+            .max_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i)?;
+        Some(pool.swap_remove(best))
+    });
+    spare.unwrap_or_else(|| vec![0u8; size])
+}
+
+/// Hands a buffer to this thread's pool; the smallest spares go when it is over its bounds.
+fn give_back_ring(buf: Vec<u8>) {
+    if buf.len() < MIN_RING as usize {
+        return;
+    }
+    // A thread being torn down drops the buffer instead.
+    let _ = SPARE_RINGS.try_with(|pool| {
+        let Ok(mut pool) = pool.try_borrow_mut() else {
+            return;
+        };
+        if pool.capacity() == 0 {
+            pool.reserve_exact(POOL_MAX_RINGS + 1);
+        }
+        pool.push(buf);
+        let mut total: usize = pool.iter().map(Vec::len).sum();
+        while pool.len() > POOL_MAX_RINGS || total > POOL_MAX_BYTES {
+            let Some(smallest) = pool
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.len())
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            total -= pool.swap_remove(smallest).len();
+        }
+    });
+}
+
+/// A byte ring indexed by stream offset (the byte at offset `o` lives at `o % len`), holding
+/// one window of the stream: `[lo, lo + len)` for the caller's lowest live offset `lo`.
+#[derive(Debug, Default)]
+struct Ring {
+    buf: Vec<u8>,
+}
+
+impl Ring {
+    /// Makes room for the offsets `[lo, end)` while keeping the bytes at `[lo, live_end)`
+    /// (both spans at most `limit`): reallocates to the next power of two at least
+    /// [`RING_GROWTH`] times the current size, at most `limit`, and moves the live bytes to
+    /// their new places.
+    fn reserve(&mut self, lo: u64, live_end: u64, end: u64, limit: u64) {
+        let old = self.buf.len() as u64;
+        let need = end.max(live_end) - lo;
+        if need <= old {
+            return;
+        }
+        let size = need
+            .max(old.saturating_mul(RING_GROWTH))
+            .max(MIN_RING)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .min(limit.max(need));
+        let mut grown = take_ring(need as usize, size as usize);
+        let mut o = lo;
+        while old > 0 && o < live_end {
+            let start = (o % old) as usize;
+            let take = ((live_end - o) as usize).min(self.buf.len() - start);
+            ring_copy_in(&mut grown, o, &self.buf[start..start + take]);
+            o += take as u64;
+        }
+        give_back_ring(std::mem::replace(&mut self.buf, grown));
+    }
+
+    fn copy_in(&mut self, offset: u64, data: &[u8]) {
+        ring_copy_in(&mut self.buf, offset, data);
+    }
+
+    fn copy_out(&self, offset: u64, out: &mut [u8]) {
+        ring_copy_out(&self.buf, offset, out);
+    }
+
+    fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    fn release(&mut self) {
+        give_back_ring(std::mem::take(&mut self.buf));
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
 
 fn ring_copy_in(ring: &mut [u8], offset: u64, data: &[u8]) {
     let cap = ring.len();
@@ -39,7 +166,7 @@ pub(crate) struct Chunk {
 /// The sending half of a stream flow.
 #[derive(Debug)]
 pub(crate) struct SendStream {
-    ring: Vec<u8>,
+    ring: Ring,
     capacity: u64,
     /// Every byte below is acknowledged and freed.
     acked_below: u64,
@@ -65,7 +192,7 @@ pub(crate) struct SendStream {
 impl SendStream {
     pub fn new(capacity: u64, peer_window: u64) -> Self {
         SendStream {
-            ring: Vec::new(),
+            ring: Ring::default(),
             capacity: capacity.max(1),
             acked_below: 0,
             write_offset: 0,
@@ -95,10 +222,10 @@ impl SendStream {
         if n == 0 {
             return 0;
         }
-        if self.ring.is_empty() {
-            self.ring = vec![0; self.capacity as usize];
-        }
-        ring_copy_in(&mut self.ring, self.write_offset, &data[..n]);
+        let end = self.write_offset + n as u64;
+        self.ring
+            .reserve(self.acked_below, self.write_offset, end, self.capacity);
+        self.ring.copy_in(self.write_offset, &data[..n]);
         self.write_offset += n as u64;
         n
     }
@@ -201,7 +328,7 @@ impl SendStream {
     /// Copies the bytes of `chunk` into `out` (`out.len() == chunk.len`).
     pub fn read_chunk(&self, offset: u64, out: &mut [u8]) {
         if !out.is_empty() {
-            ring_copy_out(&self.ring, offset, out);
+            self.ring.copy_out(offset, out);
         }
     }
 
@@ -297,7 +424,7 @@ pub(crate) enum RecvViolation {
 /// The receiving half of a stream flow.
 #[derive(Debug)]
 pub(crate) struct RecvStream {
-    ring: Vec<u8>,
+    ring: Ring,
     window: u64,
     read_offset: u64,
     /// Ranges received at or above `read_offset`.
@@ -315,7 +442,7 @@ pub(crate) struct RecvStream {
 impl RecvStream {
     pub fn new(window: u64) -> Self {
         RecvStream {
-            ring: Vec::new(),
+            ring: Ring::default(),
             window: window.max(1),
             read_offset: 0,
             received: RangeSet::with_capacity(RANGE_CAPACITY),
@@ -362,6 +489,7 @@ impl RecvStream {
             highest_growth: end.saturating_sub(self.highest),
             ..Received::default()
         };
+        let live_end = self.highest;
         self.highest = self.highest.max(end);
         if self.reset.is_some() || self.discarding {
             self.read_offset = self.highest;
@@ -380,11 +508,15 @@ impl RecvStream {
             out.new_bytes = new;
             out.duplicate_bytes += (end - start) - new;
             if new > 0 {
-                if self.ring.is_empty() {
-                    self.ring = vec![0; self.window as usize];
-                }
+                // `end <= max_data <= read_offset + window`: the ring never outgrows the window.
+                self.ring.reserve(
+                    self.read_offset,
+                    live_end.max(self.read_offset),
+                    end,
+                    self.window,
+                );
                 let skip = (start - offset) as usize;
-                ring_copy_in(&mut self.ring, start, &data[skip..]);
+                self.ring.copy_in(start, &data[skip..]);
             }
         }
         Ok(out)
@@ -402,7 +534,7 @@ impl RecvStream {
     pub fn read(&mut self, out: &mut [u8]) -> usize {
         let n = self.readable().min(out.len() as u64) as usize;
         if n > 0 {
-            ring_copy_out(&self.ring, self.read_offset, &mut out[..n]);
+            self.ring.copy_out(self.read_offset, &mut out[..n]);
             self.read_offset += n as u64;
             self.received.remove_below(self.read_offset);
         }
@@ -461,7 +593,7 @@ impl RecvStream {
         self.final_size = Some(final_size);
         self.reset = Some(code);
         self.received.clear();
-        self.ring = Vec::new();
+        self.ring.release();
         Ok(growth)
     }
 
