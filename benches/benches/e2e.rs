@@ -72,6 +72,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
             },
             max_sessions: 4,
             max_pending_joins: 4,
+            flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
         },
         ServerIdentity::generate("braid").unwrap(),
     )
@@ -100,6 +101,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
                 rate_cap_mbps: None,
             })
             .collect(),
+        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
     })
     .await
     .unwrap();
@@ -299,6 +301,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
             },
             max_sessions: 4,
             max_pending_joins: 4,
+            flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
         },
         ServerIdentity::generate("braid").unwrap(),
     )
@@ -335,6 +338,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 rate_cap_mbps: None,
             })
             .collect(),
+        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
     })
     .await
     .unwrap();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
 
-use super::{ConfigFileError, RawScheduler, host_port, invalid, key_hex, socket_addr};
+use super::{ConfigFileError, RawScheduler, RawSession, host_port, invalid, key_hex, socket_addr};
 use crate::session::Tier;
 
 /// How the client checks the server's certificate.
@@ -72,6 +72,8 @@ pub struct ClientConfig {
     pub scheduler: SchedulerConfig,
     /// The links, in path-id order.
     pub links: Vec<LinkConfig>,
+    /// Each stream flow's receive window, bytes (`[session] flow_receive_window_kib`).
+    pub flow_receive_window: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +90,8 @@ struct RawClient {
     #[serde(default)]
     socks: RawSocks,
     scheduler: Option<RawScheduler>,
+    #[serde(default)]
+    session: RawSession,
     #[serde(default)]
     link: Vec<RawLink>,
 }
@@ -227,6 +231,7 @@ impl ClientConfig {
             socks_users,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
             links,
+            flow_receive_window: super::flow_receive_window(file, &raw.session)?,
         })
     }
 }

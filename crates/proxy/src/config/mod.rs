@@ -125,6 +125,35 @@ pub(crate) fn scheduler(
     Ok(config)
 }
 
+/// `[session]`: per-session limits shared by both daemons' files.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSession {
+    flow_receive_window_kib: Option<u64>,
+}
+
+/// Smallest and largest accepted `[session] flow_receive_window_kib` (64 KiB ..= 1 GiB, the
+/// session's buffer limit).
+pub const FLOW_RECEIVE_WINDOW_KIB: std::ops::RangeInclusive<u64> = 64..=(1 << 20);
+
+/// Validates `[session]`: the per-flow receive window in bytes.
+pub(crate) fn flow_receive_window(file: &Path, raw: &RawSession) -> Result<u64, ConfigFileError> {
+    match raw.flow_receive_window_kib {
+        None => Ok(crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW),
+        Some(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => Ok(kib * 1024),
+        Some(kib) => Err(invalid(
+            file,
+            "session.flow_receive_window_kib",
+            format!(
+                "KiB in {}..={}",
+                FLOW_RECEIVE_WINDOW_KIB.start(),
+                FLOW_RECEIVE_WINDOW_KIB.end()
+            ),
+            kib,
+        )),
+    }
+}
+
 /// Parses a socket address field (`ip:port`, IPv6 in brackets).
 pub(crate) fn socket_addr(
     file: &Path,
@@ -223,6 +252,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn flow_receive_window_is_checked() {
+        let f = Path::new("f.toml");
+        let raw = |kib| RawSession {
+            flow_receive_window_kib: kib,
+        };
+        assert_eq!(
+            flow_receive_window(f, &raw(None)).unwrap(),
+            crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW
+        );
+        assert_eq!(flow_receive_window(f, &raw(Some(4096))).unwrap(), 4 << 20);
+        for bad in [0, 63, (1 << 20) + 1] {
+            let e = flow_receive_window(f, &raw(Some(bad)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(
+                    "f.toml: session.flow_receive_window_kib: expected KiB in 64..=1048576"
+                ),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn host_port_accepts_names_and_addresses() {
         let f = Path::new("f.toml");
         assert!(host_port(f, "x", "vps.example.net:4433").is_ok());
@@ -283,5 +336,7 @@ mod example_tests {
         assert_eq!(c.links[1].tier, crate::session::Tier::Backup);
         let s = ServerConfig::load(&example("server.toml")).unwrap();
         assert!(!s.egress.allow_loopback && !s.egress.allow_private);
+        assert_eq!(c.flow_receive_window, 2 << 20);
+        assert_eq!(s.flow_receive_window, 2 << 20);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
 
-use super::{ConfigFileError, RawScheduler, invalid, key_hex, socket_addr};
+use super::{ConfigFileError, RawScheduler, RawSession, invalid, key_hex, socket_addr};
 
 /// A user allowed to join.
 #[derive(Clone, PartialEq, Eq)]
@@ -70,6 +70,8 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Most connections between handshake and an answered join at once.
     pub max_pending_joins: usize,
+    /// Each stream flow's receive window, bytes (`[session] flow_receive_window_kib`).
+    pub flow_receive_window: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +87,8 @@ struct RawServer {
     egress: RawEgress,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    session: RawSession,
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +215,7 @@ impl ServerConfig {
                 raw.limits.max_pending_joins,
                 64,
             )?,
+            flow_receive_window: super::flow_receive_window(file, &raw.session)?,
         })
     }
 }
@@ -257,6 +262,10 @@ mod tests {
             (
                 base() + "[limits]\nmax_sessions = 0\n",
                 "limits.max_sessions",
+            ),
+            (
+                base() + "[session]\nflow_receive_window_kib = 8\n",
+                "session.flow_receive_window_kib: expected KiB in 64..=1048576, got \"8\"",
             ),
             (
                 "listen = \"0.0.0.0:1\"\n".to_owned(),

@@ -369,6 +369,7 @@ impl Context {
             socks_users: Vec::new(),
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             links,
+            flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
         }
     }
 }
@@ -549,6 +550,7 @@ fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
         },
         max_sessions: 4,
         max_pending_joins: 4,
+        flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
     }
 }
 

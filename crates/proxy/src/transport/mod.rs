@@ -17,16 +17,21 @@ pub use flow::{
 };
 pub use status::{DaemonStatus, PathReport, SessionCounters, SessionStatus};
 
-/// The session limits both daemons use. Flow windows of 2 MiB cover the bandwidth-delay
-/// product plus cross-path reordering of links of some 50 Mbit/s with 100+ ms of queueing (the
-/// session's 1 MiB default measured 81% of the link sum over the emulated 30 + 20 Mbit/s links,
-/// 4 MiB 91%); a flow's rings are allocated at first use, so memory grows with the flows that
-/// actually move data: at most 4 MiB per flow, 1024 flows.
-pub fn session_config() -> crate::session::SessionConfig {
+/// The default per-flow receive window (`[session] flow_receive_window_kib` in both daemons'
+/// files). 2 MiB covers the bandwidth-delay product plus cross-path reordering of links of some
+/// 50 Mbit/s with 100+ ms of queueing (the session's 1 MiB default measured 81% of the link sum
+/// over the emulated 30 + 20 Mbit/s links, 4 MiB 91%).
+pub const DEFAULT_FLOW_RECEIVE_WINDOW: u64 = 2 << 20;
+
+/// The session limits both daemons use, with the configured per-flow receive window. A flow's
+/// send buffer is 2 MiB; its rings are allocated at first use, so memory grows with the flows
+/// that actually move data (1024 flows at most). All flows of a session together may receive
+/// 32 MiB ahead of the application, or one flow window where that is larger.
+pub fn session_config(flow_receive_window: u64) -> crate::session::SessionConfig {
     crate::session::SessionConfig {
         flow_send_buffer: 2 << 20,
-        flow_receive_window: 2 << 20,
-        session_receive_window: 32 << 20,
+        flow_receive_window,
+        session_receive_window: flow_receive_window.max(32 << 20),
         ..crate::session::SessionConfig::default()
     }
 }

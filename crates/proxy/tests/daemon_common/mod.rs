@@ -41,6 +41,7 @@ pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
         },
         max_sessions: 16,
         max_pending_joins: 16,
+        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
     }
 }
 
@@ -73,6 +74,7 @@ pub fn client_config(
                 rate_cap_mbps: None,
             })
             .collect(),
+        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
     }
 }
 
