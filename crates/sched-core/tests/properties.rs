@@ -32,8 +32,8 @@ fn may_wait_for_fast_path(kind: SchedulerKind) -> bool {
 }
 
 /// When a `Wait` is allowed: no admitted path has room; or the scheduler waits for a faster
-/// path by design and the fastest admitted path is full; or EDF holds a deadline packet that
-/// only a full path could still deliver in time.
+/// path by design and the fastest admitted path is full; or EDF or DaMPS holds a deadline
+/// packet that only a full path could still deliver in time.
 fn wait_is_justified(kind: SchedulerKind, paths: &[PathView], packet: &PacketMeta) -> bool {
     if !any_admitted_room(paths, packet) {
         return true;
@@ -47,7 +47,8 @@ fn wait_is_justified(kind: SchedulerKind, paths: &[PathView], packet: &PacketMet
                 .is_some_and(|p| !p.can_send(packet.len))
         });
     }
-    kind == SchedulerKind::Edf && packet.deadline.is_some()
+    // DaMPS preserves an unassigned deadline packet for a full path (its Alg. 1, lines 10-15).
+    matches!(kind, SchedulerKind::Edf | SchedulerKind::Damps) && packet.deadline.is_some()
 }
 
 fn state_strategy() -> impl Strategy<Value = PathState> {

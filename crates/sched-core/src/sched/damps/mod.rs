@@ -32,12 +32,13 @@
 //! ([`Scheduler::select`]); there one interval is `M` consecutive decisions for deadline
 //! packets: the arms are drawn when it starts, each packet is solved as a batch of one on the
 //! current windows (the views refresh after every packet, so capacity used by earlier packets
-//! is seen), and the reward and the fail-safe are judged when the `M`-th decision ends it. One
-//! difference is forced by the scheduler contract: `select` never waits while an admitted path
-//! has room (`tests/properties.rs`), so a packet the paper would preserve for a full path while
-//! only too-slow paths have room is treated as unpreservable there (dropped if real-time);
-//! `select_batch` preserves it as the paper does. Packets without a deadline are placed by EDF
-//! (lowest RTT with room) and are no part of any interval.
+//! is seen), and the reward and the fail-safe are judged when the `M`-th decision ends it. Both
+//! preserve as Alg. 1 lines 10-15 do: a packet the LP leaves unassigned waits (`Wait`) when
+//! `d >= 3τ_j` on some path, even while a path too slow for it has room (the LP would have
+//! assigned it to any path with room and `τ_j < d`, so the path it waits for is a full one that
+//! can still deliver it; the scheduler contract allows this wait for deadline packets, as for
+//! EDF, `tests/properties.rs`). Packets without a deadline are placed by EDF (lowest RTT with
+//! room) and are no part of any interval.
 
 pub mod ucb;
 
@@ -444,7 +445,9 @@ impl Scheduler for Damps {
             };
             match assigned {
                 Some(j) => self.cold_start(&c, j),
-                None => self.unassigned(&c, packet, d, false),
+                // Alg. 1 lines 10-15: preserved when d >= 3τ_j on some path, which (the LP
+                // having left it unassigned) can only be a full path fast enough for it.
+                None => self.unassigned(&c, packet, d, true),
             }
         };
         self.note(&c, decision);

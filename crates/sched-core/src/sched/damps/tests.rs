@@ -68,10 +68,12 @@ fn preserves_for_a_full_path_that_can_deliver() {
     let mut out = [Decision::Wait; 1];
     s.select_batch(&p, &[packet], &mut out, now);
     assert_eq!(out[0], Decision::Wait);
-    // Per packet the contract forbids waiting while path 1 has room: the real-time packet,
-    // late on path 1, is dropped instead.
-    assert_eq!(s.select(&p, &packet, now), Decision::Drop);
-    // With no room anywhere, select preserves it too.
+    // Per packet too (Alg. 1 lines 10-15), although path 1, too slow for it, has room.
+    assert_eq!(s.select(&p, &packet, now), Decision::Wait);
+    // 12 ms left: path 0 could still make it (5 < 12) but 12 < 3·5, and path 1 is too slow
+    // (30 > 12, 12 < 3·30): not preservable, a real-time packet is dropped.
+    assert_eq!(s.select(&p, &realtime(now, 12), now), Decision::Drop);
+    // With no room anywhere, select preserves the 20 ms packet too.
     p[1].bytes_in_flight = p[1].cwnd;
     assert_eq!(s.select(&p, &packet, now), Decision::Wait);
 }
@@ -153,8 +155,7 @@ fn failsafe_enters_edf_after_five_impractical_intervals_and_leaves() {
     }
     assert!(s.in_failsafe());
     assert_eq!(s.counters(), (5, 1));
-    // EDF decides now: it waits for the full fast path that could still make 20 ms, where
-    // DaMPS's select would drop the packet.
+    // EDF decides now: it waits for the full fast path that could still make 20 ms.
     p[0].bytes_in_flight = p[0].cwnd;
     for _ in 0..5 * 6 {
         assert!(s.in_failsafe());
@@ -164,8 +165,9 @@ fn failsafe_enters_edf_after_five_impractical_intervals_and_leaves() {
         !s.in_failsafe(),
         "EDF holds for five intervals, then DaMPS again"
     );
-    assert_eq!(s.select(&p, &realtime(now, 20), now), Decision::Drop);
-    // That drop opened an interval: five more make it the first impractical one, three more
+    // DaMPS again preserves it for path 0 (20 >= 3·5) while path 1 has room.
+    assert_eq!(s.select(&p, &realtime(now, 20), now), Decision::Wait);
+    // That wait opened an interval: five more make it the first impractical one, three more
     // follow; an interval that sends something then breaks the run.
     p[0].bytes_in_flight = 0;
     for _ in 0..5 + 3 * 6 {
