@@ -92,6 +92,9 @@ impl Learning {
 thread_local! {
     /// The learner the next [`Lockstep::create`] calls attach to (set around one run).
     static CURRENT: RefCell<Option<Rc<RefCell<Learning>>>> = const { RefCell::new(None) };
+    /// Changes the server's FALCON detected in the last run on this thread (set when its
+    /// endpoint is dropped at the end of the run).
+    static SERVER_CHANGES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// The real session as a simulator endpoint, stepping the run's learner after every packet it
@@ -99,6 +102,17 @@ thread_local! {
 pub struct Lockstep {
     session: Session,
     learning: Option<Rc<RefCell<Learning>>>,
+    server: bool,
+}
+
+impl Drop for Lockstep {
+    fn drop(&mut self) {
+        if let (true, braid_sched_core::AnyScheduler::Falcon(falcon)) =
+            (self.server, self.session.scheduler())
+        {
+            SERVER_CHANGES.with(|c| c.set(Some(falcon.stats().changes)));
+        }
+    }
 }
 
 impl std::fmt::Debug for Lockstep {
@@ -123,11 +137,13 @@ impl Endpoint for Lockstep {
             return Ok(Lockstep {
                 session: <Session as Endpoint>::create(&client)?,
                 learning: None,
+                server: false,
             });
         }
         Ok(Lockstep {
             session: <Session as Endpoint>::create(setup)?,
             learning,
+            server: setup.side == Side::Server,
         })
     }
 
@@ -565,5 +581,46 @@ mod tests {
             )
             .unwrap()
         );
+    }
+
+    /// The daemon check's links in the simulator (30 and 20 Mbit/s, 300-packet queues, the first
+    /// link's one-way delay 10 ↔ 60 ms every 6 s, a bulk transfer for 30 s): how many changes
+    /// FALCON's detectors declare on the server, with both detectors, with the loss detector
+    /// off (`loss_group` 100,000), and without any delay step. Run:
+    /// `cargo test -p braid-proxy --features torch --lib falcon_change_counts -- --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore = "a measurement (docs/schedulers.md, falcon), not a check"]
+    fn falcon_change_counts_on_the_daemon_check_links() {
+        let text = "name = \"d\"\nduration_s = 30.0\nseed = 1\n\
+            [[path]]\nname = \"wifi\"\nrate_mbps = 30.0\ndelay_ms = 10.0\nqueue_packets = 300\n\
+            changes = [{ at_s = 0.0, delay_ms = 10.0 }, { at_s = 6.0, delay_ms = 60.0 }]\n\
+            changes_period_s = 12.0\n\
+            [[path]]\nname = \"lte\"\nrate_mbps = 20.0\ndelay_ms = 20.0\nqueue_packets = 300\n\
+            [app]\nkind = \"bulk\"\nbytes = 1_000_000_000\n";
+        let scenario = ScenarioFile::parse(text, std::path::Path::new("d.toml"))
+            .unwrap()
+            .resolve(1)
+            .unwrap();
+        for (name, loss_group, steps) in [
+            ("both detectors", 32.0, true),
+            ("loss detector off", 100_000.0, true),
+            ("no delay steps", 32.0, false),
+        ] {
+            let mut scenario = scenario.clone();
+            if !steps {
+                scenario.paths[0].forward.changes.clear();
+                scenario.paths[0].reverse.changes.clear();
+            }
+            let mut scheduler = super::super::shipped_config();
+            scheduler.set("loss_group", loss_group).unwrap();
+            let result = sim::run::<Lockstep>(&scenario, &SimOptions { scheduler }).unwrap();
+            let changes = SERVER_CHANGES.with(|c| c.take()).unwrap();
+            println!(
+                "{name}: {changes} changes declared in 30 s (true delay steps: {}), goodput {:.1} Mbit/s",
+                if steps { 4 } else { 0 },
+                result.metrics.goodput_mbps.unwrap_or(0.0)
+            );
+        }
     }
 }
