@@ -1,6 +1,7 @@
 //! The bodies of braid's fuzz targets, shared by the libFuzzer binaries (`fuzz_targets/`, run
 //! with `cargo +nightly fuzz run <target>`) and the stable-Rust smoke pass (`src/bin/smoke.rs`),
-//! so that both exercise exactly the same code.
+//! so that both exercise exactly the same code: `frame_decoder` (session packets) and
+//! `join_decoder` (the path join message).
 
 use braid_proxy::session::frame::{Frame, parse_packet};
 use braid_proxy::session::harness::{Harness, LinkConfig};
@@ -50,4 +51,30 @@ pub fn frame_decoder(data: &[u8]) {
     let _ = h.server().handle_datagram(PathId(0), data, now);
     let _ = h.server().handle_datagram(PathId(1), data, now);
     h.flush();
+}
+
+/// The `join_decoder` target: decode a JOIN (the first message of every path connection, sent
+/// before the client is authenticated); the decoder must never panic, a decoded JOIN is never
+/// longer than [`MAX_JOIN`](braid_proxy::transport::join::MAX_JOIN), re-encodes to a message
+/// that decodes to the same JOIN, and its MAC check answers (true only for the right key).
+pub fn join_decoder(data: &[u8]) {
+    use braid_proxy::transport::join::{Join, MAX_JOIN, compute_mac, verify_mac};
+    let Ok(join) = Join::decode(data) else {
+        return;
+    };
+    assert!(data.len() <= MAX_JOIN, "a {}-byte JOIN decoded", data.len());
+    assert!(!join.user.is_empty() && !join.link_name.is_empty() && join.weight > 0);
+    assert_eq!(
+        Join::decode(&join.encode()),
+        Ok(join.clone()),
+        "re-encoded JOIN differs"
+    );
+    let key = [0x42; 32];
+    let exporter = [0x17; 32];
+    // Unknown users are always refused; the MAC in the input is almost never the right one.
+    assert!(!verify_mac(None, &exporter, &join));
+    let mut signed = join;
+    signed.mac = compute_mac(&key, &exporter, &signed.session_id, signed.path);
+    assert!(verify_mac(Some(&key), &exporter, &signed));
+    assert!(!verify_mac(Some(&[0x43; 32]), &exporter, &signed));
 }

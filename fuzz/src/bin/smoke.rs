@@ -1,7 +1,8 @@
-//! Stable-Rust smoke pass of the `frame_decoder` fuzz target: runs the target body over valid
-//! packets, random bytes and mutations of valid packets (bit flips, truncations, insertions,
-//! splices), from a fixed seed. Usage: `smoke [iterations]` (default 200000). Exits non-zero
-//! (the target panics) on the first failure.
+//! Stable-Rust smoke pass of the fuzz targets `frame_decoder` and `join_decoder`: runs each
+//! target body over valid inputs (packets, JOIN messages), random bytes and mutations of valid
+//! inputs (bit flips, truncations, insertions, splices), from a fixed seed. Usage:
+//! `smoke [iterations]` (default 200000, per target). Exits non-zero (the target panics) on the
+//! first failure.
 
 use std::net::SocketAddr;
 
@@ -130,6 +131,35 @@ fn valid_packet(rng: &mut Rng, frames: &[Frame<'static>]) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
+fn valid_join(rng: &mut Rng) -> Vec<u8> {
+    use braid_proxy::session::Tier;
+    use braid_proxy::transport::join::Join;
+    let text = |rng: &mut Rng| -> String {
+        let alphabet = ["a", "z", "0", "-", "é", "漢", "🦀"];
+        (0..1 + rng.below(90))
+            .map(|_| alphabet[rng.below(alphabet.len())])
+            .collect()
+    };
+    let mut session_id = [0u8; 16];
+    session_id.iter_mut().for_each(|b| *b = rng.next() as u8);
+    let mut mac = [0u8; 32];
+    mac.iter_mut().for_each(|b| *b = rng.next() as u8);
+    Join {
+        user: text(rng),
+        session_id,
+        path: PathId((rng.next() % braid_sched_core::MAX_PATHS as u64) as u8),
+        tier: if rng.below(2) == 0 {
+            Tier::Primary
+        } else {
+            Tier::Backup
+        },
+        weight: 1 + (rng.next() % 65_535) as u16,
+        link_name: text(rng),
+        mac,
+    }
+    .encode()
+}
+
 fn mutate(rng: &mut Rng, mut p: Vec<u8>, corpus: &[Vec<u8>]) -> Vec<u8> {
     for _ in 0..1 + rng.below(4) {
         match rng.below(6) {
@@ -194,6 +224,28 @@ fn main() {
     }
     println!(
         "frame_decoder smoke pass: {iterations} inputs ({valid} fully valid) in {:.1} s, no panic",
+        start.elapsed().as_secs_f64()
+    );
+
+    let joins: Vec<Vec<u8>> = (0..256).map(|_| valid_join(&mut rng)).collect();
+    let start = std::time::Instant::now();
+    let mut valid = 0u64;
+    for i in 0..iterations {
+        let input = match i % 4 {
+            0 => joins[rng.below(joins.len())].clone(),
+            1 => (0..rng.below(400)).map(|_| rng.next() as u8).collect(),
+            _ => {
+                let base = joins[rng.below(joins.len())].clone();
+                mutate(&mut rng, base, &joins)
+            }
+        };
+        if braid_proxy::transport::join::Join::decode(&input).is_ok() {
+            valid += 1;
+        }
+        braid_fuzz::join_decoder(&input);
+    }
+    println!(
+        "join_decoder smoke pass: {iterations} inputs ({valid} valid) in {:.1} s, no panic",
         start.elapsed().as_secs_f64()
     );
 }
