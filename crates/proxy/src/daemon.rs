@@ -4,7 +4,7 @@
 //! handle whose drop stops everything it started.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +55,7 @@ pub struct ClientHandle {
     session: watch::Receiver<Option<SessionHandle>>,
     conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
     tasks: Vec<JoinHandle<()>>,
+    created_dir: Option<PathBuf>,
 }
 
 impl ClientHandle {
@@ -102,18 +103,33 @@ impl ClientHandle {
         }
     }
 
-    /// Stops everything.
+    /// Stops everything and removes the control socket (and the state directory when this
+    /// daemon created it and nothing else is left in it).
     pub fn shutdown(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        let _ = std::fs::remove_file(&self.control_path);
+        remove_control(&self.control_path, self.created_dir.take());
     }
 }
 
 impl Drop for ClientHandle {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// The state directory when it does not exist yet (binding the control socket creates it).
+fn missing_dir(dir: &Path) -> Option<PathBuf> {
+    (!dir.exists()).then(|| dir.to_owned())
+}
+
+/// Removes the control socket, then `created_dir` if it is empty (`remove_dir` refuses a
+/// directory that holds anything, e.g. a server's certificate).
+fn remove_control(control_path: &Path, created_dir: Option<PathBuf>) {
+    let _ = std::fs::remove_file(control_path);
+    if let Some(dir) = created_dir {
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -141,6 +157,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     };
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     let control_path = control::socket_path(&config.state_dir, Role::Client);
+    let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
     let (slot, session) = watch::channel(None);
     let conns = Arc::new(Mutex::new(vec![None; config.links.len()]));
@@ -177,6 +194,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         session,
         conns,
         tasks,
+        created_dir,
     })
 }
 
@@ -192,6 +210,7 @@ pub struct ServerHandle {
     shared: Arc<ServerShared>,
     endpoint: quinn::Endpoint,
     tasks: Vec<JoinHandle<()>>,
+    created_dir: Option<PathBuf>,
 }
 
 impl ServerHandle {
@@ -200,7 +219,8 @@ impl ServerHandle {
         StatusSource::Server(self.shared.clone()).collect().await
     }
 
-    /// Stops everything.
+    /// Stops everything and removes the control socket (and the state directory when this
+    /// daemon created it and nothing else is left in it).
     pub fn shutdown(&mut self) {
         self.endpoint
             .close(quinn::VarInt::from_u32(0), b"server stopping");
@@ -211,7 +231,7 @@ impl ServerHandle {
             let commands = s.commands.clone();
             let _ = commands.try_send(crate::transport::driver::Command::Close);
         }
-        let _ = std::fs::remove_file(&self.control_path);
+        remove_control(&self.control_path, self.created_dir.take());
     }
 }
 
@@ -242,6 +262,7 @@ pub async fn start_server(
         source,
     })?;
     let control_path = control::socket_path(&config.state_dir, Role::Server);
+    let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
     let shared = ServerShared::new(Arc::new(config));
     let tasks = vec![
@@ -258,5 +279,6 @@ pub async fn start_server(
         shared,
         endpoint,
         tasks,
+        created_dir,
     })
 }

@@ -212,4 +212,14 @@ async fn status_is_served_on_the_control_socket() {
         .unwrap();
     assert_eq!(status.role, "server");
     assert_eq!(status.sessions.len(), 1);
+    // The daemons created their state directories; stopping them leaves nothing behind.
+    let dirs = [
+        client.control_path.parent().unwrap().to_owned(),
+        server.control_path.parent().unwrap().to_owned(),
+    ];
+    assert!(dirs.iter().all(|d| d.is_dir()));
+    drop((client, server));
+    for d in dirs {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
 }
