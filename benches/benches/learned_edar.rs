@@ -6,9 +6,16 @@
 //!   trained-size weights: `now` advances past the interval on every call, so every call decides.
 //! - `sched/select/edar_in_interval/4`: a `select` inside an interval (the mode is already chosen:
 //!   what most packets cost).
+//! - `learned/rust/edar_forward/{2,4}`: the Q-network alone (the packed pass `select` uses);
+//!   `learned/rust/edar_forward_reference/{2,4}`: the same network evaluated layer by layer with
+//!   the `nn` parts (the pass before the re-layout), on the same state.
 //! - `learned/tch/edar_forward/{2,4}` (feature `torch`): the tch twin on the same state, one
 //!   sample, one thread.
 //! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU.
+//! - `cpu/…` (Linux): `sched/select/edar/{2,4}`, `edar_in_interval/4` and the Rust forward passes
+//!   again (with `EdarNetwork::initial(1)`, the same shapes), timed in this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) instead of wall-clock
+//!   time: on a machine shared with other work, time spent descheduled is not counted, so these
+//!   medians stay the cost of the code itself (wall-clock medians grow with the machine's load).
 //!
 //! Run: `cargo bench -p braid-benches --bench learned_edar` (add `--features torch` after
 //! `source scripts/setup-torch.sh` for the tch side).
@@ -20,7 +27,8 @@ use std::time::Duration;
 use braid_sched_core::sched::edar::{Edar, EdarConfig, EdarNetwork, EdarState, SplitMix64};
 use braid_sched_core::slot::weight_slot;
 use braid_sched_core::{PacketMeta, PathId, PathView, Scheduler, Timestamp};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn paths(k: usize) -> Vec<PathView> {
     (0..k)
@@ -54,8 +62,8 @@ fn state(k: u8) -> EdarState {
     s
 }
 
-fn bench_rust(c: &mut Criterion, network: &EdarNetwork) {
-    let mut group = c.benchmark_group("sched/select");
+fn bench_rust<M: Measurement>(c: &mut Criterion<M>, prefix: &str, network: &EdarNetwork) {
+    let mut group = c.benchmark_group(format!("{prefix}sched/select"));
     let packet = PacketMeta::bulk(1_200);
     for k in [2usize, 4] {
         let views = paths(k);
@@ -82,12 +90,21 @@ fn bench_rust(c: &mut Criterion, network: &EdarNetwork) {
         })
     });
     group.finish();
-    let mut group = c.benchmark_group("learned/rust");
+    let mut group = c.benchmark_group(format!("{prefix}learned/rust"));
     for k in [2u8, 4] {
         let st = state(k);
         let mut scratch = network.scratch();
         group.bench_function(format!("edar_forward/{k}"), |b| {
             b.iter(|| black_box(network.q_values(black_box(&st), &mut scratch).unwrap()))
+        });
+        group.bench_function(format!("edar_forward_reference/{k}"), |b| {
+            b.iter(|| {
+                black_box(
+                    network
+                        .q_values_reference(black_box(&st), &mut scratch)
+                        .unwrap(),
+                )
+            })
         });
     }
     group.finish();
@@ -95,7 +112,81 @@ fn bench_rust(c: &mut Criterion, network: &EdarNetwork) {
 
 #[cfg(not(feature = "torch"))]
 fn learned(c: &mut Criterion) {
-    bench_rust(c, &EdarNetwork::initial(1));
+    bench_rust(c, "", &EdarNetwork::initial(1));
+}
+
+/// This thread's CPU time, ns (Linux `CLOCK_THREAD_CPUTIME_ID`).
+#[derive(Clone, Copy, Debug)]
+struct ThreadCpuTime;
+
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+unsafe extern "C" {
+    fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
+}
+
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
+fn thread_cpu_ns() -> u64 {
+    let mut t = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; the clock id is Linux's thread CPU clock.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self
+    }
+}
+
+impl ValueFormatter for ThreadCpuTime {
+    fn scale_values(&self, ns: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if ns < 1e3 {
+            (1.0, "ns")
+        } else if ns < 1e6 {
+            (1e-3, "µs")
+        } else {
+            (1e-6, "ms")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(&self, _: f64, _: &Throughput, _: &mut [f64]) -> &'static str {
+        ""
+    }
+    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
+    bench_rust(c, "cpu/", &EdarNetwork::initial(1));
 }
 
 #[cfg(feature = "torch")]
@@ -107,7 +198,7 @@ fn learned(c: &mut Criterion) {
     tch::set_num_threads(1);
     let mut dqn = EdarDqn::new(EdarHyper::default(), Device::Cpu).unwrap();
     let network = dqn.export().unwrap();
-    bench_rust(c, &network);
+    bench_rust(c, "", &network);
     let mut group = c.benchmark_group("learned/tch");
     for k in [2u8, 4] {
         let st = [state(k)];
@@ -143,4 +234,9 @@ fn learned(c: &mut Criterion) {
 }
 
 criterion_group!(benches, learned);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = cpu_time
+}
+criterion_main!(benches, cpu);

@@ -29,6 +29,7 @@
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
 
 pub mod network;
+mod packed;
 pub mod reward;
 pub mod state;
 

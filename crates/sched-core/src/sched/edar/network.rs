@@ -17,6 +17,7 @@
 
 use crate::nn::{Activation, Linear, Lstm, LstmScratch, LstmState, Mlp, MlpScratch, NnError};
 
+use super::packed::Packed;
 use super::state::{CONNECTION_FEATURES, EdarState, FEATURES, HISTORY};
 
 /// Units of each LSTM1.
@@ -49,11 +50,15 @@ pub enum EdarNetworkError {
 }
 
 /// The Q-network: six LSTM1, LSTM2 across paths, and the 128/32 core.
+///
+/// Besides the parts (kept for export), it holds their weights re-laid out for the fast forward
+/// pass of [`EdarNetwork::q_values`] (`packed`, module `super::packed`), built once here.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EdarNetwork {
     features: Box<[Lstm]>,
     across: Lstm,
     core: Mlp,
+    packed: Packed,
 }
 
 /// Scratch space for [`EdarNetwork::q_values`]; built once per scheduler.
@@ -114,10 +119,12 @@ impl EdarNetwork {
                 format!("widths {widths:?}"),
             ));
         }
+        let packed = Packed::new(&features, &across, &core);
         Ok(EdarNetwork {
             features: features.into_boxed_slice(),
             across,
             core,
+            packed,
         })
     }
 
@@ -191,8 +198,23 @@ impl EdarNetwork {
         }
     }
 
-    /// Q(s, normal) and Q(s, redundant). Allocation-free.
+    /// Q(s, normal) and Q(s, redundant). Allocation-free; the fast pass over the re-laid-out
+    /// weights (its results differ from [`EdarNetwork::q_values_reference`]'s by a few ulp: the
+    /// order of some sums and the activations' last bits). `scratch` is not needed by this pass
+    /// and kept for the signature's stability.
     pub fn q_values(
+        &self,
+        state: &EdarState,
+        scratch: &mut EdarScratch,
+    ) -> Result<[f32; 2], NnError> {
+        let _ = scratch;
+        Ok(self.packed.q_values(state))
+    }
+
+    /// Q(s, normal) and Q(s, redundant) layer by layer with the [`crate::nn`] parts: each LSTM1
+    /// step one after the other, then LSTM2, then the core (the straightforward evaluation,
+    /// several times slower than [`EdarNetwork::q_values`]; for checking it). Allocation-free.
+    pub fn q_values_reference(
         &self,
         state: &EdarState,
         scratch: &mut EdarScratch,
@@ -313,11 +335,93 @@ mod tests {
         core_in.extend_from_slice(across.hidden());
         let mut cs = net.core().scratch();
         let expected = net.core().forward(&core_in, &mut cs).unwrap().to_vec();
-        let got = net.q_values(&s, &mut net.scratch()).unwrap();
+        let got = net.q_values_reference(&s, &mut net.scratch()).unwrap();
         assert_eq!(got.to_vec(), expected);
         // The paths matter.
-        let other = net.q_values(&state(2, 10), &mut net.scratch()).unwrap();
+        let other = net
+            .q_values_reference(&state(2, 10), &mut net.scratch())
+            .unwrap();
         assert_ne!(got, other);
+    }
+
+    /// A state with values in ±`scale` (the normalised features reach 10).
+    fn wide_state(paths: u8, seed: u64, scale: f64) -> EdarState {
+        let mut rng = SplitMix64(seed);
+        let mut s = EdarState::EMPTY;
+        s.path_count = paths;
+        for v in s.connection.iter_mut() {
+            *v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+        }
+        for p in s.paths.iter_mut() {
+            for v in p.iter_mut() {
+                *v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn fast_pass_matches_the_reference_for_every_path_count() {
+        // The kernel this CPU picks and the portable one, on several networks and inputs.
+        let mut worst = 0.0f32;
+        for seed in 0..4 {
+            let net = EdarNetwork::initial(seed);
+            let mut scratch = net.scratch();
+            for paths in 0..=EDAR_MAX_PATHS as u8 {
+                for (trial, scale) in [0.5, 2.0, 10.0, 100.0].into_iter().enumerate() {
+                    let s = wide_state(paths, seed * 100 + trial as u64, scale);
+                    let want = net.q_values_reference(&s, &mut scratch).unwrap();
+                    let fast = net.q_values(&s, &mut scratch).unwrap();
+                    let portable = net.packed.q_values_portable(&s);
+                    for (got, want) in fast.iter().chain(&portable).zip(want.iter().cycle()) {
+                        let diff = (got - want).abs() / want.abs().max(1.0);
+                        worst = worst.max(diff);
+                        assert!(
+                            diff <= 2e-6,
+                            "{paths} paths, scale {scale}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+        // Not bit-identical by construction, but a few ulp at most.
+        assert!(worst < 2e-6, "{worst}");
+    }
+
+    #[test]
+    fn fast_pass_sees_every_input() {
+        // Changing any single value of a used path, or of the connection, changes the Q-values
+        // (no lane or weight left out of the re-laid-out pass).
+        let net = EdarNetwork::initial(5);
+        let mut scratch = net.scratch();
+        let base = wide_state(EDAR_MAX_PATHS as u8, 3, 1.0);
+        let q0 = net.q_values(&base, &mut scratch).unwrap();
+        for path in 0..EDAR_MAX_PATHS {
+            for i in 0..FEATURES * HISTORY {
+                let mut s = base;
+                s.paths[path][i] += 0.5;
+                let q = net.q_values(&s, &mut scratch).unwrap();
+                let want = net.q_values_reference(&s, &mut scratch).unwrap();
+                assert_ne!(q, q0, "path {path} value {i}");
+                for (g, w) in q.iter().zip(&want) {
+                    assert!((g - w).abs() <= 2e-6 * w.abs().max(1.0), "{g} vs {w}");
+                }
+            }
+        }
+        for i in 0..CONNECTION_FEATURES {
+            let mut s = base;
+            s.connection[i] += 0.5;
+            assert_ne!(
+                net.q_values(&s, &mut scratch).unwrap(),
+                q0,
+                "connection {i}"
+            );
+        }
+        // Entries past `path_count` are ignored.
+        let mut s = wide_state(2, 4, 1.0);
+        let q = net.q_values(&s, &mut scratch).unwrap();
+        s.paths[3][0] = 7.0;
+        assert_eq!(net.q_values(&s, &mut scratch).unwrap(), q);
     }
 
     #[test]
