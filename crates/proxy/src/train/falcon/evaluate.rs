@@ -38,7 +38,9 @@ use std::time::Instant;
 use braid_learners::TrainStep;
 use braid_learners::falcon::train::{DqnOnline, FalconHyper, FalconOnline, FalconTrainError};
 use braid_learners::torch::tch;
-use braid_sched_core::sched::falcon::{FalconConfig, FalconLink, FalconTransition, FalconWeights};
+use braid_sched_core::sched::falcon::{
+    FalconConfig, FalconLink, FalconStats, FalconTransition, FalconWeights,
+};
 use braid_sched_core::slot::{ExperienceReceiver, SlotWriter, experience_queue, weight_slot};
 use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
 use braid_testbed::sim::{
@@ -92,9 +94,9 @@ impl Learning {
 thread_local! {
     /// The learner the next [`Lockstep::create`] calls attach to (set around one run).
     static CURRENT: RefCell<Option<Rc<RefCell<Learning>>>> = const { RefCell::new(None) };
-    /// Changes the server's FALCON detected in the last run on this thread (set when its
-    /// endpoint is dropped at the end of the run).
-    static SERVER_CHANGES: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    /// The server's FALCON statistics after the last run on this thread (set when its endpoint
+    /// is dropped at the end of the run).
+    static SERVER_STATS: std::cell::Cell<Option<FalconStats>> = const { std::cell::Cell::new(None) };
 }
 
 /// The real session as a simulator endpoint, stepping the run's learner after every packet it
@@ -110,7 +112,7 @@ impl Drop for Lockstep {
         if let (true, braid_sched_core::AnyScheduler::Falcon(falcon)) =
             (self.server, self.session.scheduler())
         {
-            SERVER_CHANGES.with(|c| c.set(Some(falcon.stats().changes)));
+            SERVER_STATS.with(|c| c.set(Some(falcon.stats())));
         }
     }
 }
@@ -615,11 +617,15 @@ mod tests {
             let mut scheduler = super::super::shipped_config();
             scheduler.set("loss_group", loss_group).unwrap();
             let result = sim::run::<Lockstep>(&scenario, &SimOptions { scheduler }).unwrap();
-            let changes = SERVER_CHANGES.with(|c| c.take()).unwrap();
+            let stats = SERVER_STATS.with(|c| c.take()).unwrap();
             println!(
-                "{name}: {changes} changes declared in 30 s (true delay steps: {}), goodput {:.1} Mbit/s",
+                "{name}: {} changes declared in 30 s (true delay steps: {}), goodput {:.1} \
+                 Mbit/s, {} of {} decisions by the minRTT fallback",
+                stats.changes,
                 if steps { 4 } else { 0 },
-                result.metrics.goodput_mbps.unwrap_or(0.0)
+                result.metrics.goodput_mbps.unwrap_or(0.0),
+                stats.fallbacks,
+                stats.decisions
             );
         }
     }
