@@ -19,10 +19,11 @@ use crate::session::{FlowError, FlowKind, Target};
 
 /// Bytes a flow's writer may have handed to the driver and not yet seen accepted.
 pub const WRITE_CREDIT: usize = 256 * 1024;
-/// Chunks a flow's reader may hold before it reports them consumed.
-pub const READ_CHUNKS_IN_FLIGHT: u32 = 8;
-/// Largest chunk moved at once.
-pub const CHUNK: usize = 32 * 1024;
+/// Chunks a flow's reader may hold before it reports them consumed (256 KiB with [`CHUNK`]).
+pub const READ_CHUNKS_IN_FLIGHT: u32 = 4;
+/// Largest chunk moved at once: one socket read or write, one message to the driver and one
+/// wake-up of each side per chunk (64 KiB halved those of 32 KiB chunks).
+pub const CHUNK: usize = 64 * 1024;
 
 /// What the driver hands a flow's reader.
 #[derive(Clone, Debug, PartialEq, Eq)]
