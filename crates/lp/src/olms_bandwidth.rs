@@ -204,30 +204,33 @@ impl<'p> Levels<'p> {
         let rtt = self.problem.rtt;
         let k = rtt.len();
         let order = sorted_indices(rtt, false);
-        let choose = self.problem.choose as f64;
-        // suffix[pos] = Σ_{q >= pos} 1 / r_(q), summed from the largest RTT down so that a tiny
-        // RTT (huge inverse) never cancels against the rest.
-        let mut suffix = [0.0; MAX_PATHS + 1];
-        for pos in (0..k).rev() {
-            suffix[pos] = suffix[pos + 1] + self.inverse_rtt[order[pos]];
+        let choose = self.problem.choose;
+        // Zero RTTs sort first and are saturated at every level: with L of them, z_L = 0.
+        let zeros = order[..k]
+            .iter()
+            .take_while(|&&path| self.inverse_rtt[path] == 0.0)
+            .count();
+        if zeros >= choose {
+            return 0.0;
         }
-        for (pos, &path) in order[..k].iter().enumerate() {
-            if self.inverse_rtt[path] == 0.0 {
-                // A zero RTT is saturated at every level.
-                if pos + 1 >= self.problem.choose {
-                    return 0.0;
-                }
-                continue;
-            }
-            let level = (choose - pos as f64) / suffix[pos];
+        // The first position `pos` (RTTs ascending) whose level
+        // `(L − pos) / Σ_{q >= pos} 1 / r_(q)` reaches no further than `r_(pos)`. The scan runs
+        // from the largest RTT down, so the suffix sum stays in a register and is summed from
+        // the largest RTT down: a tiny RTT (huge inverse) never cancels against the rest.
+        let mut suffix = 0.0;
+        let mut found = None;
+        for pos in (zeros..k).rev() {
+            let path = order[pos];
+            suffix += self.inverse_rtt[path];
+            let level = (choose as f64 - pos as f64) / suffix;
             // `level` may land an ulp above `r_(pos)` when `1 / r_(pos)` swamps the suffix sum;
             // the caps at `r_(pos)` itself still hold L then.
             if level <= rtt[path] * (1.0 + NEWTON_SLACK) {
-                return level.min(rtt[path]);
+                found = Some(level.min(rtt[path]));
             }
         }
-        // Unreachable for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
-        rtt.iter().fold(0.0, |m, &r| m.max(r))
+        // Always found for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
+        found.unwrap_or_else(|| rtt.iter().fold(0.0, |m, &r| m.max(r)))
     }
 
     /// `g(z)` and its right derivative `g'(z+)` (cheapest first), or `None` when the caps at
