@@ -13,7 +13,8 @@
 //!   sample, one thread.
 //! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU.
 //! - `cpu/…` (Linux): `sched/select/edar/{2,4}`, `edar_in_interval/4` and the Rust forward passes
-//!   again (with `EdarNetwork::initial(1)`, the same shapes), timed in this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) instead of wall-clock
+//!   again (with `EdarNetwork::initial(1)`, the same shapes), and with `torch` the tch forward
+//!   passes (`cpu/learned/tch/edar_forward/{2,4}`, one thread), timed in this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) instead of wall-clock
 //!   time: on a machine shared with other work, time spent descheduled is not counted, so these
 //!   medians stay the cost of the code itself (wall-clock medians grow with the machine's load).
 //!
@@ -187,6 +188,24 @@ impl ValueFormatter for ThreadCpuTime {
 
 fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
     bench_rust(c, "cpu/", &EdarNetwork::initial(1));
+    #[cfg(feature = "torch")]
+    {
+        use braid_learners::edar::train::{EdarDqn, EdarHyper};
+        use braid_learners::torch::tch::{self, Device};
+
+        tch::set_num_threads(1);
+        let dqn = EdarDqn::new(EdarHyper::default(), Device::Cpu).unwrap();
+        let mut group = c.benchmark_group("cpu/learned/tch");
+        for k in [2u8, 4] {
+            let st = [state(k)];
+            group.bench_function(format!("edar_forward/{k}"), |b| {
+                b.iter(|| {
+                    tch::no_grad(|| black_box(dqn.network().q_values(black_box(&st), Device::Cpu)))
+                })
+            });
+        }
+        group.finish();
+    }
 }
 
 #[cfg(feature = "torch")]
