@@ -159,6 +159,8 @@ pub struct Session {
     state: SessionState,
     scheduler: AnyScheduler,
     paths: [Option<Path>; MAX_PATHS],
+    /// One past the highest slot ever joined: the per-packet loops scan `paths[..path_end]`.
+    path_end: usize,
     views: [PathView; MAX_PATHS],
     view_count: usize,
     pacing_wakeup: Option<Timestamp>,
@@ -209,6 +211,7 @@ impl Session {
             state: SessionState::Open,
             scheduler,
             paths: std::array::from_fn(|_| None),
+            path_end: 0,
             views: [PathView::new(PathId(0), 0, 0); MAX_PATHS],
             view_count: 0,
             pacing_wakeup: None,
@@ -289,6 +292,7 @@ impl Session {
         let path = Path::new(id, config, &self.config, now);
         let state = path.state;
         *slot = Some(path);
+        self.path_end = self.path_end.max(id.index() + 1);
         self.all_failed_since = None;
         self.scheduler.on_path_state(id, state, now);
         Ok(())
@@ -401,7 +405,7 @@ impl Session {
         }
         let mut t: Option<Timestamp> = None;
         let mut take = |x: Timestamp| t = Some(t.map_or(x, |y: Timestamp| y.min(x)));
-        for p in self.paths.iter().flatten() {
+        for p in self.paths[..self.path_end].iter().flatten() {
             if let Some(x) = p.next_timeout(&self.config) {
                 take(x);
             }
@@ -426,7 +430,7 @@ impl Session {
             self.pacing_wakeup = None;
         }
         let mut lost = std::mem::take(&mut self.scratch_lost);
-        for i in 0..MAX_PATHS {
+        for i in 0..self.path_end {
             let Some(path) = self.paths[i].as_mut() else {
                 continue;
             };

@@ -447,13 +447,7 @@ impl Path {
         duration_nanos(self.rtt.pto_base()).saturating_add(duration_nanos(config.max_ack_delay))
     }
 
-    fn pto_deadline(&self, config: &SessionConfig) -> Option<Timestamp> {
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        Some(self.pto_at(self.probe_period_ns(config)))
-    }
-
+    /// The probe timeout (while ack-eliciting packets are out): RFC 9002 §6.2.1, backed off.
     fn pto_at(&self, period_ns: u64) -> Timestamp {
         after(
             self.last_ack_eliciting_sent,
@@ -462,17 +456,10 @@ impl Path {
         )
     }
 
-    /// When the path is declared failed if nothing is acknowledged: the oldest unacknowledged
-    /// packet (or the last ACK, if later) plus as long as `failure_probe_timeouts` consecutive
-    /// probe timeouts take. Unlike the probe timer, new packets sent into a dead path do not
-    /// postpone it.
-    fn failure_deadline(&self, config: &SessionConfig) -> Option<Timestamp> {
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        self.failure_at(self.probe_period_ns(config), config)
-    }
-
+    /// When the path is declared failed if nothing is acknowledged (while ack-eliciting packets
+    /// are out): the oldest unacknowledged packet (or the last ACK, if later) plus as long as
+    /// `failure_probe_timeouts` consecutive probe timeouts take. Unlike the probe timer, new
+    /// packets sent into a dead path do not postpone it.
     fn failure_at(&self, period_ns: u64, config: &SessionConfig) -> Option<Timestamp> {
         // Settled packets leave the front at once (`pop_done`), so this finds the front one
         // unless failed-path probes (not in flight) are still waiting there.
@@ -502,11 +489,16 @@ impl Path {
             }
             return false;
         }
-        if self.failure_deadline(config).is_some_and(|d| d <= now) {
+        // One probe period for both deadlines (they exist while ack-eliciting packets are out).
+        let period = (self.ack_eliciting_in_flight > 0).then(|| self.probe_period_ns(config));
+        if period
+            .and_then(|base| self.failure_at(base, config))
+            .is_some_and(|d| d <= now)
+        {
             self.fail(now, lost);
             return true;
         }
-        if self.pto_deadline(config).is_some_and(|d| d <= now) {
+        if period.is_some_and(|base| self.pto_at(base) <= now) {
             self.pto_count += 1;
             if self.pto_count >= config.failure_probe_timeouts {
                 self.fail(now, lost);

@@ -100,8 +100,7 @@ impl Session {
     }
 
     fn transmit_path_bound(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
-        let i = self
-            .paths
+        let i = self.paths[..self.path_end]
             .iter()
             .position(|p| p.as_ref().is_some_and(|p| p.ack_due() || p.probe_due))?;
         let report = self.take_report(now);
@@ -179,7 +178,7 @@ impl Session {
 
     /// Largest stream chunk every live path can carry.
     fn max_chunk(&self) -> usize {
-        self.paths
+        self.paths[..self.path_end]
             .iter()
             .flatten()
             .filter(|p| !p.is_failed())
@@ -283,7 +282,7 @@ impl Session {
     fn refresh_views(&mut self, now: Timestamp) {
         self.view_count = 0;
         self.pacing_wakeup = None;
-        for path in self.paths.iter_mut().flatten() {
+        for path in self.paths[..self.path_end].iter_mut().flatten() {
             self.views[self.view_count] = path.view(now, &mut self.pacing_wakeup);
             self.view_count += 1;
         }
