@@ -231,7 +231,12 @@ fn online_dqn_learns_continuously_without_meta_models() {
     assert_eq!(online.published(), 1);
     assert_ne!(published.policy(), shipped.policy());
     // No change flag is needed: it keeps learning.
-    assert!(online.train(&toy_transitions(4 * 32, 32, 0.0)).unwrap().is_some());
+    assert!(
+        online
+            .train(&toy_transitions(4 * 32, 32, 0.0))
+            .unwrap()
+            .is_some()
+    );
     assert_eq!(online.dqn().steps(), 8);
     // From scratch: a different, seeded start.
     let a = DqnOnline::from_scratch(FalconHyper::default(), 1).unwrap();
