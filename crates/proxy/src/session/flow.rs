@@ -214,7 +214,7 @@ impl Session {
     pub(crate) fn update_session_window(&mut self) {
         let window = self.config.session_receive_window;
         let target = self.consumed_total + window;
-        if target - self.local_max_data >= window / 2 {
+        if target - self.local_max_data >= (window / super::stream::CREDIT_UPDATE_FRACTION).max(1) {
             self.local_max_data = target;
             self.push_control(Control::MaxData);
         }
