@@ -111,7 +111,8 @@ impl Path {
             congestion_config,
             cc: congestion_config.build(),
             rtt: RttEstimator::new(session.initial_rtt),
-            pacer: Pacer::new(u64::from(config.max_datagram_size) * 10),
+            // Bursts of 2 ms of the window, 10 to 256 datagrams (see `Pacer`).
+            pacer: Pacer::new(u64::from(config.max_datagram_size)),
             bucket: config
                 .rate_cap
                 .map(|r| TokenBucket::new(r, u64::from(config.max_datagram_size) * 4)),

@@ -10,7 +10,7 @@
 //! - [`RttEstimator`]: RFC 9002 §5 (min, smoothed and variation of the RTT, ACK delay).
 //! - [`NewReno`]: RFC 9002 §7 and Appendix B (slow start, congestion avoidance, recovery).
 //! - [`Cubic`]: RFC 9438 §4 (W_cubic, Reno-friendly region, fast convergence, β = 0.7).
-//! - [`Pacer`]: RFC 9002 §7.7 (rate `1.25 * cwnd / srtt`, bounded bursts).
+//! - [`Pacer`]: RFC 9002 §7.7 (rate `1.25 * cwnd / srtt`, bursts of 2 ms of the window).
 //! - [`TokenBucket`]: a configured rate cap per path, independent of congestion control.
 //!
 //! Call order for one path: [`Controller::on_sent`] for every packet sent; for every newly

@@ -157,14 +157,20 @@ proptest! {
     fn pacer_never_exceeds_burst_plus_rate_and_always_makes_progress(
         window in 2 * MDS..=2_000_000u64,
         srtt_us in 100..=1_000_000u64,
-        burst in MDS..=20 * MDS,
+        min_burst in MDS..=20 * MDS,
+        extra_burst in prop_oneof![Just(0u64), 0..=300 * MDS],
         gaps in prop::collection::vec(0..=5_000u64, 1..300),
     ) {
         let srtt = Duration::from_micros(srtt_us);
-        let mut pacer = Pacer::new(burst);
+        let max_burst = min_burst + extra_burst;
+        let mut pacer = Pacer::with_burst_range(min_burst, max_burst);
         let start = Timestamp::from_millis(1);
         let mut now = start;
         pacer.delay(now, MDS, window, srtt);
+        // The burst is 2 ms of the window, within the bounds.
+        let ideal = u128::from(window) * 2_000 / u128::from(srtt_us);
+        let capacity = u64::try_from(ideal).unwrap_or(u64::MAX).clamp(min_burst, max_burst);
+        prop_assert_eq!(pacer.capacity(), capacity);
         let mut sent: u128 = 0;
         for gap in gaps {
             now += Duration::from_micros(gap);
@@ -180,10 +186,10 @@ proptest! {
                     prop_assert_eq!(probe.delay(at, MDS, window, srtt), None);
                 }
             }
-            prop_assert!(pacer.tokens() <= burst);
+            prop_assert!(pacer.tokens() <= capacity);
             // rate = 5 * window / (4 * srtt) bytes per µs
             let elapsed = u128::from(duration_micros(now - start));
-            let allowed = u128::from(burst) + elapsed * 5 * u128::from(window) / (4 * u128::from(srtt_us));
+            let allowed = u128::from(capacity) + elapsed * 5 * u128::from(window) / (4 * u128::from(srtt_us));
             prop_assert!(sent <= allowed, "sent {} > allowed {}", sent, allowed);
         }
     }

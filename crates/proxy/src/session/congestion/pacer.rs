@@ -1,16 +1,29 @@
 //! Pacing of one path's packets, RFC 9002 §7.7.
 //!
 //! A token bucket refilled at `1.25 * cwnd / srtt` bytes per second (N = 1.25 so that pacing does
-//! not itself limit the window) and holding at most `max_burst_bytes` (the burst the sender may
-//! emit at once, e.g. 10 datagrams). The rate is recomputed from the window and smoothed RTT
-//! passed on every call, so it follows the controller without being told of changes. Refills are
-//! exact rational arithmetic that keeps the sub-byte remainder, so a slow rate polled every
-//! microsecond accrues exactly as much as one polled once.
+//! not itself limit the window). The bucket holds at most the burst capacity, which adapts to the
+//! path as quinn's pacer does: the bytes the window moves in 2 ms (`cwnd * 2 ms / srtt`), clamped
+//! to `[min_burst, max_burst]` (by default 10 and 256 datagrams). A fixed 10-datagram burst caps
+//! a path at 10 datagrams per wake-up of a sender whose timer ticks every millisecond, far below
+//! a fast path's rate; 2 ms of the window covers a tick with room to spare, and small RTTs (where
+//! a burst is cheap) get large bursts while long paths keep short ones. Rate and capacity are
+//! recomputed from the window and smoothed RTT passed on every call, so they follow the
+//! controller without being told of changes; a capacity that shrinks drops the tokens above it.
+//! Refills are exact rational arithmetic that keeps the sub-byte remainder, so a slow rate polled
+//! every microsecond accrues exactly as much as one polled once. Everything is integer
+//! arithmetic on the inputs, so the pacer is deterministic.
 
 use std::time::Duration;
 
 use braid_sched_core::Timestamp;
 use braid_sched_core::time::duration_micros;
+
+/// The span of sending a burst may cover: capacity = `window * BURST_INTERVAL / srtt` (quinn).
+const BURST_INTERVAL_US: u128 = 2_000;
+/// Smallest default burst, in datagrams.
+pub const MIN_BURST_DATAGRAMS: u64 = 10;
+/// Largest default burst, in datagrams.
+pub const MAX_BURST_DATAGRAMS: u64 = 256;
 
 /// Paces one path (RFC 9002 §7.7).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +33,13 @@ pub struct Pacer {
     fraction: u128,
     /// The denominator `fraction` is counted in (the rate's `micros` when it was earned).
     fraction_unit: u128,
-    max_burst_bytes: u64,
+    /// The current burst capacity, within `[min_burst, max_burst]`.
+    capacity: u64,
+    min_burst: u64,
+    max_burst: u64,
+    /// The window and smoothed RTT `capacity` was computed from.
+    last_window: u64,
+    last_srtt: Duration,
     last_refill: Timestamp,
 }
 
@@ -41,13 +60,28 @@ impl Rate {
 }
 
 impl Pacer {
-    /// A pacer that starts with a full burst of `max_burst_bytes`.
-    pub fn new(max_burst_bytes: u64) -> Self {
+    /// A pacer for datagrams of up to `max_datagram_size` bytes, with bursts of 10 to 256 of
+    /// them (quinn's bounds); it starts with a full burst of 10.
+    pub fn new(max_datagram_size: u64) -> Self {
+        Self::with_burst_range(
+            max_datagram_size.saturating_mul(MIN_BURST_DATAGRAMS),
+            max_datagram_size.saturating_mul(MAX_BURST_DATAGRAMS),
+        )
+    }
+
+    /// A pacer whose burst capacity stays within `[min_burst, max_burst]` bytes (`max_burst`
+    /// below `min_burst` counts as `min_burst`; equal bounds give a fixed burst); it starts with
+    /// a full burst of `min_burst`.
+    pub fn with_burst_range(min_burst: u64, max_burst: u64) -> Self {
         Pacer {
-            tokens: max_burst_bytes,
+            tokens: min_burst,
             fraction: 0,
             fraction_unit: 0,
-            max_burst_bytes,
+            capacity: min_burst,
+            min_burst,
+            max_burst: max_burst.max(min_burst),
+            last_window: 0,
+            last_srtt: Duration::ZERO,
             last_refill: Timestamp::ZERO,
         }
     }
@@ -64,7 +98,8 @@ impl Pacer {
         srtt: Duration,
     ) -> Option<Timestamp> {
         let rate = Rate::new(window, srtt)?;
-        self.refill(now, rate, self.max_burst_bytes.max(bytes));
+        self.update_capacity(window, srtt);
+        self.refill(now, rate, self.capacity.max(bytes));
         if self.tokens >= bytes {
             return None;
         }
@@ -77,7 +112,7 @@ impl Pacer {
 
     /// A packet of `bytes` was sent: its bytes leave the bucket.
     pub fn on_sent(&mut self, now: Timestamp, bytes: u64) {
-        if now > self.last_refill && self.tokens >= self.max_burst_bytes {
+        if now > self.last_refill && self.tokens >= self.capacity {
             // A full bucket earns nothing while it waits; start accruing from this send.
             self.last_refill = now;
             self.fraction = 0;
@@ -88,6 +123,28 @@ impl Pacer {
     /// Bytes that may be sent at once, as of the last call.
     pub fn tokens(&self) -> u64 {
         self.tokens
+    }
+
+    /// The burst capacity in bytes, as of the last call.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Recomputes the capacity when the window or RTT changed: `window * 2 ms / srtt` within the
+    /// bounds (quinn's `optimal_capacity`). Tokens above a smaller capacity are dropped; a larger
+    /// capacity fills at the pacing rate.
+    fn update_capacity(&mut self, window: u64, srtt: Duration) {
+        if window == self.last_window && srtt == self.last_srtt {
+            return;
+        }
+        self.last_window = window;
+        self.last_srtt = srtt;
+        let srtt_us = u128::from(duration_micros(srtt)).max(1);
+        let ideal = u128::from(window).saturating_mul(BURST_INTERVAL_US) / srtt_us;
+        self.capacity = u64::try_from(ideal)
+            .unwrap_or(u64::MAX)
+            .clamp(self.min_burst, self.max_burst);
+        self.tokens = self.tokens.min(self.capacity);
     }
 
     /// Adds what `rate` earned since the last refill, up to `capacity`.
@@ -150,7 +207,7 @@ mod tests {
     fn spreads_a_window_over_the_round_trip() {
         // window 120000 bytes, srtt 100 ms: rate 1.25 * 120000 / 0.1 s = 1.5 bytes/µs, so one
         // 1200-byte datagram every 800 µs after a 10-datagram burst.
-        let mut pacer = Pacer::new(10 * MDS);
+        let mut pacer = Pacer::with_burst_range(10 * MDS, 10 * MDS);
         let times = send_paced(&mut pacer, 100, 120_000, Duration::from_millis(100));
         assert!(times[..10].iter().all(|&t| t == 0));
         for (i, &t) in times.iter().enumerate().skip(10) {
@@ -164,7 +221,7 @@ mod tests {
     fn uneven_rates_keep_the_sub_byte_remainder() {
         // window 12000, srtt 70 ms: 5 * 12000 bytes per 280000 µs = 3/14 bytes/µs; a 1200-byte
         // datagram takes 5600 µs exactly. Polling every µs must not lose fractions.
-        let mut pacer = Pacer::new(MDS);
+        let mut pacer = Pacer::with_burst_range(MDS, MDS);
         pacer.on_sent(us(0), MDS);
         let mut sent = Vec::new();
         for t in 0..=20_000 {
@@ -181,7 +238,7 @@ mod tests {
 
     #[test]
     fn delay_names_the_exact_instant_and_the_rate_follows_the_window() {
-        let mut pacer = Pacer::new(2 * MDS);
+        let mut pacer = Pacer::with_burst_range(2 * MDS, 2 * MDS);
         pacer.on_sent(us(0), 2 * MDS);
         // 1.5 bytes/µs: 1200 bytes after 800 µs.
         assert_eq!(
@@ -206,7 +263,7 @@ mod tests {
 
     #[test]
     fn idle_time_refills_only_up_to_the_burst() {
-        let mut pacer = Pacer::new(3 * MDS);
+        let mut pacer = Pacer::with_burst_range(3 * MDS, 3 * MDS);
         let times = send_paced(&mut pacer, 3, 120_000, Duration::from_millis(100));
         assert_eq!(times, vec![0, 0, 0]);
         // After a long idle period only 3 datagrams may go back to back.
@@ -226,12 +283,12 @@ mod tests {
 
     #[test]
     fn no_rate_means_no_pacing_and_oversized_packets_still_go() {
-        let mut pacer = Pacer::new(MDS);
+        let mut pacer = Pacer::with_burst_range(MDS, MDS);
         pacer.on_sent(us(0), MDS);
         assert_eq!(pacer.delay(us(0), MDS, 0, Duration::from_millis(10)), None);
         assert_eq!(pacer.delay(us(0), MDS, 12_000, Duration::ZERO), None);
         // A 3000-byte packet with a 1200-byte burst: waits for 3000 bytes, then goes.
-        let mut pacer = Pacer::new(MDS);
+        let mut pacer = Pacer::with_burst_range(MDS, MDS);
         let wait = pacer.delay(us(0), 3_000, 120_000, Duration::from_millis(100));
         assert_eq!(wait, Some(us(1_200)));
         assert_eq!(
@@ -241,8 +298,79 @@ mod tests {
     }
 
     #[test]
+    fn burst_is_two_ms_of_the_window_within_10_and_256_datagrams() {
+        let fill = |window: u64, srtt_us: u64| {
+            let mut pacer = Pacer::new(MDS);
+            let srtt = Duration::from_micros(srtt_us);
+            // Long idle: the bucket fills to its capacity.
+            assert_eq!(pacer.delay(us(10_000_000), MDS, window, srtt), None);
+            (pacer.capacity(), pacer.tokens())
+        };
+        // 1.2 MB per 10 ms: 240 000 bytes in 2 ms = 200 datagrams.
+        assert_eq!(fill(1_200_000, 10_000), (200 * MDS, 200 * MDS));
+        // 12 000 bytes per 100 ms: 240 bytes in 2 ms, raised to 10 datagrams.
+        assert_eq!(fill(12_000, 100_000), (10 * MDS, 10 * MDS));
+        // 12 MB per 1 ms: 24 MB in 2 ms, capped at 256 datagrams.
+        assert_eq!(fill(12_000_000, 1_000), (256 * MDS, 256 * MDS));
+        // Fixed bounds stay fixed.
+        let mut pacer = Pacer::with_burst_range(3 * MDS, 3 * MDS);
+        pacer.delay(us(10_000_000), MDS, 12_000_000, Duration::from_millis(1));
+        assert_eq!((pacer.capacity(), pacer.tokens()), (3 * MDS, 3 * MDS));
+    }
+
+    #[test]
+    fn a_full_adaptive_burst_goes_back_to_back_and_a_smaller_capacity_drops_tokens() {
+        let mut pacer = Pacer::new(MDS);
+        let srtt = Duration::from_millis(10);
+        let now = us(10_000_000);
+        let mut sent = 0;
+        while pacer.delay(now, MDS, 1_200_000, srtt).is_none() {
+            pacer.on_sent(now, MDS);
+            sent += 1;
+        }
+        assert_eq!(sent, 200);
+        // The next one waits for its 1200 bytes at 1.25 * 1.2 MB / 10 ms = 150 bytes/µs: 8 µs.
+        assert_eq!(
+            pacer.delay(now, MDS, 1_200_000, srtt),
+            Some(now + Duration::from_micros(8))
+        );
+        // Refill while the RTT is 10 ms, then the RTT grows to 100 ms: 20 datagrams of capacity;
+        // the tokens above it are gone.
+        let later = now + Duration::from_millis(5);
+        assert_eq!(pacer.delay(later, MDS, 1_200_000, srtt), None);
+        assert_eq!(pacer.tokens(), 200 * MDS);
+        assert_eq!(
+            pacer.delay(later, MDS, 1_200_000, Duration::from_millis(100)),
+            None
+        );
+        assert_eq!((pacer.capacity(), pacer.tokens()), (20 * MDS, 20 * MDS));
+    }
+
+    #[test]
+    fn a_millisecond_tick_sender_is_not_held_to_ten_datagrams_per_tick() {
+        // A driver that wakes every 1 ms and sends what the pacer allows, on a path with a
+        // 2.4 MB window and a 2 ms RTT (rate 1.25 * 2.4 MB / 2 ms = 1500 bytes/µs, 1.5 MB per
+        // tick). A fixed 10-datagram bucket lets 12 000 bytes leave per tick; the adaptive one
+        // holds 2 ms of the window (2.4 MB), capped at 256 datagrams.
+        let per_tick = |mut pacer: Pacer| {
+            let srtt = Duration::from_millis(2);
+            let mut sent = 0u64;
+            for tick in 1..=100u64 {
+                let now = us(tick * 1_000);
+                while pacer.delay(now, MDS, 2_400_000, srtt).is_none() {
+                    pacer.on_sent(now, MDS);
+                    sent += 1;
+                }
+            }
+            sent / 100
+        };
+        assert_eq!(per_tick(Pacer::with_burst_range(10 * MDS, 10 * MDS)), 10);
+        assert_eq!(per_tick(Pacer::new(MDS)), 256);
+    }
+
+    #[test]
     fn extreme_inputs_do_not_panic() {
-        let mut pacer = Pacer::new(u64::MAX);
+        let mut pacer = Pacer::with_burst_range(u64::MAX, u64::MAX);
         assert_eq!(
             pacer.delay(Timestamp::MAX, u64::MAX, u64::MAX, Duration::MAX),
             None
