@@ -31,7 +31,10 @@
 //!   (the current piece is linear) or enters a later piece. So it ends after at most `2K + 1`
 //!   steps, each `O(K)`, at the exact optimum. No allocation.
 //!
-//! The property test `tests/lp_vs_good_lp.rs` checks it against good_lp on 10,000 instances.
+//! Two paths with `L = 1` are solved in closed form (`solve_pair`).
+//!
+//! The property test `tests/lp_vs_good_lp.rs` checks both against good_lp on 10,000 instances
+//! (and on 10,000 two-path, one-pick instances).
 
 use good_lp::constraint::{eq, leq};
 use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, microlp, variable};
@@ -95,6 +98,9 @@ impl BandwidthProblem<'_> {
     /// Returns [`LpError::Infeasible`] when even the `L` cheapest paths exceed `C_b`.
     pub fn solve(&self) -> Result<Schedule, LpError> {
         self.validate()?;
+        if self.bandwidth.len() == 2 && self.choose == 1 {
+            return self.solve_pair();
+        }
         let levels = Levels::new(self);
         let floor: f64 = levels.cheapest_first[..self.choose]
             .iter()
@@ -139,6 +145,40 @@ impl BandwidthProblem<'_> {
             lp: LP,
             reason: "Newton's method on the level did not settle",
         })
+    }
+
+    /// Two paths, one pick (a phone's Wi-Fi and cellular link), in closed form. With `v` on
+    /// path 0 and `1 - v` on path 1, `max(v r_0, (1 - v) r_1)` is least where the two are equal,
+    /// `v = r_1 / (r_0 + r_1)`; if that spends more than `C_b`, the optimum moves towards the
+    /// cheaper path just until `vᵀb = C_b` (the objective grows monotonically on that side).
+    fn solve_pair(&self) -> Result<Schedule, LpError> {
+        let (b0, b1) = (self.bandwidth[0], self.bandwidth[1]);
+        let (r0, r1) = (self.rtt[0], self.rtt[1]);
+        let floor = b0.min(b1);
+        let limit = self.bandwidth_limit;
+        if floor > limit + TOLERANCE * limit.max(1.0) {
+            return Err(LpError::Infeasible {
+                lp: LP,
+                reason: "the choose cheapest paths already exceed bandwidth_limit",
+            });
+        }
+        // Within TOLERANCE of the floor counts as meeting it, as in the general solver.
+        let target = limit.max(floor);
+        let mut v = if r0 + r1 > 0.0 {
+            r1 / (r0 + r1)
+        } else if b0 <= b1 {
+            1.0
+        } else {
+            0.0
+        };
+        // b0 == b1 never gets here: then every v spends b0 = floor <= target.
+        if b1 + v * (b0 - b1) > target {
+            v = ((target - b1) / (b0 - b1)).clamp(0.0, 1.0);
+        }
+        let mut weights = [0.0; MAX_PATHS];
+        weights[0] = v;
+        weights[1] = 1.0 - v;
+        Ok(Schedule::new(weights, 2, (v * r0).max((1.0 - v) * r1)))
     }
 
     /// Solves the epigraph form of eq. (8) with good_lp on the pure-Rust microlp solver.

@@ -92,6 +92,31 @@ proptest! {
         }
     }
 
+    /// Two paths, one pick: the closed form of `BandwidthProblem::solve` (every other size
+    /// takes the level search above).
+    #[test]
+    fn olms_bandwidth_pair_equals_good_lp(
+        (b, r, limit) in any::<bool>().prop_flat_map(|grid| (
+            prop::collection::vec(unit(grid), 2),
+            prop::collection::vec(unit(grid), 2),
+            unit(grid),
+        ))
+    ) {
+        let p = BandwidthProblem { bandwidth: &b, rtt: &r, bandwidth_limit: limit, choose: 1 };
+        match (p.solve(), p.solve_good_lp()) {
+            (Ok(fast), Ok(reference)) => {
+                prop_assert!((fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
+                    "fast {fast:?} good_lp {reference:?}");
+                assert_in_chi(&fast, 1);
+                let spent: f64 = fast.weights().iter().zip(&b).map(|(v, b)| v * b).sum();
+                prop_assert!(spent <= limit + FEASIBILITY_TOL, "spent {spent} > {limit}");
+                let level = fast.weights().iter().zip(&r).map(|(v, r)| v * r).fold(0.0, f64::max);
+                prop_assert!((level - fast.objective()).abs() <= FEASIBILITY_TOL);
+            }
+            (fast, reference) => both_infeasible(&fast, &reference),
+        }
+    }
+
     #[test]
     fn damps_batch_fast_equals_good_lp(
         (deadlines, delays, capacities) in (1usize..=16, 1usize..=8, any::<bool>())
