@@ -40,6 +40,22 @@ pub struct TdBatch<'a> {
     pub loss: TdLoss,
 }
 
+/// What the TD loss reads of one transition ([`DqnCore::batch_loss`]).
+pub trait TdSample {
+    /// The state type the networks read.
+    type State;
+    /// The state decided on.
+    fn state(&self) -> &Self::State;
+    /// The state after the action.
+    fn next_state(&self) -> &Self::State;
+    /// The action taken (a column index of the Q-values).
+    fn action_index(&self) -> i64;
+    /// The reward.
+    fn reward(&self) -> f32;
+    /// Whether the next state ends the episode (`y = r`).
+    fn terminal(&self) -> bool;
+}
+
 /// Main and target networks of type `N`, Adam on the main network, and the step counters.
 pub struct DqnCore<N> {
     device: Device,
@@ -159,6 +175,42 @@ impl<N> DqnCore<N> {
             TdLoss::Squared => q.mse_loss(&target, Reduction::Mean),
             TdLoss::Huber => q.huber_loss(&target, Reduction::Mean, 1.0),
         }
+    }
+
+    /// The TD loss of `batch`: `forward` turns the batch's states into Q-values (the main
+    /// network's with gradients, the target network's of the next states without), and the
+    /// actions, rewards and, when `terminal_flags`, the terminal flags become the [`TdBatch`].
+    pub fn batch_loss<T: TdSample>(
+        &self,
+        batch: &[T],
+        forward: impl Fn(&N, &[&T::State]) -> Tensor,
+        gamma: f64,
+        loss: TdLoss,
+        terminal_flags: bool,
+    ) -> Tensor {
+        let states: Vec<&T::State> = batch.iter().map(TdSample::state).collect();
+        let next: Vec<&T::State> = batch.iter().map(TdSample::next_state).collect();
+        let actions: Vec<i64> = batch.iter().map(TdSample::action_index).collect();
+        let rewards: Vec<f32> = batch.iter().map(TdSample::reward).collect();
+        let live: Option<Vec<f32>> = terminal_flags.then(|| {
+            batch
+                .iter()
+                .map(|t| if t.terminal() { 0.0 } else { 1.0 })
+                .collect()
+        });
+        let q = forward(&self.net, &states);
+        let next_q = tch::no_grad(|| forward(&self.target, &next));
+        self.td_loss(
+            &q,
+            &next_q,
+            TdBatch {
+                actions: &actions,
+                rewards: &rewards,
+                live: live.as_deref(),
+                gamma,
+                loss,
+            },
+        )
     }
 
     /// One gradient step on `loss`, then the soft target update; returns the loss's value.

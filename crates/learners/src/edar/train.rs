@@ -21,7 +21,7 @@ use braid_sched_core::sched::edar::{
 use tch::nn::{self, Module};
 use tch::{Device, Kind, Tensor};
 
-use crate::dqn::{DqnCore, ReplayBuffer, TdBatch, TdLoss};
+use crate::dqn::{DqnCore, ReplayBuffer, TdLoss, TdSample};
 use crate::learner::TrainStep;
 use crate::torch::{ExportError, TchLstm, TchMlp};
 
@@ -350,26 +350,12 @@ impl EdarDqn {
     /// The DQN loss on `batch` (all with the same path counts).
     pub fn loss(&self, batch: &[EdarTransition]) -> Tensor {
         let device = self.core.device();
-        let states = StateBatch::new(batch.iter().map(|t| &t.state), device);
-        let next = StateBatch::new(batch.iter().map(|t| &t.next_state), device);
-        let actions: Vec<i64> = batch.iter().map(|t| i64_of(t.action.index())).collect();
-        let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
-        let live: Vec<f32> = batch
-            .iter()
-            .map(|t| if t.terminal { 0.0 } else { 1.0 })
-            .collect();
-        let q = self.core.net().forward_batch(&states);
-        let next_q = tch::no_grad(|| self.core.target().forward_batch(&next));
-        self.core.td_loss(
-            &q,
-            &next_q,
-            TdBatch {
-                actions: &actions,
-                rewards: &rewards,
-                live: Some(&live),
-                gamma: self.hyper.gamma,
-                loss: TdLoss::Squared,
-            },
+        self.core.batch_loss(
+            batch,
+            |net, states| net.forward_batch(&StateBatch::new(states.iter().copied(), device)),
+            self.hyper.gamma,
+            TdLoss::Squared,
+            true,
         )
     }
 
@@ -416,5 +402,29 @@ impl TrainStep<EdarTransition, EdarNetwork> for EdarDqn {
             self.train_step()?;
         }
         Ok(Some(self.export()?))
+    }
+}
+
+impl TdSample for EdarTransition {
+    type State = EdarState;
+
+    fn state(&self) -> &EdarState {
+        &self.state
+    }
+
+    fn next_state(&self) -> &EdarState {
+        &self.next_state
+    }
+
+    fn action_index(&self) -> i64 {
+        i64_of(self.action.index())
+    }
+
+    fn reward(&self) -> f32 {
+        self.reward
+    }
+
+    fn terminal(&self) -> bool {
+        self.terminal
     }
 }

@@ -17,7 +17,7 @@ use braid_sched_core::sched::falcon::{FalconTransition, FalconWeights, INPUTS, W
 use tch::nn::{self, Module};
 use tch::{Device, Tensor};
 
-use crate::dqn::{DqnCore, ReplayBuffer, TdBatch, TdLoss, below};
+use crate::dqn::{DqnCore, ReplayBuffer, TdLoss, TdSample, below};
 use crate::learner::TrainStep;
 use crate::torch::{ExportError, TchMlp};
 
@@ -178,22 +178,12 @@ impl FalconDqn {
 
     /// The DQN loss on `batch`: Huber between `Q(s, a)` and `r + γ max_a' Q_target(s', a')`.
     pub fn loss(&self, batch: &[FalconTransition]) -> Tensor {
-        let states = self.states(batch.iter().map(|t| &t.state));
-        let next = self.states(batch.iter().map(|t| &t.next_state));
-        let actions: Vec<i64> = batch.iter().map(|t| i64::from(t.action)).collect();
-        let rewards: Vec<f32> = batch.iter().map(|t| t.reward).collect();
-        let q = self.core.net().forward(&states);
-        let next_q = tch::no_grad(|| self.core.target().forward(&next));
-        self.core.td_loss(
-            &q,
-            &next_q,
-            TdBatch {
-                actions: &actions,
-                rewards: &rewards,
-                live: None,
-                gamma: self.hyper.gamma,
-                loss: TdLoss::Huber,
-            },
+        self.core.batch_loss(
+            batch,
+            |net, states| net.forward(&self.states(states.iter().copied())),
+            self.hyper.gamma,
+            TdLoss::Huber,
+            false,
         )
     }
 
@@ -453,5 +443,29 @@ impl TrainStep<FalconTransition, FalconWeights> for DqnOnline {
             }
         }
         Ok(publish)
+    }
+}
+
+impl TdSample for FalconTransition {
+    type State = [f32; INPUTS];
+
+    fn state(&self) -> &[f32; INPUTS] {
+        &self.state
+    }
+
+    fn next_state(&self) -> &[f32; INPUTS] {
+        &self.next_state
+    }
+
+    fn action_index(&self) -> i64 {
+        i64::from(self.action)
+    }
+
+    fn reward(&self) -> f32 {
+        self.reward
+    }
+
+    fn terminal(&self) -> bool {
+        false
     }
 }
