@@ -35,8 +35,8 @@ pub use decision::{Decision, PathSet};
 pub use packet::{FlowId, PacketMeta, TrafficClass};
 pub use path::{MAX_PATHS, PathId, PathState, PathView};
 pub use scheduler::{
-    AckInfo, AnyScheduler, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerConfig,
-    SchedulerInfo, SchedulerKind, UnknownScheduler,
+    AckInfo, AnyScheduler, ParamError, ParamInfo, PathDeadlines, ReceiverReport, Scheduler,
+    SchedulerConfig, SchedulerInfo, SchedulerKind, UnknownScheduler,
 };
 pub use time::Timestamp;
 

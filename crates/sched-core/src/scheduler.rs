@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use crate::decision::Decision;
 use crate::packet::PacketMeta;
-use crate::path::{PathId, PathState, PathView};
+use crate::path::{MAX_PATHS, PathId, PathState, PathView};
 use crate::sched::blest::{Blest, BlestConfig};
 use crate::sched::damps::{Damps, DampsConfig};
 use crate::sched::ecf::{Ecf, EcfConfig};
@@ -33,9 +33,33 @@ pub struct AckInfo {
     pub owd_us: u32,
 }
 
+/// Deadline counts of the datagrams that arrived on one path, in a [`ReceiverReport`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathDeadlines {
+    /// Deadline-carrying packets that arrived on the path within their budget.
+    pub met: u32,
+    /// Deadline-carrying packets that arrived on the path.
+    pub total: u32,
+}
+
+impl PathDeadlines {
+    /// Counts one arrival, met or missed (saturating).
+    pub fn count(&mut self, met: bool) {
+        self.total = self.total.saturating_add(1);
+        if met {
+            self.met = self.met.saturating_add(1);
+        }
+    }
+}
+
 /// The receiver's periodic report, carried back in ACK frames: what actually arrived and how
 /// useful it was. Learning schedulers turn it into rewards (EdAR's G − αV_w − βV_o, DaMPS's
 /// deadline meeting ratio).
+///
+/// The deadline counts come twice: session-wide (`deadline_met` / `deadline_total`, which the
+/// sender also grows by the datagrams it dropped itself before any path carried them) and per
+/// path of arrival (`path_deadlines`, receiver counts only), because DaMPS's reward (eq. 3, 5)
+/// is a per-path deadline meeting ratio.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ReceiverReport {
     /// Length of the interval the report covers, µs.
@@ -50,6 +74,29 @@ pub struct ReceiverReport {
     pub deadline_met: u32,
     /// Deadline-carrying packets received or known dropped in the interval.
     pub deadline_total: u32,
+    /// Per path id (indexed by [`PathId::index`]): deadline-carrying packets that arrived on
+    /// that path in the interval, met and total. Drops at the sender are in no path's count.
+    pub path_deadlines: [PathDeadlines; MAX_PATHS],
+}
+
+impl ReceiverReport {
+    /// The deadline counts of packets that arrived on `path` (zero for an id out of range).
+    pub fn path_deadlines(&self, path: PathId) -> PathDeadlines {
+        self.path_deadlines
+            .get(path.index())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Counts a deadline-carrying packet that arrived on `path`, met or missed: the
+    /// session-wide counts and, for an id below [`MAX_PATHS`], the path's own.
+    pub fn count_deadline(&mut self, path: PathId, met: bool) {
+        self.deadline_total = self.deadline_total.saturating_add(1);
+        self.deadline_met = self.deadline_met.saturating_add(u32::from(met));
+        if let Some(p) = self.path_deadlines.get_mut(path.index()) {
+            p.count(met);
+        }
+    }
 }
 
 /// A packet scheduler: picks the path(s) for each packet and learns from feedback.

@@ -110,11 +110,20 @@ fn valid_packet(rng: &mut Rng, frames: &[Frame<'static>]) -> Vec<u8> {
                 received.insert(pn..pn + len);
                 pn += len;
             }
-            let report = (rng.below(2) == 0).then_some(ReceiverReport {
+            let mut report = (rng.below(2) == 0).then_some(ReceiverReport {
                 interval_us: 100_000,
                 delivered_bytes: rng.next() % 1_000_000,
                 ..ReceiverReport::default()
             });
+            if let Some(r) = report.as_mut() {
+                // Per-path deadline counts on a few paths (the 0x0e layout's section).
+                for _ in 0..rng.below(4) {
+                    let path = PathId((rng.next() % 16) as u8);
+                    for _ in 0..rng.below(300) {
+                        r.count_deadline(path, rng.below(3) > 0);
+                    }
+                }
+            }
             let fields = AckFields {
                 path: PathId((rng.next() % 3) as u8),
                 ack_delay_us: rng.next() % 10_000,

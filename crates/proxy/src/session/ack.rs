@@ -2,8 +2,13 @@
 //! receiver report): decoding with validation of every range up front, so that iterating the
 //! ranges later cannot fail, and encoding from a [`RangeSet`] of received packet numbers with as
 //! many of the highest ranges as fit.
+//!
+//! The report has two layouts, told apart by the frame type: `ACK_REPORT` (0x03, the first
+//! layout: session-wide counts only, still decoded, with every path's counts zero) and
+//! `ACK_PATH_REPORT` (0x0e, what this build sends: the same fields, then the deadline counts
+//! of each path that had deadline arrivals, for DaMPS's per-path reward).
 
-use braid_sched_core::{PathId, ReceiverReport};
+use braid_sched_core::{MAX_PATHS, PathDeadlines, PathId, ReceiverReport};
 
 use super::error::FrameError;
 use super::frame::{MAX_ACK_RANGES, decode_path, kind};
@@ -75,9 +80,20 @@ pub(crate) fn next_ack_range(r: &mut Reader<'_>, smallest: u64) -> Result<(u64, 
     Ok((low, largest))
 }
 
+/// Which receiver report an ACK frame carries, by frame type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReportLayout {
+    /// `ACK` (0x02): none.
+    None,
+    /// `ACK_REPORT` (0x03): session-wide counts only.
+    SessionOnly,
+    /// `ACK_PATH_REPORT` (0x0e): session-wide counts, then per-path deadline counts.
+    PerPath,
+}
+
 pub(crate) fn decode_ack<'a>(
     r: &mut Reader<'a>,
-    with_report: bool,
+    layout: ReportLayout,
 ) -> Result<AckFrame<'a>, FrameError> {
     let path = decode_path(r, "ack path")?;
     let largest = r.varint("ack largest")?;
@@ -105,17 +121,14 @@ pub(crate) fn decode_ack<'a>(
     }
     let used = rest_of(r).len() - probe.remaining();
     let raw_ranges = r.bytes(used, "ack ranges")?;
-    let report = if with_report {
-        Some(ReceiverReport {
-            interval_us: r.varint_u32("report interval")?,
-            delivered_bytes: r.varint("report delivered")?,
-            duplicate_bytes: r.varint("report duplicate")?,
-            ooo_packets: r.varint_u32("report out-of-order")?,
-            deadline_met: r.varint_u32("report deadline met")?,
-            deadline_total: r.varint_u32("report deadline total")?,
-        })
-    } else {
-        None
+    let report = match layout {
+        ReportLayout::None => None,
+        ReportLayout::SessionOnly => Some(decode_report(r)?),
+        ReportLayout::PerPath => {
+            let mut report = decode_report(r)?;
+            decode_path_deadlines(r, &mut report.path_deadlines)?;
+            Some(report)
+        }
     };
     Ok(AckFrame {
         path,
@@ -129,6 +142,55 @@ pub(crate) fn decode_ack<'a>(
     })
 }
 
+fn decode_report(r: &mut Reader<'_>) -> Result<ReceiverReport, FrameError> {
+    Ok(ReceiverReport {
+        interval_us: r.varint_u32("report interval")?,
+        delivered_bytes: r.varint("report delivered")?,
+        duplicate_bytes: r.varint("report duplicate")?,
+        ooo_packets: r.varint_u32("report out-of-order")?,
+        deadline_met: r.varint_u32("report deadline met")?,
+        deadline_total: r.varint_u32("report deadline total")?,
+        path_deadlines: [PathDeadlines::default(); MAX_PATHS],
+    })
+}
+
+/// The per-path section: a count (≤ `MAX_PATHS`), then per entry a path id (< `MAX_PATHS`,
+/// strictly increasing), met and total (met ≤ total ≤ 2^32-1).
+fn decode_path_deadlines(
+    r: &mut Reader<'_>,
+    out: &mut [PathDeadlines; MAX_PATHS],
+) -> Result<(), FrameError> {
+    let count = r.varint("report path count")?;
+    if count > MAX_PATHS as u64 {
+        return Err(FrameError::ValueTooLarge {
+            field: "report path count",
+            value: count,
+        });
+    }
+    let mut next_allowed = 0usize;
+    for _ in 0..count {
+        let path = decode_path(r, "report path")?;
+        if path.index() < next_allowed {
+            // Ids must increase: a repeated or out-of-order id is out of range here.
+            return Err(FrameError::ValueTooLarge {
+                field: "report path (ids must increase)",
+                value: u64::from(path.0),
+            });
+        }
+        next_allowed = path.index() + 1;
+        let met = r.varint_u32("report path deadline met")?;
+        let total = r.varint_u32("report path deadline total")?;
+        if met > total {
+            return Err(FrameError::ValueTooLarge {
+                field: "report path deadline met (above its total)",
+                value: u64::from(met),
+            });
+        }
+        out[path.index()] = PathDeadlines { met, total };
+    }
+    Ok(())
+}
+
 fn rest_of<'a>(r: &Reader<'a>) -> &'a [u8] {
     r.peek_rest()
 }
@@ -139,7 +201,7 @@ pub(crate) fn write_ack_head(
     range_count: u64,
 ) -> Result<(), FrameError> {
     w.varint(if ack.report.is_some() {
-        kind::ACK_REPORT
+        kind::ACK_PATH_REPORT
     } else {
         kind::ACK
     })?;
@@ -162,8 +224,21 @@ pub(crate) fn write_report(
         w.varint(u64::from(rep.ooo_packets))?;
         w.varint(u64::from(rep.deadline_met))?;
         w.varint(u64::from(rep.deadline_total))?;
+        w.varint(reported_paths(rep).count() as u64)?;
+        for (path, counts) in reported_paths(rep) {
+            w.u8(path)?;
+            w.varint(u64::from(counts.met.min(counts.total)))?;
+            w.varint(u64::from(counts.total))?;
+        }
     }
     Ok(())
+}
+
+/// The paths whose deadline counts go on the wire: those with deadline arrivals.
+fn reported_paths(rep: &ReceiverReport) -> impl Iterator<Item = (u8, PathDeadlines)> + '_ {
+    (0u8..)
+        .zip(rep.path_deadlines.iter().copied())
+        .filter(|(_, c)| c.total > 0)
 }
 
 /// What [`encode_ack`] writes besides the ranges.
@@ -248,4 +323,10 @@ fn report_len(r: &ReceiverReport) -> usize {
         + varint_len(u64::from(r.ooo_packets))
         + varint_len(u64::from(r.deadline_met))
         + varint_len(u64::from(r.deadline_total))
+        + varint_len(reported_paths(r).count() as u64)
+        + reported_paths(r)
+            .map(|(_, c)| {
+                1 + varint_len(u64::from(c.met.min(c.total))) + varint_len(u64::from(c.total))
+            })
+            .sum::<usize>()
 }

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use braid_sched_core::{FlowId, PathId};
 
 pub use super::ack::{AckFields, AckFrame, AckRanges, encode_ack};
-use super::ack::{decode_ack, write_ack_head, write_report};
+use super::ack::{ReportLayout, decode_ack, write_ack_head, write_report};
 use super::error::FrameError;
 use super::varint::{Reader, Writer, varint_len};
 
@@ -26,7 +26,7 @@ pub mod kind {
     pub const PING: u64 = 0x01;
     /// ACK without a receiver report.
     pub const ACK: u64 = 0x02;
-    /// ACK with a receiver report.
+    /// ACK with a receiver report, first layout (session-wide counts only); decoded, not sent.
     pub const ACK_REPORT: u64 = 0x03;
     /// STREAM bytes.
     pub const STREAM: u64 = 0x04;
@@ -48,6 +48,8 @@ pub mod kind {
     pub const PATH_STATUS: u64 = 0x0c;
     /// CLOSE the session.
     pub const CLOSE: u64 = 0x0d;
+    /// ACK with a receiver report that also carries per-path deadline counts.
+    pub const ACK_PATH_REPORT: u64 = 0x0e;
 }
 
 /// Whether a flow carries reliable ordered bytes or unreliable datagrams.
@@ -246,7 +248,9 @@ impl<'a> Frame<'a> {
         let ty = r.varint("frame type")?;
         Ok(match ty {
             kind::PING => Frame::Ping,
-            kind::ACK | kind::ACK_REPORT => Frame::Ack(decode_ack(r, ty == kind::ACK_REPORT)?),
+            kind::ACK => Frame::Ack(decode_ack(r, ReportLayout::None)?),
+            kind::ACK_REPORT => Frame::Ack(decode_ack(r, ReportLayout::SessionOnly)?),
+            kind::ACK_PATH_REPORT => Frame::Ack(decode_ack(r, ReportLayout::PerPath)?),
             kind::STREAM | kind::STREAM_FIN => decode_stream(r, ty == kind::STREAM_FIN)?,
             kind::DATAGRAM | kind::DATAGRAM_DEADLINE => {
                 decode_datagram(r, ty == kind::DATAGRAM_DEADLINE)?

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::session::ranges::RangeSet;
-use braid_sched_core::ReceiverReport;
+use braid_sched_core::{MAX_PATHS, PathDeadlines, ReceiverReport};
 use proptest::prelude::*;
 
 fn round_trip(frame: Frame<'_>) {
@@ -124,8 +124,15 @@ fn ack_round_trips_with_ranges_and_report() {
         ooo_packets: 3,
         deadline_met: 4,
         deadline_total: 5,
+        ..ReceiverReport::default()
     };
-    for rep in [None, Some(report)] {
+    let mut per_path = report;
+    per_path.path_deadlines[0] = PathDeadlines { met: 3, total: 3 };
+    per_path.path_deadlines[15] = PathDeadlines {
+        met: 0,
+        total: 70_000,
+    };
+    for rep in [None, Some(report), Some(per_path)] {
         let bytes = ack_bytes(&received, rep, 1500);
         let mut r = Reader::new(&bytes);
         let Frame::Ack(ack) = Frame::decode(&mut r).unwrap() else {
@@ -138,6 +145,154 @@ fn ack_round_trips_with_ranges_and_report() {
         assert_eq!(got, vec![(100, 100), (10, 19), (7, 7), (0, 4)]);
         // Re-encoding the decoded frame gives the same bytes.
         round_trip(Frame::Ack(ack));
+    }
+}
+
+/// ACK head of `[type, path 1, largest 9, delay 0, time 0, ranges 0, first 0]` and the
+/// session-wide report fields `interval 1, delivered 2, duplicate 0, ooo 0, met 1, total 2`.
+fn report_ack(ty: u64, per_path: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![ty as u8, 1, 9, 0, 0, 0, 0, 1, 2, 0, 0, 1, 2];
+    bytes.extend_from_slice(per_path);
+    bytes
+}
+
+fn decode_report(bytes: &[u8]) -> Result<Option<ReceiverReport>, FrameError> {
+    let mut r = Reader::new(bytes);
+    let frame = Frame::decode(&mut r)?;
+    assert_eq!(r.remaining(), 0, "{bytes:?} left bytes behind");
+    let Frame::Ack(ack) = frame else {
+        panic!("not an ACK: {frame:?}");
+    };
+    Ok(ack.report)
+}
+
+#[test]
+fn report_carries_per_path_counts_of_paths_with_arrivals_only() {
+    let mut report = ReceiverReport {
+        interval_us: 1,
+        delivered_bytes: 2,
+        deadline_met: 1,
+        deadline_total: 2,
+        ..ReceiverReport::default()
+    };
+    report.count_deadline(PathId(3), true);
+    report.count_deadline(PathId(3), false);
+    report.count_deadline(PathId(9), false);
+    assert_eq!((report.deadline_met, report.deadline_total), (2, 5));
+    assert_eq!(
+        report.path_deadlines(PathId(3)),
+        PathDeadlines { met: 1, total: 2 }
+    );
+    let mut received = RangeSet::default();
+    received.insert(9..10);
+    let bytes = ack_bytes(&received, Some(report), 1500);
+    // Type 0x0e; after the six session fields: 2 entries, (3: 1 of 2), (9: 0 of 1).
+    assert_eq!(bytes[0] as u64, kind::ACK_PATH_REPORT);
+    assert_eq!(&bytes[bytes.len() - 7..], &[2, 3, 1, 2, 9, 0, 1]);
+    assert_eq!(decode_report(&bytes), Ok(Some(report)));
+    // No deadline arrivals: an empty per-path section, one byte.
+    let plain = ReceiverReport {
+        interval_us: 1,
+        ..ReceiverReport::default()
+    };
+    let bytes = ack_bytes(&received, Some(plain), 1500);
+    assert_eq!(bytes.last(), Some(&0));
+    assert_eq!(decode_report(&bytes), Ok(Some(plain)));
+}
+
+#[test]
+fn first_report_layout_still_decodes_with_no_path_counts() {
+    let want = ReceiverReport {
+        interval_us: 1,
+        delivered_bytes: 2,
+        deadline_met: 1,
+        deadline_total: 2,
+        ..ReceiverReport::default()
+    };
+    assert_eq!(
+        decode_report(&report_ack(kind::ACK_REPORT, &[])),
+        Ok(Some(want))
+    );
+    assert_eq!(
+        decode_report(&report_ack(kind::ACK_PATH_REPORT, &[1, 15, 4, 4])),
+        Ok(Some(ReceiverReport {
+            path_deadlines: {
+                let mut p = [PathDeadlines::default(); MAX_PATHS];
+                p[15] = PathDeadlines { met: 4, total: 4 };
+                p
+            },
+            ..want
+        }))
+    );
+}
+
+#[test]
+fn malformed_per_path_counts_are_typed_errors() {
+    let cases: &[(&[u8], FrameError)] = &[
+        (
+            &[17],
+            FrameError::ValueTooLarge {
+                field: "report path count",
+                value: 17,
+            },
+        ),
+        (
+            &[1, 16, 0, 0],
+            FrameError::ValueTooLarge {
+                field: "report path",
+                value: 16,
+            },
+        ),
+        (
+            &[2, 4, 0, 1, 4, 0, 1],
+            FrameError::ValueTooLarge {
+                field: "report path (ids must increase)",
+                value: 4,
+            },
+        ),
+        (
+            &[2, 5, 0, 1, 4, 0, 1],
+            FrameError::ValueTooLarge {
+                field: "report path (ids must increase)",
+                value: 4,
+            },
+        ),
+        (
+            &[1, 2, 3, 2],
+            FrameError::ValueTooLarge {
+                field: "report path deadline met (above its total)",
+                value: 3,
+            },
+        ),
+        (
+            &[1, 2, 0, 0xc0, 0, 0, 1, 0, 0, 0, 0],
+            FrameError::ValueTooLarge {
+                field: "report path deadline total",
+                value: 1 << 32,
+            },
+        ),
+        (
+            &[],
+            FrameError::Truncated {
+                field: "report path count",
+            },
+        ),
+        (
+            &[2, 1, 1, 1],
+            FrameError::Truncated {
+                field: "report path",
+            },
+        ),
+        (
+            &[1, 1, 1],
+            FrameError::Truncated {
+                field: "report path deadline total",
+            },
+        ),
+    ];
+    for (per_path, want) in cases {
+        let bytes = report_ack(kind::ACK_PATH_REPORT, per_path);
+        assert_eq!(decode_report(&bytes), Err(*want), "per-path {per_path:?}");
     }
 }
 
@@ -287,7 +442,51 @@ fn packet_header_is_checked() {
     assert_eq!(frames.next(), None);
 }
 
+fn path_counts() -> impl Strategy<Value = [PathDeadlines; MAX_PATHS]> {
+    proptest::array::uniform16((any::<u32>(), any::<u32>(), 0u8..3)).prop_map(|a| {
+        a.map(|(x, y, keep)| {
+            // A third of the paths have no arrivals; met never exceeds total.
+            let (met, total) = if keep == 0 {
+                (0, 0)
+            } else {
+                (x.min(y), x.max(y))
+            };
+            PathDeadlines { met, total }
+        })
+    })
+}
+
 proptest! {
+    #[test]
+    fn reports_round_trip(
+        interval_us in any::<u32>(),
+        delivered_bytes in 0u64..(1 << 62),
+        duplicate_bytes in 0u64..(1 << 62),
+        ooo_packets in any::<u32>(),
+        deadline_met in any::<u32>(),
+        deadline_total in any::<u32>(),
+        path_deadlines in path_counts(),
+    ) {
+        let report = ReceiverReport {
+            interval_us,
+            delivered_bytes,
+            duplicate_bytes,
+            ooo_packets,
+            deadline_met,
+            deadline_total,
+            path_deadlines,
+        };
+        let mut received = RangeSet::default();
+        received.insert(0..3);
+        let bytes = ack_bytes(&received, Some(report), 1500);
+        let mut r = Reader::new(&bytes);
+        let Ok(Frame::Ack(ack)) = Frame::decode(&mut r) else {
+            panic!("{bytes:?} does not decode to an ACK");
+        };
+        prop_assert_eq!(r.remaining(), 0);
+        prop_assert_eq!(ack.report, Some(report));
+    }
+
     #[test]
     fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
         if let Ok((_, frames)) = parse_packet(&bytes) {
@@ -298,4 +497,24 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn the_longest_open_takes_max_open_len_bytes() {
+    let name = "x".repeat(255);
+    let target = TargetRef::Domain {
+        name: &name,
+        port: 443,
+    };
+    let flow = FlowId(u64::MAX >> 2);
+    let open = Frame::Open {
+        flow,
+        kind: FlowKind::Stream,
+        target,
+    };
+    let mut buf = [0u8; 512];
+    let mut w = Writer::new(&mut buf);
+    open.encode(&mut w).unwrap();
+    assert_eq!(w.len(), MAX_OPEN_LEN);
+    assert_eq!(open_len(flow, target), MAX_OPEN_LEN);
 }

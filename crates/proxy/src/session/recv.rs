@@ -146,7 +146,10 @@ impl Session {
         };
         if let Some(report) = ack.report {
             let mut report = report;
-            report.deadline_total += self.locally_dropped_deadlines;
+            // Our own drops never rode a path: the session-wide total only, no path's count.
+            report.deadline_total = report
+                .deadline_total
+                .saturating_add(self.locally_dropped_deadlines);
             self.locally_dropped_deadlines = 0;
             self.scheduler.on_report(&report, now);
             self.peer_report = Some(report);
@@ -319,8 +322,7 @@ impl Session {
     ) {
         if let Some(d) = deadline {
             let met = self.deadline_met(path, d, now);
-            self.report.report.deadline_total += 1;
-            self.report.report.deadline_met += u32::from(met);
+            self.report.report.count_deadline(path, met);
         }
         let limit = self.config.datagram_receive_queue;
         let Some(flow) = self.flows.get_mut(&id) else {

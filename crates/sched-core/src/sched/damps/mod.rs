@@ -21,11 +21,13 @@
 //! *impractical*; after `failsafe_intervals` (5) consecutive ones DaMPS hands its decisions to
 //! [`Edf`] for the next `failsafe_intervals` intervals, then tries again; **rewards** (eq. 3-6):
 //! when an interval ends each path's bandit gets `max(r_DM − r_UP, 0)`, where `r_UP` is the
-//! interval's unsent fraction and `r_DM` the deadline meeting ratio over the last `L = 5`
-//! receiver reports ([`Scheduler::on_report`], counts `deadline_met` / `deadline_total` filled
-//! by the peer's session from relative budgets, no synchronised clocks). The report is one per
-//! session, not per path, so every path's bandit sees the same `r_DM` (the paper matches ACKs to
-//! the arm in use per path by packet number).
+//! interval's unsent fraction and `r_DM` the path's own deadline meeting ratio over its last
+//! `L = 5` receiver reports that counted deadline packets on it ([`Scheduler::on_report`],
+//! [`ReceiverReport::path_deadlines`]: met / total of the deadline datagrams that *arrived on
+//! that path*, judged by the peer's session from relative budgets, no synchronised clocks).
+//! The paper matches each ACK to the arm in use on its path by packet number; here a report
+//! covers `report_interval` (100 ms), so its counts credit the arm in use when it arrives.
+//! Datagrams the sender dropped itself are in no path's count (they are `r_UP`'s).
 //!
 //! **How the session's calls map to batches.** [`Scheduler::select_batch`] is the paper's
 //! decision interval: the batch is solved as one LP. The session asks packet by packet
@@ -489,12 +491,13 @@ impl Scheduler for Damps {
     }
 
     fn on_report(&mut self, report: &ReceiverReport, _now: Timestamp) {
-        if report.deadline_total == 0 {
-            return;
-        }
+        // Eq. 3: path j's r_DM counts the deadline packets that arrived on path j; a report
+        // with none from a path is no feedback for its bandit.
         let window = self.config.window as usize;
-        for b in &mut self.bandits {
-            b.push_report(report.deadline_met, report.deadline_total, window);
+        for (b, counts) in self.bandits.iter_mut().zip(&report.path_deadlines) {
+            if counts.total > 0 {
+                b.push_report(counts.met, counts.total, window);
+            }
         }
     }
 }

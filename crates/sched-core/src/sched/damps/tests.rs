@@ -222,3 +222,73 @@ fn parameters_are_validated() {
     assert!(!c.monitor);
     assert_eq!(c.set("nope", 1.0), Ok(false));
 }
+
+/// A report in which path 0's deadline arrivals all met their deadlines and path 1's met them
+/// only when its strictness factor is `slow_needs` or more (its delay is underestimated).
+fn report_for(s: &Damps, slow_needs: f64) -> ReceiverReport {
+    let slow_alpha = s.bandit(PathId(1)).unwrap().alpha();
+    let mut report = ReceiverReport {
+        interval_us: 100_000,
+        ..ReceiverReport::default()
+    };
+    for _ in 0..6 {
+        report.count_deadline(PathId(0), true);
+        report.count_deadline(PathId(1), slow_alpha >= slow_needs);
+    }
+    report
+}
+
+#[test]
+fn each_path_monitor_learns_from_its_own_deadline_counts() {
+    // L = 1 and the report arrives before the interval ends, so each interval's reward is the
+    // deadline meeting ratio its own arm produced on the path.
+    let mut s = Damps::new(&DampsConfig {
+        window: 1,
+        ..DampsConfig::default()
+    });
+    for i in 0..2 {
+        s.on_ack(PathId(i), &AckInfo::default(), Timestamp::ZERO);
+    }
+    let p = paths(100);
+    let now = Timestamp::from_millis(100);
+    for _ in 0..200 {
+        for _ in 0..5 {
+            s.select(&p, &realtime(now, 40), now);
+        }
+        // Path 1 meets deadlines only with α = 1.2; path 0 always.
+        let report = report_for(&s, 1.2);
+        s.on_report(&report, now);
+        s.select(&p, &realtime(now, 40), now);
+    }
+    let fast = s.bandit(PathId(0)).unwrap();
+    let slow = s.bandit(PathId(1)).unwrap();
+    assert_eq!(fast.meeting_ratio(), 1.0);
+    let (f, n) = (fast.pulls(), slow.pulls());
+    // Path 1: α = 1.2 alone earns, so it is pulled most and holds nearly all the reward.
+    assert!(n.iter().take(3).all(|&k| k < n[3]), "path 1 pulls {n:?}");
+    let g = slow.discounted();
+    assert!(g[..3].iter().all(|&x| x < 1e-6) && g[3] > 0.5, "{g:?}");
+    // Path 0: every arm earns; its choices differ from path 1's (a session-wide ratio, the
+    // same for both paths, would have made the two bandits identical).
+    assert!(
+        fast.discounted().iter().all(|&x| x > 0.0),
+        "{:?}",
+        fast.discounted()
+    );
+    assert_ne!(f, n);
+}
+
+#[test]
+fn session_wide_counts_alone_give_no_path_feedback() {
+    let mut s = Damps::new(&DampsConfig::default());
+    let report = ReceiverReport {
+        deadline_met: 0,
+        deadline_total: 50,
+        ..ReceiverReport::default()
+    };
+    s.on_report(&report, Timestamp::ZERO);
+    // Only the sender's drops (or a peer of the first report layout): no path's r_DM moves.
+    for i in 0..2 {
+        assert_eq!(s.bandit(PathId(i)).unwrap().meeting_ratio(), 1.0);
+    }
+}
