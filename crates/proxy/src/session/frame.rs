@@ -564,6 +564,9 @@ fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
     Ok(Frame::Open { flow, kind, target })
 }
 
+/// The most bytes an OPEN frame takes (a 255-byte domain name and an 8-byte flow id).
+pub const MAX_OPEN_LEN: usize = 1 + 8 + 2 + 1 + 255 + 2;
+
 /// Bytes an OPEN frame for `target` takes.
 pub fn open_len(flow: FlowId, target: TargetRef<'_>) -> usize {
     1 + varint_len(flow.0)

@@ -14,7 +14,7 @@ use braid_sched_core::{AnyScheduler, PathId, SchedulerKind, Timestamp};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::{PathConfig, Role, Session, SessionConfig, SessionError};
+use super::{PathConfig, PathError, Role, Session, SessionConfig, SessionError};
 
 /// One direction of a simulated path.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +75,9 @@ pub struct LinkStats {
     pub outage_drops: u64,
     /// Extra copies delivered.
     pub duplicated: u64,
+    /// Refused as larger than the path's datagram limit (see
+    /// [`Harness::set_max_datagram_size`]).
+    pub too_large: u64,
     /// Packets delayed for reordering.
     pub reordered: u64,
 }
@@ -84,6 +87,8 @@ struct Link {
     config: LinkConfig,
     busy_until: Timestamp,
     departures: VecDeque<Timestamp>,
+    /// Largest packet the link takes (what the transport below a path would refuse).
+    max_len: Option<usize>,
 }
 
 impl Link {
@@ -96,6 +101,10 @@ impl Link {
         stats: &mut LinkStats,
     ) -> [Option<Timestamp>; 2] {
         stats.offered += 1;
+        if self.max_len.is_some_and(|max| len > max) {
+            stats.too_large += 1;
+            return [None, None];
+        }
         let c = &self.config;
         if c.down_at(now) {
             stats.outage_drops += 1;
@@ -201,6 +210,7 @@ impl Harness {
             config: c.clone(),
             busy_until: now,
             departures: VecDeque::new(),
+            max_len: None,
         };
         Harness {
             now,
@@ -237,6 +247,28 @@ impl Harness {
             pair[0].config = config.clone();
             pair[1].config = config;
         }
+    }
+
+    /// Changes `path`'s datagram limit the way a path MTU change reaches a session: the links
+    /// of the path refuse from now on any packet larger than `size`, the larger ones still on
+    /// the wire are lost (all counted in [`LinkStats::too_large`]), and both sessions are told
+    /// with [`Session::set_max_datagram_size`]. Errors are the session's (unknown path, too
+    /// small a size); nothing changes then.
+    pub fn set_max_datagram_size(&mut self, path: usize, size: u16) -> Result<(), PathError> {
+        let id = PathId(u8::try_from(path).map_err(|_| PathError::OutOfRange(PathId(u8::MAX)))?);
+        for side in [CLIENT, SERVER] {
+            self.endpoints[side].set_max_datagram_size(id, size)?;
+        }
+        if let Some(pair) = self.links.get_mut(path) {
+            for link in pair {
+                link.max_len = Some(usize::from(size));
+            }
+        }
+        let before = self.in_flight.len();
+        self.in_flight
+            .retain(|Reverse(p)| p.path != id.0 || p.data.len() <= usize::from(size));
+        self.stats.too_large += (before - self.in_flight.len()) as u64;
+        Ok(())
     }
 
     /// Hands everything both sessions want to send now to the links.

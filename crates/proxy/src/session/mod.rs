@@ -333,6 +333,34 @@ impl Session {
         Ok(())
     }
 
+    /// Changes the largest datagram payload `id` carries, effective for the next packet built
+    /// on it: the driver calls it when the path's transport reports a new limit (quinn's
+    /// `Connection::max_datagram_size` after path MTU discovery or black-hole detection). The
+    /// packetiser, the pacer's burst, the rate cap's burst and the congestion controller's
+    /// datagram-counted values follow it.
+    ///
+    /// Shrinking loses nothing: stream bytes are retransmitted by byte range, so data first
+    /// sent in larger packets (in flight, or lost and waiting) is re-framed into packets of the
+    /// new size; a packet the transport refuses as too large (built before the call) is simply
+    /// lost and repaired the same way. A queued datagram (unreliable) that no longer fits the
+    /// path the scheduler picks goes on the largest usable path it fits, and is dropped when it
+    /// fits no live path. Below [`config::MIN_DATAGRAM_SIZE`] is an error.
+    pub fn set_max_datagram_size(&mut self, id: PathId, size: u16) -> Result<(), PathError> {
+        let path = self
+            .paths
+            .get_mut(id.index())
+            .and_then(Option::as_mut)
+            .ok_or(PathError::UnknownPath(id))?;
+        PathConfig {
+            max_datagram_size: size,
+            ..path.config
+        }
+        .validate()
+        .map_err(|source| PathError::Config { path: id, source })?;
+        path.set_max_datagram_size(size);
+        Ok(())
+    }
+
     /// The joined paths' current views and counters.
     pub fn path_status(&mut self, now: Timestamp) -> impl Iterator<Item = PathStatus> + '_ {
         let mut wake = None;

@@ -14,7 +14,8 @@ use braid_sched_core::{PathId, PathState, PathView, Timestamp};
 
 use super::config::{PathConfig, SessionConfig, Tier};
 use super::congestion::{
-    AnyController, CongestionConfig, Controller, GRANULARITY, Pacer, RttEstimator, TokenBucket,
+    AnyController, CongestionConfig, Controller, GRANULARITY, MAX_BURST_DATAGRAMS,
+    MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
 };
 use super::error::SessionError;
 use super::frame::AckFrame;
@@ -25,6 +26,8 @@ use super::sent::SentPacket;
 pub const PACKET_THRESHOLD: u64 = 3;
 /// Weight of one packet in the loss-rate moving average.
 const LOSS_RATE_GAIN: f32 = 1.0 / 64.0;
+/// A rate-capped path may send this many datagrams at once.
+const RATE_CAP_BURST_DATAGRAMS: u64 = 4;
 
 /// What one ACK frame did to a path.
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,6 +45,8 @@ pub(crate) struct Path {
     pub id: PathId,
     pub config: PathConfig,
     pub state: PathState,
+    /// The controller's configuration for the datagram size the path joined with (later sizes
+    /// are derived from it, see [`Path::set_max_datagram_size`]).
     congestion_config: CongestionConfig,
     pub cc: AnyController,
     pub rtt: RttEstimator,
@@ -113,9 +118,12 @@ impl Path {
             rtt: RttEstimator::new(session.initial_rtt),
             // Bursts of 2 ms of the window, 10 to 256 datagrams (see `Pacer`).
             pacer: Pacer::new(u64::from(config.max_datagram_size)),
-            bucket: config
-                .rate_cap
-                .map(|r| TokenBucket::new(r, u64::from(config.max_datagram_size) * 4)),
+            bucket: config.rate_cap.map(|r| {
+                TokenBucket::new(
+                    r,
+                    u64::from(config.max_datagram_size) * RATE_CAP_BURST_DATAGRAMS,
+                )
+            }),
             next_pn: 0,
             sent: VecDeque::with_capacity(session.max_sent_packets),
             max_sent: session.max_sent_packets,
@@ -539,11 +547,35 @@ impl Path {
         self.state = tier_state(self.config.tier);
         self.last_ack_received = now;
         self.failed_since = None;
-        self.cc = self.congestion_config.build();
+        self.cc = self
+            .congestion_config
+            .resized(u64::from(self.config.max_datagram_size))
+            .build();
         let srtt = self.rtt.srtt();
         self.rtt = RttEstimator::new(srtt);
         self.last_ack_eliciting_sent = now;
         self.owd_min_relative = None;
+    }
+
+    /// Changes the largest datagram the path carries, from the next packet on: the congestion
+    /// controller counts its windows in the new size (its floor keeps its size in datagrams),
+    /// and the pacer's and rate cap's bursts keep their sizes in datagrams. Packets already
+    /// sent keep their sizes in the accounting.
+    pub fn set_max_datagram_size(&mut self, size: u16) {
+        if size == self.config.max_datagram_size {
+            return;
+        }
+        self.config.max_datagram_size = size;
+        let mds = u64::from(size);
+        let congestion = self.congestion_config.resized(mds);
+        self.cc.on_max_datagram_size(mds, congestion.minimum_window);
+        self.pacer.set_burst_range(
+            mds.saturating_mul(MIN_BURST_DATAGRAMS),
+            mds.saturating_mul(MAX_BURST_DATAGRAMS),
+        );
+        if let Some(bucket) = self.bucket.as_mut() {
+            bucket.set_burst(mds * RATE_CAP_BURST_DATAGRAMS);
+        }
     }
 
     /// Changes the tier (keeps a failed path failed).

@@ -194,3 +194,41 @@ fn a_long_run_of_losses_is_persistent_congestion() {
         p.cc.window()
     );
 }
+
+#[test]
+fn a_new_datagram_size_reaches_the_view_window_floor_pacer_and_rate_cap() {
+    let config = SessionConfig::default();
+    let capped = PathConfig {
+        rate_cap: Some(1_000_000),
+        ..PathConfig::default()
+    };
+    let mut p = Path::new(PathId(1), capped, &config, Timestamp::ZERO);
+    let mut wake = None;
+    let now = Timestamp::from_millis(1);
+    assert_eq!(p.cc.minimum_window(), 2_400);
+    // Shrink: the floor keeps two datagrams, the window keeps its bytes.
+    let window = p.cc.window();
+    p.set_max_datagram_size(500);
+    assert_eq!(p.view(now, &mut wake).max_datagram_size, 500);
+    assert_eq!(p.cc.minimum_window(), 1_000);
+    assert_eq!(p.cc.window(), window);
+    // The rate cap's burst and the pacer's burst range are counted in the new datagrams.
+    assert_eq!(p.bucket.as_ref().unwrap().burst_bytes(), 2_000);
+    assert!(!p.view(now, &mut wake).rate_limited);
+    assert_eq!(p.pacing_delay(now), None);
+    assert_eq!(p.pacer.capacity(), 10 * 500);
+    // Grow: the floor rises to two datagrams; a window below it is raised.
+    p.set_max_datagram_size(9_000);
+    assert_eq!(p.cc.minimum_window(), 18_000);
+    assert!(p.cc.window() >= 18_000);
+    // A path that fails and recovers rebuilds its controller for the current size.
+    let mut lost = Vec::new();
+    p.fail(now, &mut lost);
+    p.recover(now);
+    assert_eq!(p.cc.minimum_window(), 18_000);
+    assert_eq!(
+        p.cc.window(),
+        90_000,
+        "initial window: ten datagrams of 9000"
+    );
+}

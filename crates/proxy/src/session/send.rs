@@ -9,11 +9,13 @@ use braid_sched_core::{
     Decision, FlowId, PacketMeta, PathId, PathSet, Scheduler, Timestamp, TrafficClass,
 };
 
+use super::config::MIN_DATAGRAM_SIZE;
 use super::datagram::QueuedDatagram;
 use super::flow::Body;
 use super::frame::{
     self, AckFields, DatagramDeadline, Frame, MAX_DATAGRAM_HEADER_LEN, MAX_HEADER_LEN,
-    MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header, encode_stream_header,
+    MAX_OPEN_LEN, MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header,
+    encode_stream_header,
 };
 use super::path::Path;
 use super::sent::{Payload, SentPacket};
@@ -25,6 +27,30 @@ use super::{Session, SessionState, Transmit};
 pub(crate) const ACK_RESERVE: usize = 32;
 /// Bytes charged for a control-only packet when asking the scheduler.
 const CONTROL_PACKET_LEN: u32 = 48;
+
+// The smallest path still carries the largest OPEN with its flow's first stream byte, so a
+// stream chunk always fits the packet it is framed for (see `MIN_DATAGRAM_SIZE`).
+const _: () = assert!(
+    MIN_DATAGRAM_SIZE as usize
+        > MAX_HEADER_LEN + MAX_OPEN_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE
+);
+
+/// The largest stream chunk a packet of `max_datagram_size` bytes carries.
+fn chunk_limit(max_datagram_size: u16) -> usize {
+    usize::from(max_datagram_size)
+        .saturating_sub(MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE)
+}
+
+/// Where the datagram at the front of the queue goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DatagramRoute {
+    /// On this path.
+    Path(PathId),
+    /// It fits a live path that cannot take a packet now.
+    Wait,
+    /// It fits no live path (they all shrank below it).
+    Drop,
+}
 
 /// The next thing to send, chosen before the scheduler places it.
 #[derive(Clone, Copy, Debug)]
@@ -176,17 +202,76 @@ impl Session {
             .is_some_and(|path| !path.is_failed() && path.can_track())
     }
 
-    /// Largest stream chunk every live path can carry.
+    /// Largest stream chunk every live path can carry (so that a chunk fits whichever path the
+    /// scheduler picks, and every copy of a duplicated one).
     fn max_chunk(&self) -> usize {
         self.paths[..self.path_end]
             .iter()
             .flatten()
             .filter(|p| !p.is_failed())
-            .map(|p| usize::from(p.config.max_datagram_size))
+            .map(|p| p.config.max_datagram_size)
             .min()
-            .map_or(0, |mds| {
-                mds.saturating_sub(MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN + ACK_RESERVE)
-            })
+            .map_or(0, chunk_limit)
+    }
+
+    /// The stream chunk `chunk` grown to what path `p` carries, once the scheduler sent it
+    /// there alone: paths with larger datagrams than the smallest live one carry full packets.
+    fn widen_chunk(&self, flow: FlowId, chunk: Chunk, p: PathId, max_chunk: usize) -> Chunk {
+        let Some(path) = self.paths.get(p.index()).and_then(Option::as_ref) else {
+            return chunk;
+        };
+        let limit = chunk_limit(path.config.max_datagram_size);
+        if limit <= max_chunk {
+            return chunk;
+        }
+        // Peeking is deterministic: the same flow gives the same start, only longer.
+        match self.peek_chunk(flow, limit, self.session_credit(), chunk.retransmit) {
+            Some(wide) if wide.offset == chunk.offset && wide.retransmit == chunk.retransmit => {
+                wide
+            }
+            _ => chunk,
+        }
+    }
+
+    /// Where the queued front datagram goes: `preferred` (the scheduler's pick) when it fits
+    /// there, else the usable path with the largest datagrams it fits.
+    fn datagram_route(&self, preferred: Option<PathId>) -> DatagramRoute {
+        let Some(d) = self.datagrams.front() else {
+            return DatagramRoute::Drop;
+        };
+        let need = MAX_HEADER_LEN + MAX_DATAGRAM_HEADER_LEN + d.data.len();
+        let fits = |p: &Path| usize::from(p.config.max_datagram_size) >= need;
+        let path = |p: PathId| self.paths.get(p.index()).and_then(Option::as_ref);
+        if let Some(p) = preferred
+            && path(p).is_some_and(fits)
+            && self.path_usable(p)
+        {
+            return DatagramRoute::Path(p);
+        }
+        let live = || {
+            self.paths[..self.path_end]
+                .iter()
+                .flatten()
+                .filter(|p| !p.is_failed() && fits(p))
+        };
+        match live()
+            .filter(|p| p.can_track())
+            .max_by_key(|p| p.config.max_datagram_size)
+        {
+            Some(p) => DatagramRoute::Path(p.id),
+            None if live().next().is_some() => DatagramRoute::Wait,
+            None => DatagramRoute::Drop,
+        }
+    }
+
+    /// Drops the front datagram (it fits no path, or the scheduler said so).
+    fn drop_front_datagram(&mut self) {
+        if let Some(d) = self.datagrams.pop() {
+            if d.deadline.is_some() {
+                self.locally_dropped_deadlines += 1;
+            }
+            self.datagrams.recycle(d.data);
+        }
     }
 
     fn session_credit(&self) -> u64 {
@@ -302,15 +387,51 @@ impl Session {
                 .select(&self.views[..self.view_count], &meta, now);
             match decision {
                 Decision::Send(p) if self.path_usable(p) => {
+                    let (p, item) = match item {
+                        Item::Stream { flow, chunk } => {
+                            let chunk = self.widen_chunk(flow, chunk, p, max_chunk);
+                            (p, Item::Stream { flow, chunk })
+                        }
+                        Item::Datagram => match self.datagram_route(Some(p)) {
+                            DatagramRoute::Path(q) => (q, item),
+                            DatagramRoute::Wait => return None,
+                            DatagramRoute::Drop => {
+                                self.drop_front_datagram();
+                                continue;
+                            }
+                        },
+                        Item::Control => (p, item),
+                    };
                     if self.paced(p, now) {
                         return None;
                     }
+                    let meta = self.meta_for(item);
                     return self.emit(now, buf, p, Some((item, PathSet::EMPTY)), &meta);
                 }
                 Decision::Duplicate(set) => {
                     let mut usable = PathSet::EMPTY;
                     for p in set.iter().filter(|&p| self.path_usable(p)) {
                         usable.insert(p);
+                    }
+                    if matches!(item, Item::Datagram) {
+                        // Only the copies that fit; none: as if sent to the first alone.
+                        let mut fitting = PathSet::EMPTY;
+                        for p in usable.iter() {
+                            if self.datagram_route(Some(p)) == DatagramRoute::Path(p) {
+                                fitting.insert(p);
+                            }
+                        }
+                        if fitting.is_empty() && !usable.is_empty() {
+                            match self.datagram_route(None) {
+                                DatagramRoute::Path(q) => fitting.insert(q),
+                                DatagramRoute::Wait => return None,
+                                DatagramRoute::Drop => {
+                                    self.drop_front_datagram();
+                                    continue;
+                                }
+                            }
+                        }
+                        usable = fitting;
                     }
                     let first = usable.iter().next()?;
                     if self.paced(first, now) {
@@ -322,14 +443,7 @@ impl Session {
                     }
                     return self.emit(now, buf, first, Some((item, rest)), &meta);
                 }
-                Decision::Drop if matches!(item, Item::Datagram) => {
-                    if let Some(d) = self.datagrams.pop() {
-                        if d.deadline.is_some() {
-                            self.locally_dropped_deadlines += 1;
-                        }
-                        self.datagrams.recycle(d.data);
-                    }
-                }
+                Decision::Drop if matches!(item, Item::Datagram) => self.drop_front_datagram(),
                 _ => return None,
             }
         }

@@ -224,6 +224,16 @@ impl Controller for Cubic {
         // capped there) and saturating above (only for absurd configured windows).
         self.cwnd as u64
     }
+
+    /// The curve keeps its plateau (`W_max` at `K`) and is scaled by the new segment size from
+    /// now on; `W_est` stays in bytes.
+    fn on_max_datagram_size(&mut self, max_datagram_size: u64, minimum_window: u64) {
+        self.params = self.params.resized(max_datagram_size, minimum_window);
+        if let Some(epoch) = &mut self.epoch {
+            epoch.c_bytes = C * self.params.max_datagram_size as f64;
+        }
+        self.cwnd = self.cwnd.max(self.params.minimum_window as f64);
+    }
 }
 
 #[cfg(test)]

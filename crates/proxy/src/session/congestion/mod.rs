@@ -34,7 +34,7 @@ use braid_sched_core::Timestamp;
 
 pub use cubic::{BETA as CUBIC_BETA, C as CUBIC_C, Cubic};
 pub use new_reno::NewReno;
-pub use pacer::Pacer;
+pub use pacer::{MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer};
 pub use rtt::{GRANULARITY, RttEstimator};
 pub use token_bucket::TokenBucket;
 
@@ -72,6 +72,13 @@ pub trait Controller {
 
     /// Bytes that may be in flight (the congestion window).
     fn window(&self) -> u64;
+
+    /// The path's maximum datagram size changed to `max_datagram_size` bytes, and the window
+    /// floor with it to `minimum_window` bytes (RFC 9002 §7.2 counts both in datagrams). The
+    /// window stays in bytes, raised to the new floor if below it; later growth is counted in
+    /// the new datagrams (as quinn's `on_mtu_update`).
+    #[allow(unused_variables)]
+    fn on_max_datagram_size(&mut self, max_datagram_size: u64, minimum_window: u64) {}
 }
 
 /// The congestion control algorithms braid implements, selectable by name.
@@ -183,6 +190,23 @@ impl CongestionConfig {
         }
     }
 
+    /// The configuration for datagrams of `max_datagram_size` bytes instead of
+    /// `self.max_datagram_size`: the initial and minimum windows keep their size in datagrams
+    /// (scaled in proportion, rounded down; the minimum at least one datagram, the initial at
+    /// least the minimum).
+    pub fn resized(&self, max_datagram_size: u64) -> CongestionConfig {
+        let from = u128::from(self.max_datagram_size.max(1));
+        let to = u128::from(max_datagram_size);
+        let scale = |w: u64| u64::try_from(u128::from(w) * to / from).unwrap_or(u64::MAX);
+        let minimum_window = scale(self.minimum_window).max(max_datagram_size);
+        CongestionConfig {
+            algorithm: self.algorithm,
+            initial_window: scale(self.initial_window).max(minimum_window),
+            minimum_window,
+            max_datagram_size,
+        }
+    }
+
     /// Checks that the values can work together; config loaders call this to report bad input.
     pub fn validate(&self) -> Result<(), CongestionConfigError> {
         if self.max_datagram_size == 0 {
@@ -231,6 +255,15 @@ pub(crate) struct WindowParams {
 }
 
 impl WindowParams {
+    /// The parameters for a new datagram size and window floor (sanitised like a config's).
+    pub(crate) fn resized(self, max_datagram_size: u64, minimum_window: u64) -> Self {
+        WindowParams {
+            initial_window: self.initial_window,
+            minimum_window: minimum_window.max(1),
+            max_datagram_size: max_datagram_size.max(1),
+        }
+    }
+
     fn from_config(config: &CongestionConfig) -> Self {
         let max_datagram_size = config.max_datagram_size.max(1);
         let minimum_window = config.minimum_window.max(1);
@@ -331,6 +364,13 @@ impl Controller for AnyController {
             AnyController::Cubic(c) => c.window(),
         }
     }
+
+    fn on_max_datagram_size(&mut self, max_datagram_size: u64, minimum_window: u64) {
+        match self {
+            AnyController::NewReno(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
+            AnyController::Cubic(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -371,6 +411,30 @@ mod tests {
         // Huge datagrams: 2 * mds wins.
         let huge = CongestionConfig::with_datagram_size(CongestionAlgorithm::NewReno, 9000);
         assert_eq!(huge.initial_window, 18_000);
+    }
+
+    #[test]
+    fn resized_keeps_the_windows_in_datagrams() {
+        let config = CongestionConfig::default();
+        let small = config.resized(400);
+        assert_eq!(small.max_datagram_size, 400);
+        assert_eq!(small.minimum_window, 800);
+        assert_eq!(small.initial_window, 4_000);
+        assert_eq!(small.validate(), Ok(()));
+        let large = small.resized(1500);
+        assert_eq!(
+            (large.minimum_window, large.initial_window),
+            (3_000, 15_000)
+        );
+        // Back to where it started, exactly.
+        assert_eq!(large.resized(1200), config);
+        // A floor below one datagram is raised to one.
+        let odd = CongestionConfig {
+            minimum_window: 1,
+            initial_window: 1,
+            ..config
+        };
+        assert_eq!(odd.resized(1500).validate(), Ok(()));
     }
 
     #[test]

@@ -31,6 +31,10 @@ enum Op {
     Idle {
         us: u64,
     },
+    /// The path's datagram size changes (the window floor is two of them).
+    Resize {
+        mds: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -43,6 +47,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..=2_000_000u64, prop::bool::weighted(0.1), 1..=65_536u64)
             .prop_map(|(age_us, persistent, bytes)| Op::Loss { age_us, persistent, bytes }),
         1 => (0..=5_000_000u64).prop_map(|us| Op::Idle { us }),
+        1 => (200..=9_000u64).prop_map(|mds| Op::Resize { mds }),
     ]
 }
 
@@ -62,7 +67,14 @@ fn reduced(algorithm: CongestionAlgorithm, window: u64, minimum: u64) -> u64 {
     reduced.max(minimum)
 }
 
-fn check_ack(cc: &AnyController, before: u64, bytes: u64, in_recovery: bool, app_limited: bool) {
+fn check_ack(
+    cc: &AnyController,
+    before: u64,
+    bytes: u64,
+    mds: u64,
+    in_recovery: bool,
+    app_limited: bool,
+) {
     let after = cc.window();
     assert!(
         after >= before,
@@ -78,7 +90,7 @@ fn check_ack(cc: &AnyController, before: u64, bytes: u64, in_recovery: bool, app
         // Slow start adds at most the ACKed bytes; avoidance adds one datagram per window of
         // ACKed bytes, and a carried remainder can complete one more window.
         assert!(
-            after - before <= bytes + MDS,
+            after - before <= bytes + mds,
             "NewReno grew by more than the ACKed bytes"
         );
     } else {
@@ -117,6 +129,7 @@ proptest! {
         let mut rtt = RttEstimator::new(Duration::from_millis(333));
         let mut now = Timestamp::from_secs_f64(10.0);
         let mut min_sample = Duration::MAX;
+        let mut mds = MDS;
         for op in ops {
             now += Duration::from_micros(1);
             let before = cc.window();
@@ -135,7 +148,7 @@ proptest! {
                     let sent = now.saturating_sub(Duration::from_micros(age_us));
                     let in_recovery = cc.in_recovery(sent);
                     cc.on_ack(now, sent, bytes, &rtt, app_limited);
-                    check_ack(&cc, before, bytes, in_recovery, app_limited);
+                    check_ack(&cc, before, bytes, mds, in_recovery, app_limited);
                 }
                 Op::Loss { age_us, persistent, bytes } => {
                     let sent = now.saturating_sub(Duration::from_micros(age_us));
@@ -147,9 +160,15 @@ proptest! {
                     }
                 }
                 Op::Idle { us } => now += Duration::from_micros(us),
+                Op::Resize { mds: new } => {
+                    mds = new;
+                    cc.on_max_datagram_size(mds, 2 * mds);
+                    prop_assert_eq!(cc.minimum_window(), 2 * mds);
+                    prop_assert_eq!(cc.window(), before.max(2 * mds), "a resize moves only the floor");
+                }
             }
             prop_assert!(cc.window() >= cc.minimum_window());
-            prop_assert!(cc.window() >= MDS * 2);
+            prop_assert!(cc.window() >= mds * 2);
         }
     }
 

@@ -114,6 +114,11 @@ impl Controller for NewReno {
     fn window(&self) -> u64 {
         self.window
     }
+
+    fn on_max_datagram_size(&mut self, max_datagram_size: u64, minimum_window: u64) {
+        self.params = self.params.resized(max_datagram_size, minimum_window);
+        self.window = self.window.max(self.params.minimum_window);
+    }
 }
 
 #[cfg(test)]

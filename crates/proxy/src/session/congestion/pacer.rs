@@ -86,6 +86,19 @@ impl Pacer {
         }
     }
 
+    /// Changes the burst bounds (a path's datagram size changed): the capacity is recomputed
+    /// within `[min_burst, max_burst]` on the next call, and tokens above a smaller capacity are
+    /// dropped then.
+    pub fn set_burst_range(&mut self, min_burst: u64, max_burst: u64) {
+        self.min_burst = min_burst;
+        self.max_burst = max_burst.max(min_burst);
+        // Force `update_capacity` to run with the new bounds.
+        self.last_window = 0;
+        self.last_srtt = Duration::ZERO;
+        self.capacity = self.capacity.clamp(self.min_burst, self.max_burst);
+        self.tokens = self.tokens.min(self.capacity);
+    }
+
     /// When a packet of `bytes` may be sent: `None` now, `Some(t)` not before `t` (later than
     /// `now` unless `now` is [`Timestamp::MAX`]). `window` is the congestion window and `srtt`
     /// the smoothed RTT; with either zero there is no rate to pace at and the answer is `None`
@@ -366,6 +379,26 @@ mod tests {
         };
         assert_eq!(per_tick(Pacer::with_burst_range(10 * MDS, 10 * MDS)), 10);
         assert_eq!(per_tick(Pacer::new(MDS)), 256);
+    }
+
+    #[test]
+    fn burst_range_follows_a_new_datagram_size() {
+        // A fast path (2 ms srtt, window 2.4 MB) bursts the maximum of 256 datagrams.
+        let srtt = Duration::from_millis(2);
+        let mut pacer = Pacer::new(MDS);
+        assert_eq!(pacer.delay(us(0), MDS, 2_400_000, srtt), None);
+        pacer.on_sent(us(0), MDS);
+        assert_eq!(pacer.delay(us(10_000), MDS, 2_400_000, srtt), None);
+        assert_eq!(pacer.capacity(), 256 * MDS);
+        // The datagram size drops to 300 bytes: 256 of them, and the surplus tokens go.
+        pacer.set_burst_range(10 * 300, 256 * 300);
+        assert!(pacer.tokens() <= 256 * 300);
+        assert_eq!(pacer.delay(us(10_000), 300, 2_400_000, srtt), None);
+        assert_eq!(pacer.capacity(), 256 * 300);
+        // And grows to 1500: a slow path's burst floor is 10 of the new datagrams.
+        pacer.set_burst_range(10 * 1500, 256 * 1500);
+        pacer.delay(us(20_000), 1500, 24_000, Duration::from_millis(100));
+        assert_eq!(pacer.capacity(), 10 * 1500);
     }
 
     #[test]

@@ -37,6 +37,12 @@ impl TokenBucket {
         }
     }
 
+    /// Changes the burst (a path's datagram size changed); tokens above it are dropped.
+    pub fn set_burst(&mut self, burst_bytes: u64) {
+        self.burst_bytes = burst_bytes;
+        self.tokens = self.tokens.min(burst_bytes);
+    }
+
     /// Refills up to `now` and says whether `bytes` tokens are available. `bytes` larger than
     /// the burst is never available.
     pub fn has_tokens(&mut self, now: Timestamp, bytes: u64) -> bool {
@@ -184,5 +190,16 @@ mod tests {
         huge.consume(u64::MAX);
         assert!(huge.has_tokens(Timestamp::MAX, u64::MAX));
         assert_eq!(huge.ready_at(u64::MAX), Timestamp::MAX);
+    }
+
+    #[test]
+    fn a_smaller_burst_drops_the_tokens_above_it() {
+        let mut bucket = TokenBucket::new(1_000, 4_800);
+        bucket.set_burst(800);
+        assert_eq!(bucket.burst_bytes(), 800);
+        assert_eq!(bucket.tokens(), 800);
+        assert!(!bucket.has_tokens(ms(10_000), 801));
+        bucket.set_burst(6_000);
+        assert!(bucket.has_tokens(ms(20_000), 6_000));
     }
 }
