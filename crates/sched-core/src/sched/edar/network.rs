@@ -384,6 +384,7 @@ mod tests {
                 }
             }
         }
+        println!("worst relative difference {worst:e}");
         // Not bit-identical by construction, but a few ulp at most.
         assert!(worst < 2e-6, "{worst}");
     }

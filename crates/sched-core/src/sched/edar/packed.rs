@@ -1,17 +1,19 @@
 //! EdAR's Q-network re-laid out at load time for a fast forward pass (same weights, same
-//! maths; only the order of some sums differs, by a few ulp).
+//! function; the order of some sums, the activations' last bits and the pre-scaled gate weights
+//! differ from the layer-by-layer pass by a few ulp).
 //!
 //! The layer-by-layer evaluation ([`super::EdarNetwork::q_values_reference`]) runs 6 × 6 = 36
 //! tiny LSTM1 steps per path one after the other, each a 40 × 11 matrix-vector product followed
 //! by 50 activations, then LSTM2 and the core. Here:
 //!
 //! - **LSTM1, one SIMD lane per (path, feature) sequence.** The 6 × K sequences are independent
-//!   (each starts from a zero state), so they run side by side: lane `6 p + f` of a 16-lane
-//!   vector carries path `p` (two paths per vector) and feature `f`. Every weight is stored
-//!   replicated into the lane pattern (lane `l` holds feature `l mod 6`'s weight), so one step
-//!   is 40 × (1 + 10) lane-wise fused multiply-adds and 50 lane-wise activations for all twelve
-//!   sequences at once: 6 steps instead of 36 × K, with no shuffles. The first step skips the
-//!   recurrent product (the state is zero) and the input projection is rank 1 (one FMA per gate).
+//!   (each starts from a zero state), so they run side by side: lane `8 p + f` of a 16-lane
+//!   vector carries path `p` (two paths per vector) and feature `f` (lanes 6, 7, 14, 15 are
+//!   padding). The weights are stored once per feature in an 8-lane half (lane `f` holds feature
+//!   `f`'s weight) and loaded into both halves of a vector, so one step is 40 × (1 + 10) lane-wise
+//!   fused multiply-adds and the cell updates for all twelve sequences at once: 6 steps instead
+//!   of 36 × K, with no shuffles. The first step skips the recurrent product (the state is zero)
+//!   and the forget gate; the input projection is rank 1 (one FMA per gate).
 //! - **LSTM2's input projection batched over paths.** `W_ih x_p` does not depend on the
 //!   recurrence, so it runs for all paths in one sweep over `W_ih` (each weight vector loaded
 //!   once, used K times); only the 96 × 24 recurrent product is sequential across paths. The 96
@@ -20,27 +22,40 @@
 //! - **Core** 27 → 128 → 32 → 2 over transposed weights, the 128-long sums split in four
 //!   interleaved partial sums so the fused multiply-adds do not wait on each other.
 //!
-//! Activations: `σ(x) = 1 / (1 + e^{−x})` and `tanh(x) = 2σ(2x) − 1`, with `e^x` by Cody–Waite
-//! reduction and the same degree-7 polynomial as [`crate::nn::activation::exp`]; the AVX-512
-//! build scales by `2^n` with `vscalefps` and divides with `vrcp14ps` plus one Newton step
-//! (≈ 1 ulp). Inputs are clamped to ±80 (σ is then 0 or 1 to f32 precision).
+//! **Activations** (`vector` module): every gate row (weights and bias) is multiplied at load
+//! time by `−log₂ e` (by `−2 log₂ e` for the cell-input gate `g`), so that a gate's sum `t` is
+//! already an exponent: `σ(x) = 1 / (1 + 2^t)`, `tanh(x) = (1 − 2^t) / (1 + 2^t)`. With
+//! `Eq = 2^{t_q}` for the gates `q = i, f, g, o`, the cell update needs one reciprocal instead of
+//! three, and the hidden state one instead of two:
 //!
-//! The same generic kernel ([`run`]) is compiled three times: with AVX-512F intrinsics, with
+//! ```text
+//! c' = σ(f) c + σ(i) tanh(g) = (c (1+Ei)(1+Eg) + (1−Eg)(1+Ef)) / ((1+Ei)(1+Eg)(1+Ef))
+//! h' = σ(o) tanh(c')        = (1−Ec) / ((1+Eo)(1+Ec)),   Ec = 2^{−2 log₂e · c'}
+//! ```
+//!
+//! Exponents are capped at 40 (the products stay below 2¹²¹; the activations are then within
+//! 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 8 instructions each on AVX-512), two reciprocals (3 each)
+//! and some 14 other operations per cell, against five separately evaluated sigmoids and tanh of
+//! about 19 dependent instructions each before.
+//!
+//! The same generic kernel ([`run`]) is compiled three times: with AVX-512F/DQ intrinsics, with
 //! AVX2+FMA auto-vectorised 16-float arrays, and portable; the best the CPU supports is picked
 //! at run time. Nothing allocates: the intermediate values live on the stack.
 
 // The kernel walks several arrays in lockstep by index (weights, accumulators, lanes); index
 // loops state the layout more plainly than chains of zips.
 #![allow(clippy::needless_range_loop)]
+
+mod vector;
+
 use super::network::{ACROSS_HIDDEN, FEATURE_HIDDEN, PATH_INPUT};
 use super::state::{CONNECTION_FEATURES, EDAR_MAX_PATHS, EdarState, FEATURES, HISTORY};
 use crate::nn::{Linear, Lstm, Mlp};
+use vector::{LANES, Lane, Portable, Vector};
 
-/// Lanes per vector.
-const LANES: usize = 16;
-/// One vector's worth of values.
-type Lane = [f32; LANES];
-/// Paths per LSTM1 vector (6 features each; lanes 12–15 are padding).
+/// Lanes per path in an LSTM1 vector (6 features and 2 lanes of padding).
+const HALF: usize = LANES / 2;
+/// Paths per LSTM1 vector.
 const PATHS_PER_GROUP: usize = 2;
 /// LSTM2 gate vectors (96 rows).
 const ACROSS_VECTORS: usize = 4 * ACROSS_HIDDEN / LANES;
@@ -51,17 +66,24 @@ const CORE_H2: usize = 32;
 /// Partial sums of the 128-long core layer.
 const SPLIT: usize = 4;
 
-const _: () = assert!(PATHS_PER_GROUP * FEATURES <= LANES);
+/// `σ(x) = 1 / (1 + 2^{x · SIGMOID_SCALE})`.
+const SIGMOID_SCALE: f32 = -std::f32::consts::LOG2_E;
+/// `tanh(x) = (1 − 2^{x · TANH_SCALE}) / (1 + 2^{x · TANH_SCALE})`.
+const TANH_SCALE: f32 = -2.0 * std::f32::consts::LOG2_E;
+/// The factor of each gate's rows, in PyTorch's gate order (i, f, g, o).
+const GATE_SCALE: [f32; 4] = [SIGMOID_SCALE, SIGMOID_SCALE, TANH_SCALE, SIGMOID_SCALE];
+
+const _: () = assert!(FEATURES <= HALF && PATHS_PER_GROUP * HALF == LANES);
 // `run` handles up to two LSTM1 vectors.
 const _: () = assert!(EDAR_MAX_PATHS <= 2 * PATHS_PER_GROUP);
 const _: () = assert!(ACROSS_HIDDEN == 24 && FEATURE_HIDDEN == 10 && PATH_INPUT == 120);
 
-/// One LSTM1 gate row (gate `q`, unit `u`) in the lane pattern.
+/// The input part of one LSTM1 gate row (gate `q`, unit `u`), scaled by `GATE_SCALE[q]`: lane
+/// `8 p + f` holds feature `f`'s weight (for either path `p`), lanes 6, 7, 14, 15 are zero.
 #[derive(Clone, Copy, PartialEq)]
 struct FeatureRow {
     bias: Lane,
     w_ih: Lane,
-    w_hh: [Lane; FEATURE_HIDDEN],
 }
 
 /// The network's weights in the layouts the kernel reads.
@@ -69,10 +91,13 @@ struct FeatureRow {
 pub(super) struct Packed {
     /// `[unit][gate i, f, g, o]`.
     feature: Box<[[FeatureRow; 4]; FEATURE_HIDDEN]>,
+    /// LSTM1's `W_hh` in the order the kernel reads it: `[block of 5 units][hidden input j]
+    /// [unit in the block][gate]`, lane pattern and scale as in [`FeatureRow`].
+    feature_hh: Box<[[[[Lane; 4]; BLOCK]; FEATURE_HIDDEN]; FEATURE_HIDDEN / BLOCK]>,
     across_bias: [Lane; ACROSS_VECTORS],
-    /// `[input][vector]`: `W_ih` transposed, gate rows permuted (module docs).
+    /// `[input][vector]`: `W_ih` transposed, gate rows permuted (module docs) and scaled.
     across_ih: Box<[[Lane; ACROSS_VECTORS]; PATH_INPUT]>,
-    /// `[hidden][vector]`: `W_hh` transposed, permuted the same way.
+    /// `[hidden][vector]`: `W_hh` transposed, permuted and scaled the same way.
     across_hh: Box<[[Lane; ACROSS_VECTORS]; ACROSS_HIDDEN]>,
     core1_bias: [Lane; CORE_H1 / LANES],
     core1: Box<[[Lane; CORE_H1 / LANES]; CORE_IN]>,
@@ -107,31 +132,56 @@ impl Packed {
     /// Re-lays out the parts' weights; their shapes were checked by
     /// [`super::EdarNetwork::new`].
     pub(super) fn new(features: &[Lstm], across: &Lstm, core: &Mlp) -> Self {
+        // Lane `8 p + f`: feature `f`'s value of gate `gate`, scaled; the padding lanes stay zero.
+        let pattern = |gate: usize, value: &dyn Fn(&Lstm) -> f32| -> Lane {
+            std::array::from_fn(|l| {
+                features
+                    .get(l % HALF)
+                    .map_or(0.0, |lstm| value(lstm) * GATE_SCALE[gate])
+            })
+        };
         let feature = Box::new(std::array::from_fn(|unit| {
             std::array::from_fn(|gate| {
                 let row = gate * FEATURE_HIDDEN + unit;
-                let lstm = |lane: usize| &features[lane % FEATURES];
                 FeatureRow {
-                    bias: lanes(|l| lstm(l).bias_ih()[row] + lstm(l).bias_hh()[row]),
-                    w_ih: lanes(|l| lstm(l).weight_ih()[row]),
-                    w_hh: std::array::from_fn(|j| {
-                        lanes(|l| lstm(l).weight_hh()[row * FEATURE_HIDDEN + j])
-                    }),
+                    bias: pattern(gate, &|l| l.bias_ih()[row] + l.bias_hh()[row]),
+                    w_ih: pattern(gate, &|l| l.weight_ih()[row]),
                 }
             })
         }));
+        let feature_hh = Box::new(std::array::from_fn(|block| {
+            std::array::from_fn(|j| {
+                std::array::from_fn(|k| {
+                    std::array::from_fn(|gate| {
+                        let row = gate * FEATURE_HIDDEN + block * BLOCK + k;
+                        pattern(gate, &|l| l.weight_hh()[row * FEATURE_HIDDEN + j])
+                    })
+                })
+            })
+        }));
         let (ih, hh) = (across.weight_ih(), across.weight_hh());
+        let across_scale = |row: usize| GATE_SCALE[row / ACROSS_HIDDEN];
         let across_bias = std::array::from_fn(|v| {
             lanes(|l| {
                 let r = across_row(v, l);
-                across.bias_ih()[r] + across.bias_hh()[r]
+                (across.bias_ih()[r] + across.bias_hh()[r]) * across_scale(r)
             })
         });
         let across_ih = Box::new(std::array::from_fn(|i| {
-            std::array::from_fn(|v| lanes(|l| ih[across_row(v, l) * PATH_INPUT + i]))
+            std::array::from_fn(|v| {
+                lanes(|l| {
+                    let r = across_row(v, l);
+                    ih[r * PATH_INPUT + i] * across_scale(r)
+                })
+            })
         }));
         let across_hh = Box::new(std::array::from_fn(|j| {
-            std::array::from_fn(|v| lanes(|l| hh[across_row(v, l) * ACROSS_HIDDEN + j]))
+            std::array::from_fn(|v| {
+                lanes(|l| {
+                    let r = across_row(v, l);
+                    hh[r * ACROSS_HIDDEN + j] * across_scale(r)
+                })
+            })
         }));
         let layers = core.layers();
         let (l1, l2, l3) = (&layers[0], &layers[1], &layers[2]);
@@ -139,6 +189,7 @@ impl Packed {
             |layer: &Linear, i: usize, o: usize| layer.weight()[o * layer.inputs() + i];
         Packed {
             feature,
+            feature_hh,
             across_bias,
             across_ih,
             across_hh,
@@ -161,8 +212,11 @@ impl Packed {
     pub(super) fn q_values(&self, state: &EdarState) -> [f32; 2] {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F (checked just above; the check is a cached load).
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+            {
+                // SAFETY: the CPU has AVX-512F and DQ (checked just above; the checks are
+                // cached loads).
                 return unsafe { run_avx512(self, state) };
             }
             if std::arch::is_x86_feature_detected!("avx2")
@@ -183,266 +237,15 @@ impl Packed {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512dq")]
 unsafe fn run_avx512(packed: &Packed, state: &EdarState) -> [f32; 2] {
-    run::<avx512::V>(packed, state)
+    run::<vector::avx512::V>(packed, state)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn run_avx2_fma(packed: &Packed, state: &EdarState) -> [f32; 2] {
     run::<Portable<true>>(packed, state)
-}
-
-/// The lane-wise operations the kernel needs, on 16 `f32`.
-trait Vector: Copy {
-    fn splat(value: f32) -> Self;
-    fn load(values: &Lane) -> Self;
-    fn store(self, out: &mut Lane);
-    fn add(self, other: Self) -> Self;
-    fn mul(self, other: Self) -> Self;
-    /// `self · b + c`.
-    fn mul_add(self, b: Self, c: Self) -> Self;
-    /// `max(self, 0)`.
-    fn relu(self) -> Self;
-    /// The logistic function.
-    fn sigmoid(self) -> Self;
-    /// Lanes 8–15 then 0–7.
-    fn swap_halves(self) -> Self;
-    /// The sum of the lanes.
-    fn sum(self) -> f32;
-
-    /// [`Vector::sigmoid`] of `N` independent vectors. Implementations interleave the `N`
-    /// evaluations step by step, so that the CPU works on `N` dependency chains at once instead
-    /// of waiting on one (an activation is a chain of some 19 dependent operations).
-    /// (Plain loops, no closures, here and in the kernel: a closure is not always inlined, and
-    /// out of line it loses the kernel's target features.)
-    #[inline(always)]
-    fn sigmoid_n<const N: usize>(mut x: [Self; N]) -> [Self; N] {
-        for v in x.iter_mut() {
-            *v = v.sigmoid();
-        }
-        x
-    }
-
-    /// `tanh(x) = 2σ(2x) − 1` of `N` independent vectors.
-    #[inline(always)]
-    fn tanh_n<const N: usize>(mut x: [Self; N]) -> [Self; N] {
-        for v in x.iter_mut() {
-            *v = v.add(*v);
-        }
-        let mut y = Self::sigmoid_n(x);
-        for v in y.iter_mut() {
-            *v = Self::splat(2.0).mul_add(*v, Self::splat(-1.0));
-        }
-        y
-    }
-}
-
-/// Bounds of the activations' argument (σ(±80) is 0 or 1 to f32 precision).
-const CLAMP: f32 = 80.0;
-
-/// 16 lanes as a plain array; with `FUSED` (only where the CPU has FMA), `mul_add` is fused.
-#[derive(Clone, Copy)]
-struct Portable<const FUSED: bool>(Lane);
-
-impl<const FUSED: bool> Vector for Portable<FUSED> {
-    #[inline(always)]
-    fn splat(value: f32) -> Self {
-        Portable([value; LANES])
-    }
-    #[inline(always)]
-    fn load(values: &Lane) -> Self {
-        Portable(*values)
-    }
-    #[inline(always)]
-    fn store(self, out: &mut Lane) {
-        *out = self.0;
-    }
-    #[inline(always)]
-    fn add(mut self, other: Self) -> Self {
-        for i in 0..LANES {
-            self.0[i] += other.0[i];
-        }
-        self
-    }
-    #[inline(always)]
-    fn mul(mut self, other: Self) -> Self {
-        for i in 0..LANES {
-            self.0[i] *= other.0[i];
-        }
-        self
-    }
-    #[inline(always)]
-    fn mul_add(mut self, b: Self, c: Self) -> Self {
-        for i in 0..LANES {
-            self.0[i] = if FUSED {
-                self.0[i].mul_add(b.0[i], c.0[i])
-            } else {
-                self.0[i] * b.0[i] + c.0[i]
-            };
-        }
-        self
-    }
-    #[inline(always)]
-    fn relu(mut self) -> Self {
-        for v in self.0.iter_mut() {
-            *v = v.max(0.0);
-        }
-        self
-    }
-    #[inline(always)]
-    fn sigmoid(mut self) -> Self {
-        for v in self.0.iter_mut() {
-            *v = crate::nn::activation::sigmoid(v.clamp(-CLAMP, CLAMP));
-        }
-        self
-    }
-    #[inline(always)]
-    fn swap_halves(self) -> Self {
-        let mut out = self;
-        out.0[..8].copy_from_slice(&self.0[8..]);
-        out.0[8..].copy_from_slice(&self.0[..8]);
-        out
-    }
-    #[inline(always)]
-    fn sum(self) -> f32 {
-        // Pairwise, as the AVX-512 reduction does.
-        let mut v = self.0;
-        let mut width = LANES / 2;
-        while width > 0 {
-            for i in 0..width {
-                v[i] += v[i + width];
-            }
-            width /= 2;
-        }
-        v[0]
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    //! [`super::Vector`] over `__m512`. Only ever used inside `run_avx512`, i.e. after the
-    //! CPU was found to have AVX-512F; the methods are `inline(always)` so that they compile
-    //! into that function with its target features.
-
-    use super::{CLAMP, LANES, Lane, Vector};
-    use std::arch::x86_64::*;
-
-    #[derive(Clone, Copy)]
-    pub(super) struct V(__m512);
-
-    // SAFETY (every `unsafe` block below): `V` values exist only inside `run_avx512`, which runs
-    // only on CPUs with AVX-512F; loads and stores go through `&Lane` / `&mut Lane`, 16 valid
-    // `f32` (unaligned access is allowed).
-    impl Vector for V {
-        #[inline(always)]
-        fn splat(value: f32) -> Self {
-            V(unsafe { _mm512_set1_ps(value) })
-        }
-        #[inline(always)]
-        fn load(values: &Lane) -> Self {
-            V(unsafe { _mm512_loadu_ps(values.as_ptr()) })
-        }
-        #[inline(always)]
-        fn store(self, out: &mut Lane) {
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), self.0) }
-        }
-        #[inline(always)]
-        fn add(self, other: Self) -> Self {
-            V(unsafe { _mm512_add_ps(self.0, other.0) })
-        }
-        #[inline(always)]
-        fn mul(self, other: Self) -> Self {
-            V(unsafe { _mm512_mul_ps(self.0, other.0) })
-        }
-        #[inline(always)]
-        fn mul_add(self, b: Self, c: Self) -> Self {
-            V(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
-        }
-        #[inline(always)]
-        fn relu(self) -> Self {
-            V(unsafe { _mm512_max_ps(self.0, _mm512_setzero_ps()) })
-        }
-        #[inline(always)]
-        fn sigmoid(self) -> Self {
-            let [y] = Self::sigmoid_n([self]);
-            y
-        }
-        #[inline(always)]
-        fn sigmoid_n<const N: usize>(x: [Self; N]) -> [Self; N] {
-            // σ(x) = 1 / (1 + e^{−x}). With −x = n ln 2 + r (Cody–Waite), r' = −r = x + n ln 2
-            // and e^{−x} = 2^n e^{−r'}. Each step runs over all N inputs before the next.
-            unsafe {
-                let zero = _mm512_setzero_ps();
-                let (mut n, mut r, mut p) = ([zero; N], [zero; N], [zero; N]);
-                for k in 0..N {
-                    let v = _mm512_max_ps(x[k].0, _mm512_set1_ps(-CLAMP));
-                    r[k] = _mm512_min_ps(v, _mm512_set1_ps(CLAMP));
-                }
-                for k in 0..N {
-                    let t = _mm512_mul_ps(r[k], _mm512_set1_ps(-std::f32::consts::LOG2_E));
-                    n[k] = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                        t,
-                    );
-                }
-                for k in 0..N {
-                    r[k] = _mm512_fmadd_ps(n[k], _mm512_set1_ps(0.693_359_4), r[k]);
-                }
-                for k in 0..N {
-                    r[k] = _mm512_fmadd_ps(n[k], _mm512_set1_ps(-2.121_944_4e-4), r[k]);
-                }
-                // e^{−r'} = 1 − r' + r'² p(−r') with the coefficients of
-                // `crate::nn::activation::exp`, as one Horner chain.
-                for k in 0..N {
-                    p[k] = _mm512_set1_ps(-1.987_569_1e-4);
-                }
-                for coefficient in [
-                    1.398_199_9e-3,
-                    -8.333_452e-3,
-                    4.166_579_6e-2,
-                    -1.666_666_5e-1,
-                    5e-1,
-                    -1.0,
-                    1.0,
-                ] {
-                    for k in 0..N {
-                        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(coefficient));
-                    }
-                }
-                // d = 1 + e^{−x}; 1/d from a 14-bit estimate and one Newton step.
-                for k in 0..N {
-                    p[k] = _mm512_add_ps(_mm512_set1_ps(1.0), _mm512_scalef_ps(p[k], n[k]));
-                }
-                for k in 0..N {
-                    r[k] = _mm512_rcp14_ps(p[k]);
-                }
-                let mut y = x;
-                for k in 0..N {
-                    let e = _mm512_fnmadd_ps(p[k], r[k], _mm512_set1_ps(2.0));
-                    y[k] = V(_mm512_mul_ps(r[k], e));
-                }
-                y
-            }
-        }
-        #[inline(always)]
-        fn swap_halves(self) -> Self {
-            V(unsafe { _mm512_shuffle_f32x4::<0b01_00_11_10>(self.0, self.0) })
-        }
-        #[inline(always)]
-        fn sum(self) -> f32 {
-            let mut v: Lane = [0.0; LANES];
-            self.store(&mut v);
-            let mut width = LANES / 2;
-            while width > 0 {
-                for i in 0..width {
-                    v[i] += v[i + width];
-                }
-                width /= 2;
-            }
-            v[0]
-        }
-    }
 }
 
 /// The forward pass (module docs), for any [`Vector`] implementation.
@@ -452,10 +255,10 @@ fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
     let mut across_h: [f32; 2 * LANES] = [0.0; 2 * LANES];
     match paths.len() {
         0 => {}
-        1 => across::<V, 1, 1>(packed, paths, &mut across_h),
-        2 => across::<V, 1, 2>(packed, paths, &mut across_h),
-        3 => across::<V, 2, 3>(packed, paths, &mut across_h),
-        _ => across::<V, 2, 4>(packed, paths, &mut across_h),
+        1 => across::<V, 1, FEATURE_HIDDEN, 1>(packed, paths, &mut across_h),
+        2 => across::<V, 1, FEATURE_HIDDEN, 2>(packed, paths, &mut across_h),
+        3 => across::<V, 2, { 2 * FEATURE_HIDDEN }, 3>(packed, paths, &mut across_h),
+        _ => across::<V, 2, { 2 * FEATURE_HIDDEN }, 4>(packed, paths, &mut across_h),
     }
     let mut input = [0.0f32; CORE_IN];
     input[..CONNECTION_FEATURES].copy_from_slice(&state.connection);
@@ -463,19 +266,110 @@ fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
     core::<V>(packed, &input)
 }
 
-/// LSTM1 over `P` paths (`G` vectors of two paths), then LSTM2 across them; writes LSTM2's
-/// final hidden state into `h[..24]`.
+/// `N` LSTM cells from their gate sums `t[q][k]` (gate `q` = i, f, g, o, pre-scaled so that
+/// `Eq = 2^{t_q}`, module docs) and cell states `c` (updated in place); returns the hidden
+/// states. `FIRST`: `c = 0` (the forget gate drops out). Each stage runs over all `N` cells
+/// before the next, so that the CPU has `N` independent chains to work on.
 #[inline(always)]
-fn across<V: Vector, const G: usize, const P: usize>(
+fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [V; N]) -> [V; N] {
+    let one = V::splat(1.0);
+    let ei = V::pow2_n(t[0]);
+    let eg = V::pow2_n(t[2]);
+    let eo = V::pow2_n(t[3]);
+    let mut ab = ei;
+    let mut not_g = eg;
+    for k in 0..N {
+        ab[k] = one.add(ei[k]).mul(one.add(eg[k]));
+        not_g[k] = one.sub(eg[k]);
+    }
+    if FIRST {
+        let r = V::recip_n(ab);
+        for k in 0..N {
+            c[k] = not_g[k].mul(r[k]);
+        }
+    } else {
+        let ef = V::pow2_n(t[1]);
+        let mut num = ef;
+        let mut den = ef;
+        for k in 0..N {
+            let d = one.add(ef[k]);
+            num[k] = c[k].mul_add(ab[k], not_g[k].mul(d));
+            den[k] = ab[k].mul(d);
+        }
+        let r = V::recip_n(den);
+        for k in 0..N {
+            c[k] = num[k].mul(r[k]);
+        }
+    }
+    let mut scaled = *c;
+    for k in 0..N {
+        scaled[k] = c[k].mul(V::splat(TANH_SCALE));
+    }
+    let ec = V::pow2_n(scaled);
+    let mut den = ec;
+    for k in 0..N {
+        den[k] = one.add(eo[k]).mul(one.add(ec[k]));
+    }
+    let r = V::recip_n(den);
+    let mut h = r;
+    for k in 0..N {
+        h[k] = one.sub(ec[k]).mul(r[k]);
+    }
+    h
+}
+
+/// Cells per block of the recurrent product (4 accumulators each, kept in registers).
+const BLOCK: usize = 5;
+const _: () = assert!(FEATURE_HIDDEN.is_multiple_of(BLOCK));
+
+/// One LSTM1 step of `G` vectors of sequences (`N = 10 G` cells, cell `k` = unit `k mod 10` of
+/// vector `k / 10`): inputs `x`, states `h`, `c` updated in place.
+#[inline(always)]
+fn feature_step<V: Vector, const G: usize, const N: usize, const FIRST: bool>(
+    packed: &Packed,
+    x: [V; G],
+    h: &mut [V; N],
+    c: &mut [V; N],
+) {
+    let mut acc = [[V::splat(0.0); N]; 4];
+    for k in 0..N {
+        let rows = &packed.feature[k % FEATURE_HIDDEN];
+        for q in 0..4 {
+            acc[q][k] =
+                V::load(&rows[q].w_ih).mul_add(x[k / FEATURE_HIDDEN], V::load(&rows[q].bias));
+        }
+    }
+    if !FIRST {
+        for block in 0..N / BLOCK {
+            let group = block * BLOCK / FEATURE_HIDDEN;
+            let weights = &packed.feature_hh[block % (FEATURE_HIDDEN / BLOCK)];
+            for j in 0..FEATURE_HIDDEN {
+                let hj = h[group * FEATURE_HIDDEN + j];
+                for (i, rows) in weights[j].iter().enumerate() {
+                    let k = block * BLOCK + i;
+                    for q in 0..4 {
+                        acc[q][k] = V::load(&rows[q]).mul_add(hj, acc[q][k]);
+                    }
+                }
+            }
+        }
+    }
+    *h = cells::<V, N, FIRST>(acc, c);
+}
+
+/// LSTM1 over `P` paths (`G` vectors of two paths, `N = 10 G` cells), then LSTM2 across them;
+/// writes LSTM2's final hidden state into `h_out[..24]`.
+#[inline(always)]
+fn across<V: Vector, const G: usize, const N: usize, const P: usize>(
     packed: &Packed,
     paths: &[[f32; FEATURES * HISTORY]],
     h_out: &mut [f32; 2 * LANES],
 ) {
-    // Inputs in the lane pattern: xs[g][t][6 p + f] = path (2g + p), feature f, step t.
+    // Inputs in the lane pattern: xs[g][t][8 p + f] = path (2g + p), feature f, step t.
     let mut xs = [[[0.0f32; LANES]; HISTORY]; G];
     for (index, path) in paths.iter().take(P).enumerate() {
         let group = &mut xs[index / PATHS_PER_GROUP];
-        let base = (index % PATHS_PER_GROUP) * FEATURES;
+        let base = (index % PATHS_PER_GROUP) * HALF;
         for (f, series) in path.chunks_exact(HISTORY).enumerate() {
             for (t, &value) in series.iter().enumerate() {
                 group[t][base + f] = value;
@@ -485,65 +379,23 @@ fn across<V: Vector, const G: usize, const P: usize>(
     // LSTM1: hidden states after the last two steps, hs[g][0 or 1][unit].
     let mut hs_all = [[[[0.0f32; LANES]; FEATURE_HIDDEN]; 2]; G];
     {
-        // h before and after the step, alternating (no copy between steps).
-        let mut h_both = [[[V::splat(0.0); FEATURE_HIDDEN]; G]; 2];
-        let mut c = [[V::splat(0.0); FEATURE_HIDDEN]; G];
-        for t in 0..HISTORY {
-            let mut x = [V::splat(0.0); G];
-            for g in 0..G {
-                x[g] = V::load(&xs[g][t]);
-            }
-            let (first, second) = h_both.split_at_mut(1);
-            let (h, h_new) = if t % 2 == 0 {
-                (&first[0], &mut second[0])
-            } else {
-                (&second[0], &mut first[0])
-            };
-            // σ(o) per unit until tanh(c') is known.
-            let mut out_gate = [[V::splat(0.0); FEATURE_HIDDEN]; G];
-            for (u, rows) in packed.feature.iter().enumerate() {
-                for g in 0..G {
-                    let mut acc = [x[g]; 4];
-                    for q in 0..4 {
-                        acc[q] = V::load(&rows[q].w_ih).mul_add(x[g], V::load(&rows[q].bias));
-                    }
-                    if t > 0 {
-                        for j in 0..FEATURE_HIDDEN {
-                            for q in 0..4 {
-                                acc[q] = V::load(&rows[q].w_hh[j]).mul_add(h[g][j], acc[q]);
-                            }
-                        }
-                    }
-                    // σ(i), σ(f), tanh(g) = 2σ(2g) − 1, σ(o), interleaved.
-                    let [i, f, gg, o] = V::sigmoid_n([acc[0], acc[1], acc[2].add(acc[2]), acc[3]]);
-                    let gg = V::splat(2.0).mul_add(gg, V::splat(-1.0));
-                    // c' = f ⊙ c + i ⊙ g (c = 0 at the first step).
-                    c[g][u] = f.mul_add(c[g][u], i.mul(gg));
-                    out_gate[g][u] = o;
-                }
-            }
-            // h' = o ⊙ tanh(c'), five units at a time.
-            for g in 0..G {
-                for half in 0..2 {
-                    let mut cells = [V::splat(0.0); 5];
-                    cells.copy_from_slice(&c[g][half * 5..half * 5 + 5]);
-                    let th = V::tanh_n(cells);
-                    for k in 0..5 {
-                        h_new[g][half * 5 + k] = out_gate[g][half * 5 + k].mul(th[k]);
-                    }
-                }
-            }
+        let step_input = |t: usize| -> [V; G] { std::array::from_fn(|g| V::load(&xs[g][t])) };
+        let mut h = [V::splat(0.0); N];
+        let mut c = [V::splat(0.0); N];
+        feature_step::<V, G, N, true>(packed, step_input(0), &mut h, &mut c);
+        for t in 1..HISTORY {
+            feature_step::<V, G, N, false>(packed, step_input(t), &mut h, &mut c);
             if t + 2 >= HISTORY {
-                for g in 0..G {
-                    for u in 0..FEATURE_HIDDEN {
-                        h_new[g][u].store(&mut hs_all[g][t + 2 - HISTORY][u]);
-                    }
+                for k in 0..N {
+                    h[k].store(
+                        &mut hs_all[k / FEATURE_HIDDEN][t + 2 - HISTORY][k % FEATURE_HIDDEN],
+                    );
                 }
             }
         }
     }
     // LSTM2 input projection for every path in one sweep: pre[p] = b + W_ih x_p, with
-    // x_p[20 f + 10 s + u] = hs[p / 2][s][u][6 (p mod 2) + f].
+    // x_p[20 f + 10 s + u] = hs[p / 2][s][u][8 (p mod 2) + f].
     let mut bias = [V::splat(0.0); ACROSS_VECTORS];
     for v in 0..ACROSS_VECTORS {
         bias[v] = V::load(&packed.across_bias[v]);
@@ -559,7 +411,7 @@ fn across<V: Vector, const G: usize, const P: usize>(
                 }
                 for p in 0..P {
                     let xv = V::splat(
-                        hs_all[p / PATHS_PER_GROUP][s][u][(p % PATHS_PER_GROUP) * FEATURES + f],
+                        hs_all[p / PATHS_PER_GROUP][s][u][(p % PATHS_PER_GROUP) * HALF + f],
                     );
                     for v in 0..ACROSS_VECTORS {
                         pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
@@ -569,12 +421,9 @@ fn across<V: Vector, const G: usize, const P: usize>(
         }
     }
     // The recurrence across paths: h, c of 24 units as a 16-lane vector and the low half of
-    // another.
+    // another (whose high lanes carry unused values).
     let mut c = [V::splat(0.0); 2];
     let mut h = [0.0f32; 2 * LANES];
-    let mixed_scale = V::load(&lanes_const(2.0, 1.0));
-    let mixed_a = V::load(&lanes_const(2.0, 1.0));
-    let mixed_b = V::load(&lanes_const(-1.0, 0.0));
     for (p, gates) in pre.iter_mut().enumerate() {
         if p > 0 {
             for (j, w) in packed.across_hh.iter().enumerate() {
@@ -584,39 +433,28 @@ fn across<V: Vector, const G: usize, const P: usize>(
                 }
             }
         }
-        // σ of all six gate vectors at once; g (and the g half of the last vector) as
-        // tanh(x) = 2σ(2x) − 1.
-        let [i, f, g, o, if_tail, go_tail] = V::sigmoid_n([
-            gates[0],
-            gates[1],
-            gates[2].add(gates[2]),
-            gates[3],
-            gates[4],
-            gates[5].mul(mixed_scale),
-        ]);
-        let g = V::splat(2.0).mul_add(g, V::splat(-1.0));
-        let go_tail = mixed_a.mul_add(go_tail, mixed_b);
-        c[0] = f.mul_add(c[0], i.mul(g));
-        // [i | f] and [g | o] of units 16–23: the low lanes of c[1] are the cells.
-        c[1] = if_tail.swap_halves().mul_add(c[1], if_tail.mul(go_tail));
-        let [th_head, th_tail] = V::tanh_n([c[0], c[1]]);
-        let head = o.mul(th_head);
-        let tail = go_tail.swap_halves().mul(th_tail);
+        // Head (units 0–15) and tail (16–23 in the low lanes: [i | f] and [g | o] swapped
+        // into line) as two cells; the tail's high lanes carry unused, finite values.
+        let t = [
+            [gates[0], gates[4]],
+            [gates[1], gates[4].swap_halves()],
+            [gates[2], gates[5]],
+            [gates[3], gates[5].swap_halves()],
+        ];
+        let [h0, h1] = if p == 0 {
+            cells::<V, 2, true>(t, &mut c)
+        } else {
+            cells::<V, 2, false>(t, &mut c)
+        };
         let (h_head, h_tail) = h.split_at_mut(LANES);
         if let (Ok(h_head), Ok(h_tail)) =
             (<&mut Lane>::try_from(h_head), <&mut Lane>::try_from(h_tail))
         {
-            head.store(h_head);
-            tail.store(h_tail);
+            h0.store(h_head);
+            h1.store(h_tail);
         }
     }
     *h_out = h;
-}
-
-/// Eight lanes of `low` then eight of `high`.
-#[inline(always)]
-fn lanes_const(low: f32, high: f32) -> Lane {
-    std::array::from_fn(|l| if l < 8 { low } else { high })
 }
 
 /// The core 27 → 128 → 32 → 2 (ReLU between layers).

@@ -1,0 +1,374 @@
+//! The 16-lane `f32` operations the packed EdAR kernel is written in ([`Vector`]), with two
+//! implementations: [`Portable`] (plain arrays, auto-vectorised where the CPU allows) and, on
+//! x86-64, `avx512::V` over `__m512`.
+//!
+//! The activations are built from two primitives: [`Vector::pow2`] (`2^t`) and
+//! [`Vector::recip`] (`1 / x`). The kernel's gate weights are pre-scaled at load time by
+//! `−log₂ e` (and `−2 log₂ e` for the cell-input gate), so that a gate's accumulated value `t` is
+//! already the exponent: `σ(x) = 1 / (1 + 2^t)` and `tanh(x) = (1 − 2^t) / (1 + 2^t)`.
+//!
+//! `2^t`: `t` is capped at [`POW2_MAX`] (above it the activations are 0 or ±1 to within 2⁻⁴⁰,
+//! and the products of up to three `1 + 2^t` the kernel forms stay finite); `t = n + f` with
+//! `n = ⌊t⌋` and `f ∈ [0, 1)`, `2^f` by a degree-5 polynomial (relative error 7.5e-8 in exact
+//! arithmetic, 1.5e-7 evaluated in `f32`), then scaled by `2^n`. The AVX-512 build splits `t`
+//! with `vreduceps` and scales with `vscalefps` (one instruction each); `1/x` is `vrcp14ps`
+//! (14 bits) plus one Newton step (about 1 ulp).
+
+/// Lanes per vector.
+pub(super) const LANES: usize = 16;
+/// One vector's worth of values.
+pub(super) type Lane = [f32; LANES];
+
+/// Largest exponent [`Vector::pow2`] uses.
+pub(super) const POW2_MAX: f32 = 40.0;
+/// Smallest exponent the portable [`Vector::pow2`] uses (`2^t` stays a normal `f32`; below it
+/// `1 + 2^t` is 1 to f32 precision).
+const POW2_MIN: f32 = -126.0;
+
+/// `2^f ≈ Σ POW2_POLY[k] f^k` on `[0, 1)` (relative minimax, degree 5).
+const POW2_POLY: [f32; 6] = [
+    0.999_999_94,
+    0.693_153_1,
+    0.240_153_61,
+    0.055_826_318,
+    0.008_989_34,
+    0.001_877_577_2,
+];
+
+/// The lane-wise operations the kernel needs, on 16 `f32`.
+pub(super) trait Vector: Copy {
+    fn splat(value: f32) -> Self;
+    fn load(values: &Lane) -> Self;
+    fn store(self, out: &mut Lane);
+    fn add(self, other: Self) -> Self;
+    fn sub(self, other: Self) -> Self;
+    fn mul(self, other: Self) -> Self;
+    /// `self · b + c`.
+    fn mul_add(self, b: Self, c: Self) -> Self;
+    /// `max(self, 0)`.
+    fn relu(self) -> Self;
+    /// `2^self` (module docs).
+    fn pow2(self) -> Self;
+    /// `1 / self` to about 1 ulp, for `self` in `[1, 2^121]`.
+    fn recip(self) -> Self;
+
+    /// [`Vector::pow2`] of `N` independent vectors. Implementations may interleave the `N`
+    /// evaluations step by step, so that the CPU works on `N` dependency chains at once.
+    /// (Plain loops, no closures, here and in the kernel: a closure is not always inlined, and
+    /// out of line it loses the kernel's target features.)
+    #[inline(always)]
+    fn pow2_n<const N: usize>(mut x: [Self; N]) -> [Self; N] {
+        for v in x.iter_mut() {
+            *v = v.pow2();
+        }
+        x
+    }
+
+    /// [`Vector::recip`] of `N` independent vectors, interleaved like [`Vector::pow2_n`].
+    #[inline(always)]
+    fn recip_n<const N: usize>(mut x: [Self; N]) -> [Self; N] {
+        for v in x.iter_mut() {
+            *v = v.recip();
+        }
+        x
+    }
+    /// Lanes 8–15 then 0–7.
+    fn swap_halves(self) -> Self;
+    /// The sum of the lanes.
+    fn sum(self) -> f32;
+}
+
+/// `2^f` on `[0, 1)` by Horner's rule.
+#[inline(always)]
+fn pow2_poly<V: Vector>(f: V) -> V {
+    let mut p = V::splat(POW2_POLY[5]);
+    for k in (0..5).rev() {
+        p = p.mul_add(f, V::splat(POW2_POLY[k]));
+    }
+    p
+}
+
+/// 16 lanes as a plain array; with `FUSED` (only where the CPU has FMA), `mul_add` is fused.
+#[derive(Clone, Copy)]
+pub(super) struct Portable<const FUSED: bool>(Lane);
+
+impl<const FUSED: bool> Vector for Portable<FUSED> {
+    #[inline(always)]
+    fn splat(value: f32) -> Self {
+        Portable([value; LANES])
+    }
+    #[inline(always)]
+    fn load(values: &Lane) -> Self {
+        Portable(*values)
+    }
+    #[inline(always)]
+    fn store(self, out: &mut Lane) {
+        *out = self.0;
+    }
+    #[inline(always)]
+    fn add(mut self, other: Self) -> Self {
+        for i in 0..LANES {
+            self.0[i] += other.0[i];
+        }
+        self
+    }
+    #[inline(always)]
+    fn sub(mut self, other: Self) -> Self {
+        for i in 0..LANES {
+            self.0[i] -= other.0[i];
+        }
+        self
+    }
+    #[inline(always)]
+    fn mul(mut self, other: Self) -> Self {
+        for i in 0..LANES {
+            self.0[i] *= other.0[i];
+        }
+        self
+    }
+    #[inline(always)]
+    fn mul_add(mut self, b: Self, c: Self) -> Self {
+        for i in 0..LANES {
+            self.0[i] = if FUSED {
+                self.0[i].mul_add(b.0[i], c.0[i])
+            } else {
+                self.0[i] * b.0[i] + c.0[i]
+            };
+        }
+        self
+    }
+    #[inline(always)]
+    fn relu(mut self) -> Self {
+        for v in self.0.iter_mut() {
+            *v = v.max(0.0);
+        }
+        self
+    }
+    #[inline(always)]
+    fn pow2(self) -> Self {
+        let mut n = self;
+        let mut f = self;
+        let mut scale = self;
+        for i in 0..LANES {
+            let t = self.0[i].clamp(POW2_MIN, POW2_MAX);
+            n.0[i] = t.floor();
+            f.0[i] = t - n.0[i];
+            // 2^n for an integer n in [−126, 40]: a normal f32 built from its exponent bits.
+            scale.0[i] = f32::from_bits((((n.0[i] as i32) + 127) as u32) << 23);
+        }
+        pow2_poly(f).mul(scale)
+    }
+    #[inline(always)]
+    fn recip(mut self) -> Self {
+        for v in self.0.iter_mut() {
+            *v = 1.0 / *v;
+        }
+        self
+    }
+    #[inline(always)]
+    fn swap_halves(self) -> Self {
+        let mut out = self;
+        out.0[..8].copy_from_slice(&self.0[8..]);
+        out.0[8..].copy_from_slice(&self.0[..8]);
+        out
+    }
+    #[inline(always)]
+    fn sum(self) -> f32 {
+        // Pairwise, as the AVX-512 reduction does.
+        let mut v = self.0;
+        let mut width = LANES / 2;
+        while width > 0 {
+            for i in 0..width {
+                v[i] += v[i + width];
+            }
+            width /= 2;
+        }
+        v[0]
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512 {
+    //! [`super::Vector`] over `__m512`. Only ever used inside the kernel compiled with
+    //! `avx512f,avx512dq`, i.e. after the CPU was found to have both; the methods are
+    //! `inline(always)` so that they compile into that function with its target features.
+
+    use super::{LANES, Lane, POW2_MAX, POW2_POLY, Vector, pow2_poly};
+    use std::arch::x86_64::*;
+
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct V(__m512);
+
+    // SAFETY (every `unsafe` block below): `V` values exist only inside the AVX-512 kernel,
+    // which runs only on CPUs with AVX-512F and AVX-512DQ; loads and stores go through `&Lane`,
+    // or `&mut Lane`, 16 valid `f32` (unaligned access is allowed).
+    impl Vector for V {
+        #[inline(always)]
+        fn splat(value: f32) -> Self {
+            V(unsafe { _mm512_set1_ps(value) })
+        }
+        #[inline(always)]
+        fn load(values: &Lane) -> Self {
+            V(unsafe { _mm512_loadu_ps(values.as_ptr()) })
+        }
+        #[inline(always)]
+        fn store(self, out: &mut Lane) {
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), self.0) }
+        }
+        #[inline(always)]
+        fn add(self, other: Self) -> Self {
+            V(unsafe { _mm512_add_ps(self.0, other.0) })
+        }
+        #[inline(always)]
+        fn sub(self, other: Self) -> Self {
+            V(unsafe { _mm512_sub_ps(self.0, other.0) })
+        }
+        #[inline(always)]
+        fn mul(self, other: Self) -> Self {
+            V(unsafe { _mm512_mul_ps(self.0, other.0) })
+        }
+        #[inline(always)]
+        fn mul_add(self, b: Self, c: Self) -> Self {
+            V(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        fn relu(self) -> Self {
+            V(unsafe { _mm512_max_ps(self.0, _mm512_setzero_ps()) })
+        }
+        #[inline(always)]
+        fn pow2(self) -> Self {
+            unsafe {
+                let t = _mm512_min_ps(self.0, _mm512_set1_ps(POW2_MAX));
+                // f = t − ⌊t⌋ (imm: round down, no fraction bits kept, no precision exception).
+                let f = V(_mm512_reduce_ps::<0x09>(t));
+                // p · 2^⌊t⌋; below −149 the result underflows to 0, as 2^t does.
+                V(_mm512_scalef_ps(pow2_poly(f).0, t))
+            }
+        }
+        #[inline(always)]
+        fn recip(self) -> Self {
+            unsafe {
+                let r = _mm512_rcp14_ps(self.0);
+                let e = _mm512_fnmadd_ps(self.0, r, _mm512_set1_ps(2.0));
+                V(_mm512_mul_ps(r, e))
+            }
+        }
+        #[inline(always)]
+        fn pow2_n<const N: usize>(x: [Self; N]) -> [Self; N] {
+            unsafe {
+                let mut t = x;
+                for k in 0..N {
+                    t[k] = V(_mm512_min_ps(x[k].0, _mm512_set1_ps(POW2_MAX)));
+                }
+                let mut f = t;
+                for k in 0..N {
+                    f[k] = V(_mm512_reduce_ps::<0x09>(t[k].0));
+                }
+                let mut p = [V::splat(POW2_POLY[5]); N];
+                for c in (0..5).rev() {
+                    for k in 0..N {
+                        p[k] = p[k].mul_add(f[k], V::splat(POW2_POLY[c]));
+                    }
+                }
+                for k in 0..N {
+                    p[k] = V(_mm512_scalef_ps(p[k].0, t[k].0));
+                }
+                p
+            }
+        }
+        #[inline(always)]
+        fn recip_n<const N: usize>(x: [Self; N]) -> [Self; N] {
+            unsafe {
+                let mut r = x;
+                for k in 0..N {
+                    r[k] = V(_mm512_rcp14_ps(x[k].0));
+                }
+                let mut e = x;
+                for k in 0..N {
+                    e[k] = V(_mm512_fnmadd_ps(x[k].0, r[k].0, _mm512_set1_ps(2.0)));
+                }
+                for k in 0..N {
+                    r[k] = r[k].mul(e[k]);
+                }
+                r
+            }
+        }
+        #[inline(always)]
+        fn swap_halves(self) -> Self {
+            V(unsafe { _mm512_shuffle_f32x4::<0b01_00_11_10>(self.0, self.0) })
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            let mut v: Lane = [0.0; LANES];
+            self.store(&mut v);
+            let mut width = LANES / 2;
+            while width > 0 {
+                for i in 0..width {
+                    v[i] += v[i + width];
+                }
+                width /= 2;
+            }
+            v[0]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `2^t` and `1/x` against f64, lane by lane, for one implementation.
+    fn check<V: Vector>(worst_pow2: &mut f64, worst_recip: &mut f64) {
+        let mut t = -60.0f32;
+        while t <= POW2_MAX {
+            let lanes: Lane = std::array::from_fn(|l| t + l as f32 * 0.003_7);
+            let mut out = [0.0; LANES];
+            V::load(&lanes).pow2().store(&mut out);
+            let mut many = [[0.0; LANES]; 3];
+            let inputs = [V::load(&lanes); 3];
+            for (o, v) in many.iter_mut().zip(V::pow2_n(inputs)) {
+                v.store(o);
+            }
+            for l in 0..LANES {
+                let want = 2f64.powf(f64::from(lanes[l].min(POW2_MAX)));
+                let err = (f64::from(out[l]) / want - 1.0).abs();
+                *worst_pow2 = worst_pow2.max(err);
+                assert_eq!(
+                    out[l], many[2][l],
+                    "pow2_n differs from pow2 at {}",
+                    lanes[l]
+                );
+            }
+            // 1 + 2^t spans the reciprocal's range [1, 2^41].
+            let denominators: Lane = std::array::from_fn(|l| 1.0 + 2f32.powf(lanes[l] + 1.0));
+            V::load(&denominators).recip().store(&mut out);
+            for l in 0..LANES {
+                let want = 1.0 / f64::from(denominators[l]);
+                *worst_recip = worst_recip.max((f64::from(out[l]) / want - 1.0).abs());
+            }
+            t += 0.061;
+        }
+    }
+
+    #[test]
+    fn pow2_and_recip_are_accurate() {
+        let (mut pow2, mut recip) = (0.0, 0.0);
+        check::<Portable<false>>(&mut pow2, &mut recip);
+        println!("portable pow2 {pow2:e} recip {recip:e}");
+        assert!(pow2 < 3e-7 && recip < 1e-7, "portable: {pow2:e} {recip:e}");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+        {
+            #[target_feature(enable = "avx512f,avx512dq")]
+            fn check_avx512(pow2: &mut f64, recip: &mut f64) {
+                check::<avx512::V>(pow2, recip);
+            }
+            let (mut pow2, mut recip) = (0.0, 0.0);
+            // SAFETY: the CPU has AVX-512F and DQ (checked just above).
+            unsafe { check_avx512(&mut pow2, &mut recip) };
+            println!("avx512 pow2 {pow2:e} recip {recip:e}");
+            assert!(pow2 < 3e-7 && recip < 2e-7, "avx512: {pow2:e} {recip:e}");
+        }
+    }
+}
