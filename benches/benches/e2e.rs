@@ -252,8 +252,15 @@ fn goodput(c: &mut Criterion) {
     if let Some(s) = status.sessions.first() {
         for p in &s.paths {
             eprintln!(
-                "braid client path {} ({}): {} packets sent, {} received, {} lost, srtt {:.3} ms, cwnd {} B",
-                p.id, p.name, p.packets_sent, p.packets_received, p.packets_lost, p.srtt_ms, p.cwnd
+                "braid client path {} ({}): {} packets sent, {} received, {} lost, srtt {:.3} ms, cwnd {} B, max datagram {} B",
+                p.id,
+                p.name,
+                p.packets_sent,
+                p.packets_received,
+                p.packets_lost,
+                p.srtt_ms,
+                p.cwnd,
+                p.max_datagram_size
             );
         }
     }

@@ -197,9 +197,28 @@ async fn status_is_served_on_the_control_socket() {
     assert_eq!(status.role, "client");
     assert_eq!(status.sessions[0].paths.len(), 2);
     assert_eq!(status.sessions[0].scheduler, "minrtt");
-    // MTU discovery is off (see transport::quic): datagrams fit QUIC's 1200-byte UDP floor.
+    // Paths join at QUIC's 1200-byte UDP floor; quinn's MTU discovery then finds loopback's
+    // larger MTU (up to its 1452-byte bound) and the driver feeds each path's new limit to the
+    // session.
     for p in &status.sessions[0].paths {
-        assert!((1100..1200).contains(&p.max_datagram_size), "{p:?}");
+        assert!((1100..1452).contains(&p.max_datagram_size), "{p:?}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = client.status().await;
+        let sizes: Vec<u16> = status.sessions[0]
+            .paths
+            .iter()
+            .map(|p| p.max_datagram_size)
+            .collect();
+        if sizes.iter().all(|&s| (1300..1452).contains(&s)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "datagram sizes did not follow MTU discovery: {sizes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(status.to_table().contains("link1"));
     let mode = std::fs::metadata(&client.control_path)

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::join::{EXPORTER_LABEL, JOIN_OK, Join, SessionId, compute_mac};
-use super::quic::{BindError, bind_link_socket};
+use super::quic::{BindError, bind_link_socket, datagram_size};
 use crate::config::{ClientConfig, LinkConfig};
 use crate::session::{PathConfig, Role};
 
@@ -144,15 +144,6 @@ async fn run_link(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
-}
-
-/// The path's `max_datagram_size` from its connection (at least the session's minimum).
-pub(crate) fn datagram_size(conn: &quinn::Connection) -> u16 {
-    let size = conn.max_datagram_size().unwrap_or(1200);
-    size.clamp(
-        usize::from(crate::session::config::MIN_DATAGRAM_SIZE),
-        65_000,
-    ) as u16
 }
 
 async fn resolve(link: &LinkConfig) -> Result<SocketAddr, LinkError> {

@@ -13,13 +13,13 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tracing::{debug, info};
 
-use super::client::datagram_size;
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::join::{
     EXPORTER_LABEL, JOIN_OK, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE, SessionId,
     verify_mac,
 };
+use super::quic::datagram_size;
 use crate::config::ServerConfig;
 use crate::session::{PathConfig, Role};
 

@@ -21,6 +21,7 @@ mod report;
 use readers::{PathReader, poll_readers, read_next};
 
 use super::flow::{CHUNK, FlowHandle, FlowMsg, READ_CHUNKS_IN_FLIGHT, SessionHandle, WRITE_CREDIT};
+use super::quic::datagram_size;
 use super::status::{SessionCounters, SessionStatus};
 use crate::session::{
     Event, FlowError, FlowKind, PathConfig, Role, Session, SessionConfig, Target,
@@ -108,6 +109,8 @@ impl std::fmt::Debug for DriverSetup {
 struct LivePath {
     conn: quinn::Connection,
     generation: u64,
+    /// The `max_datagram_size` the session has for this path (followed from the connection).
+    max_datagram_size: u16,
     name: String,
     recv_bytes: u64,
     last_sent: u64,
@@ -191,6 +194,7 @@ impl Driver {
         info!(session = %self.label, user = %self.user, "session started");
         while !self.closed {
             self.process_events();
+            self.follow_datagram_sizes();
             self.flush();
             if self.closed {
                 break;
@@ -303,6 +307,7 @@ impl Driver {
         self.paths[id.index()] = Some(LivePath {
             conn,
             generation,
+            max_datagram_size: config.max_datagram_size,
             name,
             recv_bytes: 0,
             last_sent: 0,
@@ -532,6 +537,31 @@ impl Driver {
         }
     }
 
+    /// Feeds every path's current datagram size limit (quinn's path MTU discovery raises it,
+    /// black-hole detection lowers it) to the session. One lock of each path's connection per
+    /// wake-up.
+    fn follow_datagram_sizes(&mut self) {
+        for (index, slot) in self.paths.iter_mut().enumerate() {
+            let Some(p) = slot.as_mut() else { continue };
+            let size = datagram_size(&p.conn);
+            if size == p.max_datagram_size {
+                continue;
+            }
+            let id = PathId(index as u8);
+            match self.session.set_max_datagram_size(id, size) {
+                Ok(()) => {
+                    debug!(session = %self.label, path = id.0, from = p.max_datagram_size, to = size, "datagram size changed");
+                    p.max_datagram_size = size;
+                }
+                Err(e) => {
+                    warn!(session = %self.label, path = id.0, size, error = %e, "datagram size not taken");
+                    // Not asked again until the connection reports another size.
+                    p.max_datagram_size = size;
+                }
+            }
+        }
+    }
+
     fn flush(&mut self) {
         // The clock is read per packet: building and handing over packets takes time, and the
         // session's pacer releases what that time earned within the same flush.
@@ -545,8 +575,11 @@ impl Driver {
             {
                 Ok(()) => {}
                 Err(quinn::SendDatagramError::TooLarge) => {
+                    // The path's limit shrank (black-hole detection) since the last check: the
+                    // packet is lost (the session repairs it) and the next ones are built smaller.
                     self.counters.datagrams_too_large += 1;
                     debug!(session = %self.label, path = t.path.0, len = t.len, "datagram too large");
+                    self.follow_datagram_sizes();
                 }
                 Err(e) => {
                     self.counters.send_errors += 1;
