@@ -188,7 +188,7 @@ impl BatchProblem<'_> {
             row[..n].fill(0.0);
         }
         let mut left = [1.0f64; MAX_BATCH];
-        let slowest_first = sorted_indices(self.delays, true);
+        let slowest_first = sorted_indices::<MAX_PATHS>(self.delays, true);
         let loosest_first = sorted_packets(self.deadlines);
         for &path in &slowest_first[..n] {
             let mut room = self.capacities[path];

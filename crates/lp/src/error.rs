@@ -142,8 +142,17 @@ pub(crate) fn check_nonnegative(
             max,
         });
     }
+    // One branch for the whole vector on the hot path (NaN fails both comparisons); the
+    // search for the bad entry runs only when there is one.
+    let in_range = |value: f64| (0.0..=f64::MAX).contains(&value);
+    if values
+        .iter()
+        .fold(true, |all, &value| all & in_range(value))
+    {
+        return Ok(());
+    }
     for (index, &value) in values.iter().enumerate() {
-        if !value.is_finite() || value < 0.0 {
+        if !in_range(value) {
             return Err(LpError::InvalidEntry {
                 lp,
                 input,

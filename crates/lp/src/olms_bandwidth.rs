@@ -14,27 +14,36 @@
 //! # Fast exact solver
 //!
 //! For a level `z`, let `g(z)` be the least `vᵀb` over `{Σ v = L, 0 <= v_i <= min(1, z / r_i)}`
-//! (paths with `r_i = 0` have cap 1). The optimum is the least `z` with `g(z) <= C_b`.
+//! (paths with `r_i = 0` have cap 1). The optimum is the least `z` at which the caps can hold
+//! `L` at all, `S(z) = Σ min(1, z / r_i) >= L`, and `g(z) <= C_b`.
 //!
-//! - `g(z)` is computed exactly by the greedy fractional knapsack of [`crate::MaxRttProblem`]
-//!   with the order reversed (cheapest bandwidth first); it is finite from `z_L`, the least `z`
-//!   with `Σ min(1, z / r_i) = L`, found in closed form by scanning the sorted RTTs.
-//! - `g` is the value function of an LP whose right-hand side moves linearly with `z` (the rows
-//!   `r_i v_i - z <= 0`), hence convex and piecewise linear; it is non-increasing because the
-//!   feasible set grows with `z`. It has at most `2K` breakpoints: where a cap reaches 1
-//!   (`z = r_i`) and where the marginal path of the greedy changes.
+//! - `g(z)` is the greedy fractional knapsack of [`crate::MaxRttProblem`] with the order
+//!   reversed (cheapest bandwidth first): the paths before the marginal path `m` take their
+//!   caps, `m` takes what is left of `L`.
 //! - The problem is infeasible exactly when `g(∞)`, the sum of the `L` smallest `b_i`, exceeds
-//!   `C_b`.
-//! - Starting at `z_L`, Newton's method on `g(z) = C_b` with the right derivative
-//!   `g'(z+) = Σ_{j before the marginal path m, r_j > z} (b_j - b_m) / r_j` never overshoots
-//!   (a convex function lies above its supporting lines) and each step either lands on the root
-//!   (the current piece is linear) or enters a later piece. So it ends after at most `2K + 1`
-//!   steps, each `O(K)`, at the exact optimum. No allocation.
+//!   `C_b`. Otherwise the optimum is at most the largest RTT, where every cap is 1.
+//! - With the paths cheapest first, let `h_m(z) = b_m L - Σ_{j<m} (b_m - b_j) min(1, z / r_j)`,
+//!   the cost if `m` were the marginal path. `h_m - h_{m-1} = (b_m - b_{m-1})(L - Σ_{j<m} u_j)`
+//!   is `>= 0` up to the greedy's marginal path and `<= 0` after it, so wherever the caps hold
+//!   `L`, `g = max_m h_m`. The constraint `g(z) <= C_b` is thus `h_m(z) <= C_b` for every `m`.
+//! - Each `h_m` is convex and non-increasing, `S` is concave and non-decreasing, and all are
+//!   piecewise linear with kinks only at RTTs. Between two RTTs each is a line; the root of a
+//!   line lies at or below the least `z` meeting its constraint (a convex function lies above
+//!   the extension of each of its pieces, a concave one below).
+//!
+//! The solver walks the pieces from `z = 0`: on the piece after `z` it takes the largest root
+//! of the `K + 1` lines (one `O(K)` pass with prefix sums), a lower bound on the optimum. If no
+//! RTT lies between `z` and that root, the lines are the functions themselves there and the
+//! root is the optimum; otherwise the walk goes on from the root, past at least one RTT. So
+//! it ends after at most `K + 1` passes, usually 1 to 3. A last greedy pass builds the schedule
+//! and checks the cost against `C_b`; should rounding ever leave it short, Newton's method on
+//! `g` from that level finishes the search (each step lands on the root of the current piece
+//! of `g` or enters a later piece; it never overshoots). No allocation.
 //!
 //! Two paths with `L = 1` are solved in closed form (`solve_pair`).
 //!
-//! The property test `tests/lp_vs_good_lp.rs` checks both against good_lp on 10,000 instances
-//! (and on 10,000 two-path, one-pick instances).
+//! The property tests in `tests/lp_vs_good_lp.rs` check the solver against good_lp on 10,000
+//! instances of every path count from 2 to 8 and 10,000 more of 2 to 16 paths.
 
 use good_lp::constraint::{eq, leq};
 use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, microlp, variable};
@@ -74,12 +83,29 @@ pub struct BandwidthProblem<'a> {
     pub choose: usize,
 }
 
-/// Per-instance data the level search reuses: the cheapest-first order and `1 / r_i`
-/// (0 for a zero RTT, whose cap is always 1).
-struct Levels<'p> {
-    problem: &'p BandwidthProblem<'p>,
-    cheapest_first: [usize; MAX_PATHS],
-    inverse_rtt: [f64; MAX_PATHS],
+/// The instance in cheapest-first order (ties by index), gathered into arrays of `N >= K` so
+/// that every pass of the level search reads them front to back. `N` is 4, 8 or
+/// [`MAX_PATHS`]: the smallest that holds `K`, so small instances touch little memory.
+struct Levels<const N: usize> {
+    len: usize,
+    /// `L` as a float.
+    choose: f64,
+    /// The original index of each position.
+    path: [usize; N],
+    bandwidth: [f64; N],
+    /// `r_i`, with RTTs at or below [`ZERO_RTT`] stored as 0 (saturated at every level).
+    rtt: [f64; N],
+    /// `1 / r_i`, 0 for a zero RTT.
+    inverse_rtt: [f64; N],
+}
+
+/// What one pass of the greedy finds at a level `z`.
+enum Pass {
+    /// The caps hold less than `L`: `saturated` of them are 1 and the others sum to
+    /// `z · inverse_sum`.
+    Short { saturated: f64, inverse_sum: f64 },
+    /// `g(z)` and its right derivative `g'(z+)`.
+    Cost { cost: f64, slope: f64 },
 }
 
 impl BandwidthProblem<'_> {
@@ -92,20 +118,44 @@ impl BandwidthProblem<'_> {
         check_choose(LP, self.choose, self.bandwidth.len())
     }
 
-    /// Solves eq. (8) exactly by Newton's method on the convex level function (module docs).
+    /// Solves eq. (8) exactly by a walk over the pieces between RTTs (module docs).
     /// Allocation-free; `O(K²)` with `K <= MAX_PATHS`.
     ///
     /// Returns [`LpError::Infeasible`] when even the `L` cheapest paths exceed `C_b`.
     pub fn solve(&self) -> Result<Schedule, LpError> {
         self.validate()?;
-        if self.bandwidth.len() == 2 && self.choose == 1 {
-            return self.solve_pair();
+        match self.bandwidth.len() {
+            2 if self.choose == 1 => self.solve_pair(),
+            0..=4 => self.solve_in::<4>(),
+            5..=8 => self.solve_in::<8>(),
+            _ => self.solve_in::<MAX_PATHS>(),
         }
-        let levels = Levels::new(self);
-        let floor: f64 = levels.cheapest_first[..self.choose]
-            .iter()
-            .map(|&p| self.bandwidth[p])
-            .sum();
+    }
+
+    /// The level search on arrays of `N >= K` entries.
+    fn solve_in<const N: usize>(&self) -> Result<Schedule, LpError> {
+        let levels = Levels::<N>::new(self);
+        let floor: f64 = levels.bandwidth[..self.choose].iter().sum();
+        let target = self.target(floor)?;
+        // Rounding in `vᵀb` with `v <= 1` is of the order of ε Σ b_i; never ask for less.
+        let scale: f64 = levels.bandwidth[..levels.len].iter().sum();
+        let accept = target + NEWTON_SLACK * target.max(1.0) + 8.0 * f64::EPSILON * scale;
+        let level = levels.level(target, accept);
+        // The breakpoint search is exact but for rounding; the greedy pass that builds the
+        // schedule checks it, and Newton's method finishes the rare case it falls short in.
+        match levels.schedule(level, accept, self.rtt) {
+            Err(LpError::Solver { .. }) => {
+                let level = levels.search(level, target, accept)?;
+                levels.schedule(level, f64::INFINITY, self.rtt)
+            }
+            done => done,
+        }
+    }
+
+    /// The budget the search aims at, or [`LpError::Infeasible`] when the `L` cheapest paths
+    /// (`floor`) exceed it. Within [`TOLERANCE`] of the floor counts as meeting it, so the
+    /// search aims at the floor then.
+    fn target(&self, floor: f64) -> Result<f64, LpError> {
         let limit = self.bandwidth_limit;
         if floor > limit + TOLERANCE * limit.max(1.0) {
             return Err(LpError::Infeasible {
@@ -113,38 +163,7 @@ impl BandwidthProblem<'_> {
                 reason: "the choose cheapest paths already exceed bandwidth_limit",
             });
         }
-        // Within TOLERANCE of the floor counts as meeting it, so aim at the floor then.
-        let target = limit.max(floor);
-        // Rounding in `vᵀb` with `v <= 1` is of the order of ε Σ b_i; never ask for less.
-        let scale: f64 = self.bandwidth.iter().sum();
-        let accept = target + NEWTON_SLACK * target.max(1.0) + 8.0 * f64::EPSILON * scale;
-        let mut level = levels.min_level();
-        for _ in 0..MAX_STEPS {
-            let Some((cost, slope)) = levels.cost_and_slope(level) else {
-                // Rounding left `z_L` a hair low: step up by a relative 1e-12.
-                level = level * (1.0 + NEWTON_SLACK) + f64::MIN_POSITIVE;
-                continue;
-            };
-            if cost <= accept {
-                return Ok(levels.schedule(level));
-            }
-            level = if slope < 0.0 {
-                let next = level + (target - cost) / slope;
-                if next <= level {
-                    // Rounding stalled the search within an ulp of the optimum.
-                    return Ok(levels.schedule(level));
-                }
-                next
-            } else {
-                // A zero slope with cost above target contradicts convexity unless rounding
-                // blurred it; every cap is 1 from the largest RTT on, where cost = floor.
-                self.rtt.iter().fold(level, |m, &r| m.max(r))
-            };
-        }
-        Err(LpError::Solver {
-            lp: LP,
-            reason: "Newton's method on the level did not settle",
-        })
+        Ok(limit.max(floor))
     }
 
     /// Two paths, one pick (a phone's Wi-Fi and cellular link), in closed form. With `v` on
@@ -154,16 +173,7 @@ impl BandwidthProblem<'_> {
     fn solve_pair(&self) -> Result<Schedule, LpError> {
         let (b0, b1) = (self.bandwidth[0], self.bandwidth[1]);
         let (r0, r1) = (self.rtt[0], self.rtt[1]);
-        let floor = b0.min(b1);
-        let limit = self.bandwidth_limit;
-        if floor > limit + TOLERANCE * limit.max(1.0) {
-            return Err(LpError::Infeasible {
-                lp: LP,
-                reason: "the choose cheapest paths already exceed bandwidth_limit",
-            });
-        }
-        // Within TOLERANCE of the floor counts as meeting it, as in the general solver.
-        let target = limit.max(floor);
+        let target = self.target(b0.min(b1))?;
         let mut v = if r0 + r1 > 0.0 {
             r1 / (r0 + r1)
         } else if b0 <= b1 {
@@ -215,118 +225,206 @@ impl BandwidthProblem<'_> {
     }
 }
 
-impl<'p> Levels<'p> {
-    fn new(problem: &'p BandwidthProblem<'p>) -> Self {
-        let mut inverse_rtt = [0.0; MAX_PATHS];
-        for (inverse, &rtt) in inverse_rtt.iter_mut().zip(problem.rtt) {
-            *inverse = if rtt <= ZERO_RTT { 0.0 } else { 1.0 / rtt };
+impl<const N: usize> Levels<N> {
+    fn new(problem: &BandwidthProblem<'_>) -> Self {
+        let len = problem.bandwidth.len();
+        let order = sorted_indices::<N>(problem.bandwidth, false);
+        let mut levels = Self {
+            len,
+            choose: problem.choose as f64,
+            path: order,
+            bandwidth: [0.0; N],
+            rtt: [0.0; N],
+            inverse_rtt: [0.0; N],
+        };
+        for (position, &path) in order[..len].iter().enumerate() {
+            levels.bandwidth[position] = problem.bandwidth[path];
+            let rtt = problem.rtt[path];
+            levels.rtt[position] = if rtt > ZERO_RTT { rtt } else { 0.0 };
         }
-        let cheapest_first = sorted_indices(problem.bandwidth, false);
-        Self {
-            problem,
-            cheapest_first,
-            inverse_rtt,
+        // All N lanes at once, without a branch (1 / 0 is not used).
+        for (inverse, &rtt) in levels.inverse_rtt.iter_mut().zip(&levels.rtt) {
+            let reciprocal = 1.0 / rtt;
+            *inverse = if rtt > 0.0 { reciprocal } else { 0.0 };
         }
+        levels
     }
 
-    /// `min(1, z / r_i)`, the cap on `v_i` at level `z`.
-    fn cap(&self, path: usize, level: f64) -> f64 {
-        if self.problem.rtt[path] <= level || self.inverse_rtt[path] == 0.0 {
+    /// The least level `z` with `g(z) <= accept`, from a `start` at or below it: the fallback
+    /// after [`Self::level`]. Newton's method first on the concave `S(z) = Σ min(1, z / r_i)`
+    /// up to `z_L` (where `S = L`) if `start` is below it, then on the convex `g` down to
+    /// `target`. Both approach their root from below and never pass it, each step crossing at
+    /// least one breakpoint or landing on the root.
+    fn search(&self, start: f64, target: f64, accept: f64) -> Result<f64, LpError> {
+        let mut level = start;
+        for _ in 0..MAX_STEPS {
+            match self.pass(level) {
+                Pass::Short {
+                    saturated,
+                    inverse_sum,
+                } => {
+                    let next = (self.choose - saturated) / inverse_sum;
+                    // Rounding may leave the root a hair below `z_L`: then step up by 1e-12.
+                    level = if next > level {
+                        next
+                    } else {
+                        level * (1.0 + NEWTON_SLACK) + f64::MIN_POSITIVE
+                    };
+                }
+                Pass::Cost { cost, .. } if cost <= accept => return Ok(level),
+                Pass::Cost { cost, slope } if slope < 0.0 => {
+                    let next = level + (target - cost) / slope;
+                    if next <= level {
+                        // Rounding stalled the search within an ulp of the optimum.
+                        return Ok(level);
+                    }
+                    level = next;
+                }
+                Pass::Cost { .. } => {
+                    // A zero slope with cost above target contradicts convexity unless rounding
+                    // blurred it; every cap is 1 from the largest RTT on, where cost = floor.
+                    level = self.rtt[..self.len].iter().fold(level, |m, &r| m.max(r));
+                }
+            }
+        }
+        Err(LpError::Solver {
+            lp: LP,
+            reason: "Newton's method on the level did not settle",
+        })
+    }
+
+    /// The optimum level by a walk over the pieces between RTT breakpoints (module docs),
+    /// or, in a rounding pathology, a level below it for Newton's method to finish.
+    fn level(&self, target: f64, accept: f64) -> f64 {
+        let len = self.len;
+        // At the largest RTT every cap is 1 and the cost is the floor: the optimum is no
+        // higher. This bounds a root that rounding sends far off.
+        let highest = self.rtt[..len].iter().fold(0.0, |m, &r| larger(m, r));
+        // Bounds the rounding of the sums below, relative to their magnitude.
+        let rounding = 2.0 * (len as f64 + 2.0) * f64::EPSILON;
+        let mut level = 0.0f64;
+        for _ in 0..=N {
+            // The lines of the piece after `level`, cheapest first: `saturated` caps are 1
+            // (their bandwidth sums to `fixed`), the others z / r_j (Σ 1 / r_j = `inverse`,
+            // Σ b_j / r_j = `weighted`).
+            let (mut saturated, mut fixed, mut inverse, mut weighted) = (0.0, 0.0, 0.0, 0.0);
+            let mut next = level;
+            for position in 0..len {
+                let bandwidth = self.bandwidth[position];
+                // h_m = α - z β with α = b_m (L - saturated) + fixed and
+                // β = Σ_{j<m, not saturated} (b_m - b_j) / r_j >= 0, here a difference of
+                // sums; widening it by its rounding makes the root err low, never high.
+                let alpha = bandwidth * (self.choose - saturated) + fixed;
+                let beta = bandwidth * inverse - weighted;
+                if beta > 0.0 && alpha - level * beta > accept {
+                    let widened = beta + rounding * (bandwidth * inverse + weighted);
+                    next = larger(next, (alpha - target) / widened);
+                }
+                if self.rtt[position] <= level {
+                    saturated += 1.0;
+                    fixed += bandwidth;
+                } else {
+                    inverse += self.inverse_rtt[position];
+                    weighted += bandwidth * self.inverse_rtt[position];
+                }
+            }
+            // The caps' sum, saturated + z Σ 1 / r_j, reaches L at z_L.
+            if saturated < self.choose && inverse > 0.0 {
+                next = larger(next, (self.choose - saturated) / inverse);
+            }
+            let next = next.min(highest);
+            // Exact when no cap reached 1 on the way: the lines were the functions themselves.
+            if !self.rtt[..len]
+                .iter()
+                .any(|&rtt| rtt > level && rtt <= next)
+            {
+                return next;
+            }
+            level = next;
+        }
+        level
+    }
+
+    /// `min(1, z / r_i)` at position `position`, the cap on its `v`.
+    fn cap(&self, position: usize, level: f64) -> f64 {
+        if self.rtt[position] <= level {
             1.0
         } else {
-            level * self.inverse_rtt[path]
+            level * self.inverse_rtt[position]
         }
     }
 
-    /// `z_L`: the least level at which the caps can hold `L` in total. On `[r_(m), r_(m+1)]`
-    /// (RTTs ascending) the caps sum to `m + z Σ_{j > m} 1 / r_(j)`.
-    fn min_level(&self) -> f64 {
-        let rtt = self.problem.rtt;
-        let k = rtt.len();
-        let order = sorted_indices(rtt, false);
-        let choose = self.problem.choose;
-        // Zero RTTs sort first and are saturated at every level: with L of them, z_L = 0.
-        let zeros = order[..k]
-            .iter()
-            .take_while(|&&path| self.inverse_rtt[path] == 0.0)
-            .count();
-        if zeros >= choose {
-            return 0.0;
-        }
-        // The first position `pos` (RTTs ascending) whose level
-        // `(L − pos) / Σ_{q >= pos} 1 / r_(q)` reaches no further than `r_(pos)`. The scan runs
-        // from the largest RTT down, so the suffix sum stays in a register and is summed from
-        // the largest RTT down: a tiny RTT (huge inverse) never cancels against the rest.
-        let mut suffix = 0.0;
-        let mut found = None;
-        for pos in (zeros..k).rev() {
-            let path = order[pos];
-            suffix += self.inverse_rtt[path];
-            let level = (choose as f64 - pos as f64) / suffix;
-            // `level` may land an ulp above `r_(pos)` when `1 / r_(pos)` swamps the suffix sum;
-            // the caps at `r_(pos)` itself still hold L then.
-            if level <= rtt[path] * (1.0 + NEWTON_SLACK) {
-                found = Some(level.min(rtt[path]));
-            }
-        }
-        // Always found for L <= K: at the last position level = (L - K + 1) r_max <= r_max.
-        found.unwrap_or_else(|| rtt.iter().fold(0.0, |m, &r| m.max(r)))
-    }
-
-    /// `g(z)` and its right derivative `g'(z+)` (cheapest first), or `None` when the caps at
-    /// `level` cannot hold `L` (only possible through rounding just below `z_L`).
-    fn cost_and_slope(&self, level: f64) -> Option<(f64, f64)> {
-        let bandwidth = self.problem.bandwidth;
-        let order = &self.cheapest_first[..bandwidth.len()];
-        let mut left = self.problem.choose as f64;
+    /// One greedy pass at `level`, cheapest first.
+    fn pass(&self, level: f64) -> Pass {
+        let mut left = self.choose;
         let mut cost = 0.0;
-        for (pos, &path) in order.iter().enumerate() {
-            let cap = self.cap(path, level);
+        let mut saturated = 0.0;
+        let mut inverse_sum = 0.0;
+        for position in 0..self.len {
+            let cap = self.cap(position, level);
+            let bandwidth = self.bandwidth[position];
             // The marginal path is the first whose cap covers what is left; the slack absorbs
-            // rounding in `min_level`, where the caps sum to exactly L.
+            // rounding at `z_L`, where the caps sum to exactly L.
             if cap >= left - MARGINAL_SLACK {
-                cost += left.min(cap) * bandwidth[path];
-                let marginal = bandwidth[path];
+                cost += left.min(cap) * bandwidth;
                 // Σ (b_j - b_m) / r_j over the unsaturated paths before the marginal one,
                 // summed term by term to avoid cancellation between large inverses.
-                let slope = order[..pos]
-                    .iter()
-                    .filter(|&&j| self.cap(j, level) < 1.0)
-                    .map(|&j| (bandwidth[j] - marginal) * self.inverse_rtt[j])
+                let slope = (0..position)
+                    .filter(|&j| self.rtt[j] > level)
+                    .map(|j| (self.bandwidth[j] - bandwidth) * self.inverse_rtt[j])
                     .sum();
-                return Some((cost, slope));
+                return Pass::Cost { cost, slope };
             }
-            cost += cap * bandwidth[path];
+            cost += cap * bandwidth;
             left -= cap;
+            if self.rtt[position] <= level {
+                saturated += 1.0;
+            } else {
+                inverse_sum += self.inverse_rtt[position];
+            }
         }
-        None
+        Pass::Short {
+            saturated,
+            inverse_sum,
+        }
     }
 
-    /// The greedy point at `level` as a schedule, objective `max_i v_i r_i`.
-    fn schedule(&self, level: f64) -> Schedule {
-        let problem = self.problem;
+    /// The greedy point at `level` as a schedule, objective `max_i v_i r_i` (with the RTTs as
+    /// given), or [`LpError::Solver`] if the caps hold less than `L` or the point costs more
+    /// than `accept`.
+    #[inline(always)]
+    fn schedule(&self, level: f64, accept: f64, rtt: &[f64]) -> Result<Schedule, LpError> {
         let mut weights = [0.0; MAX_PATHS];
-        let mut left = problem.choose as f64;
-        for &path in &self.cheapest_first[..problem.bandwidth.len()] {
-            let cap = self.cap(path, level);
+        let mut left = self.choose;
+        let mut cost = 0.0;
+        let mut objective = 0.0;
+        for position in 0..self.len {
+            let cap = self.cap(position, level);
             let take = if cap >= left - MARGINAL_SLACK {
                 left.min(cap)
             } else {
                 cap
             };
+            let path = self.path[position];
             weights[path] = take;
+            objective = larger(objective, take * rtt[path]);
+            cost += take * self.bandwidth[position];
             left -= take;
-            if left <= MARGINAL_SLACK {
-                break;
+            if left <= MARGINAL_SLACK && cost <= accept {
+                return Ok(Schedule::new(weights, self.len, objective));
             }
         }
-        let objective = weights
-            .iter()
-            .zip(problem.rtt)
-            .map(|(v, r)| v * r)
-            .fold(0.0, f64::max);
-        Schedule::new(weights, problem.bandwidth.len(), objective)
+        Err(LpError::Solver {
+            lp: LP,
+            reason: "the level search ended short of choose or over the budget",
+        })
     }
+}
+
+/// `max(a, b)` for numbers that are never NaN (the input is validated), one instruction where
+/// `f64::max` spends several on NaN.
+fn larger(a: f64, b: f64) -> f64 {
+    if a > b { a } else { b }
 }
 
 #[cfg(test)]

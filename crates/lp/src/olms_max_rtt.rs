@@ -80,7 +80,7 @@ impl MaxRttProblem<'_> {
     pub fn solve(&self) -> Result<Schedule, LpError> {
         self.validate()?;
         let k = self.bandwidth.len();
-        let order = sorted_indices(self.bandwidth, true);
+        let order = sorted_indices::<MAX_PATHS>(self.bandwidth, true);
         let mut weights = [0.0; MAX_PATHS];
         let mut left = self.choose as f64;
         let mut objective = 0.0;

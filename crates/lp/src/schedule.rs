@@ -44,7 +44,7 @@ impl Schedule {
 }
 
 /// Up to this many keys, [`sorted_indices`] ranks by comparisons only.
-const RANK_SORT_MAX: usize = 4;
+const RANK_SORT_MAX: usize = 8;
 
 /// Indices `0..keys.len()` ordered by key, ascending or descending; ties keep index order.
 /// Keys must not be NaN (the solvers validate first). Allocation-free.
@@ -54,17 +54,28 @@ const RANK_SORT_MAX: usize = 4;
 /// insertion sort mispredicts its branches on keys that arrive in a random order, as Thompson
 /// samples do. Beyond that the `O(K²)` comparisons cost more than the mispredictions, and an
 /// insertion sort is used.
-pub(crate) fn sorted_indices(keys: &[f64], descending: bool) -> [usize; MAX_PATHS] {
-    let mut order = [0usize; MAX_PATHS];
-    let keys = &keys[..keys.len().min(MAX_PATHS)];
+///
+/// `N` is the capacity of the returned array; keys past it are ignored.
+#[inline(always)]
+pub(crate) fn sorted_indices<const N: usize>(keys: &[f64], descending: bool) -> [usize; N] {
+    let keys = &keys[..keys.len().min(N)];
+    let mut order = [0usize; N];
     if keys.len() <= RANK_SORT_MAX {
         for (i, &key) in keys.iter().enumerate() {
-            let mut rank = 0usize;
-            for (j, &other) in keys.iter().enumerate() {
-                let ahead = if descending { other > key } else { other < key };
-                rank += usize::from(ahead | ((other == key) & (j < i)));
-            }
-            order[rank] = i;
+            // Earlier indices come first on a tie, later ones only when strictly ahead.
+            let (earlier, later) = if descending {
+                (
+                    keys[..i].iter().filter(|&&other| other >= key).count(),
+                    keys[i..].iter().filter(|&&other| other > key).count(),
+                )
+            } else {
+                (
+                    keys[..i].iter().filter(|&&other| other <= key).count(),
+                    keys[i..].iter().filter(|&&other| other < key).count(),
+                )
+            };
+            // The rank is below keys.len() <= N.
+            order[earlier + later] = i;
         }
         return order;
     }
@@ -102,8 +113,11 @@ mod tests {
     #[test]
     fn sorted_indices_is_stable_both_ways() {
         let keys = [0.3, 0.1, 0.3, 0.2];
-        assert_eq!(&sorted_indices(&keys, false)[..4], &[1, 3, 0, 2]);
-        assert_eq!(&sorted_indices(&keys, true)[..4], &[0, 2, 3, 1]);
+        assert_eq!(&sorted_indices::<4>(&keys, false), &[1, 3, 0, 2]);
+        assert_eq!(
+            &sorted_indices::<MAX_PATHS>(&keys, true)[..4],
+            &[0, 2, 3, 1]
+        );
     }
 
     #[test]
@@ -129,7 +143,7 @@ mod tests {
                     keys[x].partial_cmp(&keys[y]).unwrap()
                 });
                 assert_eq!(
-                    &sorted_indices(&keys, descending)[..n],
+                    &sorted_indices::<MAX_PATHS>(&keys, descending)[..n],
                     &expected[..],
                     "{keys:?}"
                 );
