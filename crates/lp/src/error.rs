@@ -209,6 +209,22 @@ pub(crate) fn check_choose(lp: LpKind, choose: usize, paths: usize) -> Result<()
     }
 }
 
+/// Checks an OLMS problem: `bandwidth` and `rtt` of one length in `1..=MAX_PATHS` with entries
+/// finite and `>= 0`, the named limit finite and `>= 0`, and `1 <= choose <= K`.
+pub(crate) fn check_olms(
+    lp: LpKind,
+    bandwidth: &[f64],
+    rtt: &[f64],
+    (limit_name, limit): (&'static str, f64),
+    choose: usize,
+) -> Result<(), LpError> {
+    check_nonnegative(lp, "bandwidth", bandwidth, crate::MAX_PATHS)?;
+    check_nonnegative(lp, "rtt", rtt, crate::MAX_PATHS)?;
+    check_same_length(lp, "rtt", rtt.len(), "bandwidth", bandwidth.len())?;
+    check_scalar(lp, limit_name, limit)?;
+    check_choose(lp, choose, bandwidth.len())
+}
+
 /// Maps a good_lp resolution error onto [`LpError`].
 pub(crate) fn from_good_lp(lp: LpKind, error: good_lp::ResolutionError) -> LpError {
     match error {

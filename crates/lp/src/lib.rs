@@ -16,6 +16,7 @@
 //! caller's RNG for rounding). See `docs/lp.md` for the formulations and the paper's numbers.
 #![warn(missing_docs)]
 
+mod chi_model;
 mod damps;
 mod error;
 mod olms_bandwidth;

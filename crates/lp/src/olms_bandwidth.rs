@@ -45,14 +45,12 @@
 //! The property tests in `tests/lp_vs_good_lp.rs` check the solver against good_lp on 10,000
 //! instances of every path count from 2 to 8 and 10,000 more of 2 to 16 paths.
 
-use good_lp::constraint::{eq, leq};
-use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, microlp, variable};
+use good_lp::constraint::leq;
+use good_lp::{ProblemVariables, SolverModel, microlp, variable};
 
-use crate::MAX_PATHS;
-use crate::error::{
-    LpError, LpKind, TOLERANCE, check_choose, check_nonnegative, check_same_length, check_scalar,
-};
+use crate::error::{LpError, LpKind, TOLERANCE, check_olms};
 use crate::schedule::{Schedule, sorted_indices};
+use crate::{MAX_PATHS, chi_model};
 
 const LP: LpKind = LpKind::OlmsBandwidth;
 
@@ -111,11 +109,8 @@ enum Pass {
 impl BandwidthProblem<'_> {
     /// Checks every input and names the first bad one.
     pub fn validate(&self) -> Result<(), LpError> {
-        check_nonnegative(LP, "bandwidth", self.bandwidth, MAX_PATHS)?;
-        check_nonnegative(LP, "rtt", self.rtt, MAX_PATHS)?;
-        check_same_length(LP, "rtt", self.rtt.len(), "bandwidth", self.bandwidth.len())?;
-        check_scalar(LP, "bandwidth_limit", self.bandwidth_limit)?;
-        check_choose(LP, self.choose, self.bandwidth.len())
+        let limit = ("bandwidth_limit", self.bandwidth_limit);
+        check_olms(LP, self.bandwidth, self.rtt, limit, self.choose)
     }
 
     /// Solves eq. (8) exactly by a walk over the pieces between RTTs (module docs).
@@ -141,8 +136,8 @@ impl BandwidthProblem<'_> {
         let scale: f64 = levels.bandwidth[..levels.len].iter().sum();
         let accept = target + NEWTON_SLACK * target.max(1.0) + 8.0 * f64::EPSILON * scale;
         let level = levels.level(target, accept);
-        // The breakpoint search is exact but for rounding; the greedy pass that builds the
-        // schedule checks it, and Newton's method finishes the rare case it falls short in.
+        // The walk is exact but for rounding; the greedy pass that builds the schedule checks
+        // it, and Newton's method finishes the rare case it falls short in.
         match levels.schedule(level, accept, self.rtt) {
             Err(LpError::Solver { .. }) => {
                 let level = levels.search(level, target, accept)?;
@@ -197,25 +192,21 @@ impl BandwidthProblem<'_> {
         self.validate()?;
         let k = self.bandwidth.len();
         let mut vars = ProblemVariables::new();
-        let v: Vec<Variable> = (0..k)
-            .map(|_| vars.add(variable().min(0.0).max(1.0)))
-            .collect();
+        let v = chi_model::variables(&mut vars, k);
         let level = vars.add(variable().min(0.0));
-        let spent: Expression = v.iter().zip(self.bandwidth).map(|(&x, &b)| b * x).sum();
-        let total: Expression = v.iter().copied().sum();
         let mut model = vars.minimise(level).using(microlp);
-        model = model.with(eq(total, self.choose as f64));
-        model = model.with(leq(spent, self.bandwidth_limit));
+        model = model.with(chi_model::sum_is(&v, self.choose));
+        model = model.with(leq(
+            chi_model::weighted(&v, self.bandwidth),
+            self.bandwidth_limit,
+        ));
         for (&x, &r) in v.iter().zip(self.rtt) {
             model = model.with(leq(r * x, level));
         }
         let solution = model
             .solve()
             .map_err(|e| crate::error::from_good_lp(LP, e))?;
-        let mut weights = [0.0; MAX_PATHS];
-        for (w, &x) in weights.iter_mut().zip(&v) {
-            *w = solution.value(x);
-        }
+        let weights = chi_model::weights(&v, &solution);
         let objective = weights
             .iter()
             .zip(self.rtt)
@@ -496,6 +487,14 @@ mod tests {
         assert_eq!(&s.weights()[..2], &[1.0, 1.0]);
     }
 
+    /// Solves `p` and checks that the weights sum to `choose`.
+    fn solve_summing_to(p: &BandwidthProblem<'_>, choose: f64) -> Schedule {
+        let s = p.solve().unwrap();
+        let sum: f64 = s.weights().iter().sum();
+        assert!((sum - choose).abs() < 1e-12, "{:?}", s.weights());
+        s
+    }
+
     #[test]
     fn a_tiny_rtt_does_not_swamp_the_others() {
         // Found by tests/robustness.rs: 1 / r_1 is so large that the suffix sum rounds to it and
@@ -522,12 +521,7 @@ mod tests {
             bandwidth_limit: 0.0,
             choose: 3,
         };
-        let s = p.solve().unwrap();
-        assert!(
-            (s.weights().iter().sum::<f64>() - 3.0).abs() < 1e-12,
-            "{:?}",
-            s.weights()
-        );
+        let s = solve_summing_to(&p, 3.0);
         assert!(s.objective() <= 5.2e-20);
         // Found the same way: b_2 = 1.7e8 makes the rounding in vᵀb far larger than 1e-12.
         let p = BandwidthProblem {
@@ -536,12 +530,7 @@ mod tests {
             bandwidth_limit: 0.490_130_384_024_971_67,
             choose: 1,
         };
-        let s = p.solve().unwrap();
-        assert!(
-            (s.weights().iter().sum::<f64>() - 1.0).abs() < 1e-12,
-            "{:?}",
-            s.weights()
-        );
+        solve_summing_to(&p, 1.0);
         let b = [0.0; 13];
         let r = [
             0.0,
@@ -564,12 +553,52 @@ mod tests {
             bandwidth_limit: 0.0,
             choose: 3,
         };
-        let s = p.solve().unwrap();
-        assert!(
-            (s.weights().iter().sum::<f64>() - 3.0).abs() < 1e-12,
-            "{:?}",
-            s.weights()
-        );
+        solve_summing_to(&p, 3.0);
+    }
+
+    /// The fallback, which the walk leaves nothing to do on the property tests' instances:
+    /// Newton's method from level 0 must reach the walk's optimum on its own.
+    #[test]
+    fn newton_from_zero_agrees_with_the_walk() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut unit = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Half the draws on a 0.1 grid, for ties and zeros.
+            let x = (state >> 11) as f64 / (1u64 << 53) as f64;
+            if state & 1 == 0 {
+                (x * 10.0).round() / 10.0
+            } else {
+                x
+            }
+        };
+        let mut compared = 0;
+        for case in 0..4_000 {
+            let k = 3 + case % 6;
+            let b: Vec<f64> = (0..k).map(|_| unit()).collect();
+            let r: Vec<f64> = (0..k).map(|_| unit()).collect();
+            let p = BandwidthProblem {
+                bandwidth: &b,
+                rtt: &r,
+                bandwidth_limit: unit() * k as f64 / 2.0,
+                choose: 1 + case % (k - 1),
+            };
+            let Ok(walk) = p.solve() else { continue };
+            let levels = Levels::<8>::new(&p);
+            let floor: f64 = levels.bandwidth[..p.choose].iter().sum();
+            let target = p.target(floor).unwrap();
+            let scale: f64 = b.iter().sum();
+            let accept = target + NEWTON_SLACK * target.max(1.0) + 8.0 * f64::EPSILON * scale;
+            let level = levels.search(0.0, target, accept).unwrap();
+            let newton = levels.schedule(level, accept, &r).unwrap();
+            assert!(
+                (newton.objective() - walk.objective()).abs() < 1e-9,
+                "{p:?}: Newton {newton:?}, walk {walk:?}"
+            );
+            compared += 1;
+        }
+        assert!(compared > 2_000, "{compared}");
     }
 
     #[test]

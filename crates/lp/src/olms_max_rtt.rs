@@ -28,14 +28,12 @@
 //! while a worse one is used, which is exactly the greedy vector (ties in `b` give the same
 //! objective). The property test `tests/lp_vs_good_lp.rs` checks this on 10,000 random instances.
 
-use good_lp::constraint::{eq, leq};
-use good_lp::{Expression, ProblemVariables, Solution, SolverModel, Variable, microlp, variable};
+use good_lp::constraint::leq;
+use good_lp::{ProblemVariables, SolverModel, microlp};
 
-use crate::MAX_PATHS;
-use crate::error::{
-    LpError, LpKind, TOLERANCE, check_choose, check_nonnegative, check_same_length, check_scalar,
-};
+use crate::error::{LpError, LpKind, TOLERANCE, check_olms};
 use crate::schedule::{Schedule, sorted_indices};
+use crate::{MAX_PATHS, chi_model};
 
 const LP: LpKind = LpKind::OlmsMaxRtt;
 
@@ -55,11 +53,13 @@ pub struct MaxRttProblem<'a> {
 impl MaxRttProblem<'_> {
     /// Checks every input and names the first bad one.
     pub fn validate(&self) -> Result<(), LpError> {
-        check_nonnegative(LP, "bandwidth", self.bandwidth, MAX_PATHS)?;
-        check_nonnegative(LP, "rtt", self.rtt, MAX_PATHS)?;
-        check_same_length(LP, "rtt", self.rtt.len(), "bandwidth", self.bandwidth.len())?;
-        check_scalar(LP, "rtt_limit", self.rtt_limit)?;
-        check_choose(LP, self.choose, self.bandwidth.len())
+        check_olms(
+            LP,
+            self.bandwidth,
+            self.rtt,
+            ("rtt_limit", self.rtt_limit),
+            self.choose,
+        )
     }
 
     /// `u_i = min(1, C_r / r_i)`: the upper bound on `v_i` implied by `r_i v_i <= C_r`.
@@ -108,23 +108,17 @@ impl MaxRttProblem<'_> {
         self.validate()?;
         let k = self.bandwidth.len();
         let mut vars = ProblemVariables::new();
-        let v: Vec<Variable> = (0..k)
-            .map(|_| vars.add(variable().min(0.0).max(1.0)))
-            .collect();
-        let objective: Expression = v.iter().zip(self.bandwidth).map(|(&x, &b)| b * x).sum();
-        let total: Expression = v.iter().copied().sum();
+        let v = chi_model::variables(&mut vars, k);
+        let objective = chi_model::weighted(&v, self.bandwidth);
         let mut model = vars.maximise(objective).using(microlp);
-        model = model.with(eq(total, self.choose as f64));
+        model = model.with(chi_model::sum_is(&v, self.choose));
         for (&x, &r) in v.iter().zip(self.rtt) {
             model = model.with(leq(r * x, self.rtt_limit));
         }
         let solution = model
             .solve()
             .map_err(|e| crate::error::from_good_lp(LP, e))?;
-        let mut weights = [0.0; MAX_PATHS];
-        for (w, &x) in weights.iter_mut().zip(&v) {
-            *w = solution.value(x);
-        }
+        let weights = chi_model::weights(&v, &solution);
         let objective = weights.iter().zip(self.bandwidth).map(|(w, b)| w * b).sum();
         Ok(Schedule::new(weights, k, objective))
     }

@@ -2,6 +2,8 @@
 //! equal objective within 1e-6 (or both infeasible), and the fast point feasible. Half of the
 //! instances draw their numbers from a coarse grid (multiples of 0.1) so ties, degenerate
 //! vertices and constraints met with equality are common; the other half are continuous.
+//! Eq. (8) has 10,000 more for each path count from 2 to 8, a third of them on a 0.5 grid and
+//! half with the budget at the floor or just below it (see `bandwidth_instance`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use braid_lp::{BandwidthProblem, BatchProblem, LpError, MaxRttProblem, Schedule};
@@ -77,44 +79,14 @@ proptest! {
 
     #[test]
     fn olms_bandwidth_fast_equals_good_lp((b, r, limit, choose) in olms_instance()) {
-        let p = BandwidthProblem { bandwidth: &b, rtt: &r, bandwidth_limit: limit, choose };
-        match (p.solve(), p.solve_good_lp()) {
-            (Ok(fast), Ok(reference)) => {
-                prop_assert!((fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
-                    "fast {fast:?} good_lp {reference:?}");
-                assert_in_chi(&fast, choose);
-                let spent: f64 = fast.weights().iter().zip(&b).map(|(v, b)| v * b).sum();
-                prop_assert!(spent <= limit + FEASIBILITY_TOL, "spent {spent} > {limit}");
-                let level = fast.weights().iter().zip(&r).map(|(v, r)| v * r).fold(0.0, f64::max);
-                prop_assert!((level - fast.objective()).abs() <= FEASIBILITY_TOL);
-            }
-            (fast, reference) => both_infeasible(&fast, &reference),
-        }
+        check_bandwidth(&b, &r, limit, choose)?;
     }
 
     /// Two paths, one pick: the closed form of `BandwidthProblem::solve` (every other size
-    /// takes the level search above).
+    /// takes the walk over pieces).
     #[test]
-    fn olms_bandwidth_pair_equals_good_lp(
-        (b, r, limit) in any::<bool>().prop_flat_map(|grid| (
-            prop::collection::vec(unit(grid), 2),
-            prop::collection::vec(unit(grid), 2),
-            unit(grid),
-        ))
-    ) {
-        let p = BandwidthProblem { bandwidth: &b, rtt: &r, bandwidth_limit: limit, choose: 1 };
-        match (p.solve(), p.solve_good_lp()) {
-            (Ok(fast), Ok(reference)) => {
-                prop_assert!((fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
-                    "fast {fast:?} good_lp {reference:?}");
-                assert_in_chi(&fast, 1);
-                let spent: f64 = fast.weights().iter().zip(&b).map(|(v, b)| v * b).sum();
-                prop_assert!(spent <= limit + FEASIBILITY_TOL, "spent {spent} > {limit}");
-                let level = fast.weights().iter().zip(&r).map(|(v, r)| v * r).fold(0.0, f64::max);
-                prop_assert!((level - fast.objective()).abs() <= FEASIBILITY_TOL);
-            }
-            (fast, reference) => both_infeasible(&fast, &reference),
-        }
+    fn olms_bandwidth_pair_equals_good_lp((b, r, limit, _) in bandwidth_instance(2, 1..2)) {
+        check_bandwidth(&b, &r, limit, 1)?;
     }
 
     #[test]
@@ -156,4 +128,93 @@ proptest! {
             }
         }
     }
+}
+
+/// `(bandwidth, rtt, limit, choose)` for eq. (8) with `k` paths and `L` in `choose`: numbers
+/// continuous, on a 0.1 grid or on a 0.5 grid (many ties and zeros), and a budget that is
+/// random, exactly the floor (the `L` cheapest, met with equality) or just below it
+/// (infeasible).
+fn bandwidth_instance(
+    k: usize,
+    choose: std::ops::Range<usize>,
+) -> impl Strategy<Value = (Vec<f64>, Vec<f64>, f64, usize)> {
+    (0u8..3, 0u8..4, choose).prop_flat_map(move |(grid, budget, choose)| {
+        let unit = match grid {
+            0 => (0.0..=1.0f64).boxed(),
+            1 => (0u8..=10).prop_map(|t| f64::from(t) / 10.0).boxed(),
+            _ => (0u8..=2).prop_map(|t| f64::from(t) / 2.0).boxed(),
+        };
+        (
+            prop::collection::vec(unit.clone(), k),
+            prop::collection::vec(unit.clone(), k),
+            unit,
+        )
+            .prop_map(move |(b, r, random)| {
+                let mut sorted = b.clone();
+                sorted.sort_by(f64::total_cmp);
+                let floor: f64 = sorted[..choose].iter().sum();
+                let limit = match budget {
+                    0 => floor,
+                    1 => (floor - 1e-3).max(0.0),
+                    _ => random * k as f64 / 2.0,
+                };
+                (b, r, limit, choose)
+            })
+    })
+}
+
+/// Fast eq. (8) against good_lp on one instance: equal objectives or both infeasible, and the
+/// fast point in χ, within the budget and with the objective it reports.
+fn check_bandwidth(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<(), TestCaseError> {
+    let p = BandwidthProblem {
+        bandwidth: b,
+        rtt: r,
+        bandwidth_limit: limit,
+        choose,
+    };
+    match (p.solve(), p.solve_good_lp()) {
+        (Ok(fast), Ok(reference)) => {
+            prop_assert!(
+                (fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
+                "fast {fast:?} good_lp {reference:?}"
+            );
+            assert_in_chi(&fast, choose);
+            let spent: f64 = fast.weights().iter().zip(b).map(|(v, b)| v * b).sum();
+            prop_assert!(spent <= limit + FEASIBILITY_TOL, "spent {spent} > {limit}");
+            let level = fast
+                .weights()
+                .iter()
+                .zip(r)
+                .map(|(v, r)| v * r)
+                .fold(0.0, f64::max);
+            prop_assert!((level - fast.objective()).abs() <= FEASIBILITY_TOL);
+        }
+        (fast, reference) => both_infeasible(&fast, &reference),
+    }
+    Ok(())
+}
+
+/// 10,000 instances of eq. (8) for each path count up to 8, every `L` from 1 to `K`.
+macro_rules! bandwidth_at {
+    ($($name:ident: $k:expr,)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+            $(
+                #[test]
+                fn $name((b, r, limit, choose) in bandwidth_instance($k, 1..$k + 1)) {
+                    check_bandwidth(&b, &r, limit, choose)?;
+                }
+            )*
+        }
+    };
+}
+
+bandwidth_at! {
+    olms_bandwidth_2_paths_equals_good_lp: 2,
+    olms_bandwidth_3_paths_equals_good_lp: 3,
+    olms_bandwidth_4_paths_equals_good_lp: 4,
+    olms_bandwidth_5_paths_equals_good_lp: 5,
+    olms_bandwidth_6_paths_equals_good_lp: 6,
+    olms_bandwidth_7_paths_equals_good_lp: 7,
+    olms_bandwidth_8_paths_equals_good_lp: 8,
 }
