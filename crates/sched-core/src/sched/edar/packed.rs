@@ -9,11 +9,14 @@
 //! - **LSTM1, one SIMD lane per (path, feature) sequence.** The 6 × K sequences are independent
 //!   (each starts from a zero state), so they run side by side: lane `8 p + f` of a 16-lane
 //!   vector carries path `p` (two paths per vector) and feature `f` (lanes 6, 7, 14, 15 are
-//!   padding). The weights are stored once per feature in an 8-lane half (lane `f` holds feature
-//!   `f`'s weight) and loaded into both halves of a vector, so one step is 40 × (1 + 10) lane-wise
-//!   fused multiply-adds and the cell updates for all twelve sequences at once: 6 steps instead
-//!   of 36 × K, with no shuffles. The first step skips the recurrent product (the state is zero)
-//!   and the forget gate; the input projection is rank 1 (one FMA per gate).
+//!   padding). Every weight is stored replicated into that pattern (lane `l` holds feature
+//!   `l mod 8`'s weight; loading 8 lanes into both halves with `vbroadcastf32x8` halves the bytes
+//!   but was 10 % slower), so one step is 40 × (1 + 10) lane-wise fused multiply-adds and the
+//!   cell updates for all twelve sequences at once: 6 steps instead of 36 × K, with no shuffles.
+//!   The first step skips the recurrent product (the state is zero) and the forget gate; the
+//!   input projection is rank 1 (one FMA per gate). With one vector (K ≤ 2) the gate sums run
+//!   five units at a time and then the ten cells stage by stage; with two (K = 3, 4), unit by
+//!   unit (twenty cells at once spill registers and were 45 % slower).
 //! - **LSTM2's input projection batched over paths.** `W_ih x_p` does not depend on the
 //!   recurrence, so it runs for all paths in one sweep over `W_ih` (each weight vector loaded
 //!   once, used K times); only the 96 × 24 recurrent product is sequential across paths. The 96
@@ -37,6 +40,9 @@
 //! 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 8 instructions each on AVX-512), two reciprocals (3 each)
 //! and some 14 other operations per cell, against five separately evaluated sigmoids and tanh of
 //! about 19 dependent instructions each before.
+//!
+//! All weight arrays are 64-byte aligned ([`Aligned`]): a 16-lane load that straddles two cache
+//! lines costs the kernel about a fifth of its time on Zen 5.
 //!
 //! The same generic kernel ([`run`]) is compiled three times: with AVX-512F/DQ intrinsics, with
 //! AVX2+FMA auto-vectorised 16-float arrays, and portable; the best the CPU supports is picked
@@ -86,25 +92,53 @@ struct FeatureRow {
     w_ih: Lane,
 }
 
+/// 64-byte alignment: every 16-lane row of an `Aligned` array sits in one cache line. (Loads
+/// that straddle two lines cost the kernel about a fifth of its time on Zen 5: the same code
+/// took 1.40 µs, or 1.65–1.75 µs at K = 2 depending only on where the allocator had put the
+/// weights, when they were not aligned.)
+#[derive(Clone, Copy, PartialEq)]
+#[repr(C, align(64))]
+struct Aligned<T>(T);
+
+impl<T> std::ops::Deref for Aligned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Aligned<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+fn aligned<T>(value: T) -> Box<Aligned<T>> {
+    Box::new(Aligned(value))
+}
+
+/// LSTM1's `W_hh` rows of a block of units: `[hidden input j][unit in the block][gate]`.
+type FeatureBlock = [[[Lane; 4]; BLOCK]; FEATURE_HIDDEN];
+
 /// The network's weights in the layouts the kernel reads.
 #[derive(Clone, PartialEq)]
 pub(super) struct Packed {
     /// `[unit][gate i, f, g, o]`.
-    feature: Box<[[FeatureRow; 4]; FEATURE_HIDDEN]>,
+    feature: Box<Aligned<[[FeatureRow; 4]; FEATURE_HIDDEN]>>,
     /// LSTM1's `W_hh` in the order the kernel reads it: `[block of 5 units][hidden input j]
     /// [unit in the block][gate]`, lane pattern and scale as in [`FeatureRow`].
-    feature_hh: Box<[[[[Lane; 4]; BLOCK]; FEATURE_HIDDEN]; FEATURE_HIDDEN / BLOCK]>,
-    across_bias: [Lane; ACROSS_VECTORS],
+    feature_hh: Box<Aligned<[FeatureBlock; FEATURE_HIDDEN / BLOCK]>>,
+    across_bias: Aligned<[Lane; ACROSS_VECTORS]>,
     /// `[input][vector]`: `W_ih` transposed, gate rows permuted (module docs) and scaled.
-    across_ih: Box<[[Lane; ACROSS_VECTORS]; PATH_INPUT]>,
+    across_ih: Box<Aligned<[[Lane; ACROSS_VECTORS]; PATH_INPUT]>>,
     /// `[hidden][vector]`: `W_hh` transposed, permuted and scaled the same way.
-    across_hh: Box<[[Lane; ACROSS_VECTORS]; ACROSS_HIDDEN]>,
-    core1_bias: [Lane; CORE_H1 / LANES],
-    core1: Box<[[Lane; CORE_H1 / LANES]; CORE_IN]>,
-    core2_bias: [Lane; CORE_H2 / LANES],
-    core2: Box<[[Lane; CORE_H2 / LANES]; CORE_H1]>,
+    across_hh: Box<Aligned<[[Lane; ACROSS_VECTORS]; ACROSS_HIDDEN]>>,
+    core1_bias: Aligned<[Lane; CORE_H1 / LANES]>,
+    core1: Box<Aligned<[[Lane; CORE_H1 / LANES]; CORE_IN]>>,
+    core2_bias: Aligned<[Lane; CORE_H2 / LANES]>,
+    core2: Box<Aligned<[[Lane; CORE_H2 / LANES]; CORE_H1]>>,
     /// Output rows (not transposed): `[output][half of the 32 inputs]`.
-    core3: [[Lane; CORE_H2 / LANES]; 2],
+    core3: Aligned<[[Lane; CORE_H2 / LANES]; 2]>,
     core3_bias: [f32; 2],
 }
 
@@ -140,7 +174,7 @@ impl Packed {
                     .map_or(0.0, |lstm| value(lstm) * GATE_SCALE[gate])
             })
         };
-        let feature = Box::new(std::array::from_fn(|unit| {
+        let feature = aligned(std::array::from_fn(|unit| {
             std::array::from_fn(|gate| {
                 let row = gate * FEATURE_HIDDEN + unit;
                 FeatureRow {
@@ -149,7 +183,7 @@ impl Packed {
                 }
             })
         }));
-        let feature_hh = Box::new(std::array::from_fn(|block| {
+        let feature_hh = aligned(std::array::from_fn(|block| {
             std::array::from_fn(|j| {
                 std::array::from_fn(|k| {
                     std::array::from_fn(|gate| {
@@ -161,13 +195,13 @@ impl Packed {
         }));
         let (ih, hh) = (across.weight_ih(), across.weight_hh());
         let across_scale = |row: usize| GATE_SCALE[row / ACROSS_HIDDEN];
-        let across_bias = std::array::from_fn(|v| {
+        let across_bias = Aligned(std::array::from_fn(|v| {
             lanes(|l| {
                 let r = across_row(v, l);
                 (across.bias_ih()[r] + across.bias_hh()[r]) * across_scale(r)
             })
-        });
-        let across_ih = Box::new(std::array::from_fn(|i| {
+        }));
+        let across_ih = aligned(std::array::from_fn(|i| {
             std::array::from_fn(|v| {
                 lanes(|l| {
                     let r = across_row(v, l);
@@ -175,7 +209,7 @@ impl Packed {
                 })
             })
         }));
-        let across_hh = Box::new(std::array::from_fn(|j| {
+        let across_hh = aligned(std::array::from_fn(|j| {
             std::array::from_fn(|v| {
                 lanes(|l| {
                     let r = across_row(v, l);
@@ -193,17 +227,17 @@ impl Packed {
             across_bias,
             across_ih,
             across_hh,
-            core1_bias: std::array::from_fn(|v| lanes(|l| l1.bias()[v * LANES + l])),
-            core1: Box::new(std::array::from_fn(|i| {
+            core1_bias: Aligned(std::array::from_fn(|v| lanes(|l| l1.bias()[v * LANES + l]))),
+            core1: aligned(std::array::from_fn(|i| {
                 std::array::from_fn(|v| lanes(|l| transposed(l1, i, v * LANES + l)))
             })),
-            core2_bias: std::array::from_fn(|v| lanes(|l| l2.bias()[v * LANES + l])),
-            core2: Box::new(std::array::from_fn(|i| {
+            core2_bias: Aligned(std::array::from_fn(|v| lanes(|l| l2.bias()[v * LANES + l]))),
+            core2: aligned(std::array::from_fn(|i| {
                 std::array::from_fn(|v| lanes(|l| transposed(l2, i, v * LANES + l)))
             })),
-            core3: std::array::from_fn(|o| {
+            core3: Aligned(std::array::from_fn(|o| {
                 std::array::from_fn(|v| lanes(|l| l3.weight()[o * CORE_H2 + v * LANES + l]))
-            }),
+            })),
             core3_bias: [l3.bias()[0], l3.bias()[1]],
         }
     }
@@ -255,10 +289,10 @@ fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
     let mut across_h: [f32; 2 * LANES] = [0.0; 2 * LANES];
     match paths.len() {
         0 => {}
-        1 => across::<V, 1, FEATURE_HIDDEN, 1>(packed, paths, &mut across_h),
-        2 => across::<V, 1, FEATURE_HIDDEN, 2>(packed, paths, &mut across_h),
-        3 => across::<V, 2, { 2 * FEATURE_HIDDEN }, 3>(packed, paths, &mut across_h),
-        _ => across::<V, 2, { 2 * FEATURE_HIDDEN }, 4>(packed, paths, &mut across_h),
+        1 => across::<V, 1, 1>(packed, paths, &mut across_h),
+        2 => across::<V, 1, 2>(packed, paths, &mut across_h),
+        3 => across::<V, 2, 3>(packed, paths, &mut across_h),
+        _ => across::<V, 2, 4>(packed, paths, &mut across_h),
     }
     let mut input = [0.0f32; CORE_IN];
     input[..CONNECTION_FEATURES].copy_from_slice(&state.connection);
@@ -322,51 +356,125 @@ fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [
 const BLOCK: usize = 5;
 const _: () = assert!(FEATURE_HIDDEN.is_multiple_of(BLOCK));
 
-/// One LSTM1 step of `G` vectors of sequences (`N = 10 G` cells, cell `k` = unit `k mod 10` of
-/// vector `k / 10`): inputs `x`, states `h`, `c` updated in place.
+/// One LSTM1 step of one vector of sequences (ten cells, one per unit): input `x`, states `h`,
+/// `c` updated in place. The gate sums five units at a time (20 accumulators in registers),
+/// then the ten cells stage by stage (`cells`).
 #[inline(always)]
-fn feature_step<V: Vector, const G: usize, const N: usize, const FIRST: bool>(
+fn feature_step<V: Vector, const FIRST: bool>(
     packed: &Packed,
-    x: [V; G],
-    h: &mut [V; N],
-    c: &mut [V; N],
+    x: V,
+    h: &mut [V; FEATURE_HIDDEN],
+    c: &mut [V; FEATURE_HIDDEN],
 ) {
-    let mut acc = [[V::splat(0.0); N]; 4];
-    for k in 0..N {
-        let rows = &packed.feature[k % FEATURE_HIDDEN];
+    let mut acc = [[V::splat(0.0); FEATURE_HIDDEN]; 4];
+    for (u, rows) in packed.feature.iter().enumerate() {
         for q in 0..4 {
-            acc[q][k] =
-                V::load(&rows[q].w_ih).mul_add(x[k / FEATURE_HIDDEN], V::load(&rows[q].bias));
+            acc[q][u] = V::load(&rows[q].w_ih).mul_add(x, V::load(&rows[q].bias));
         }
     }
     if !FIRST {
-        for block in 0..N / BLOCK {
-            let group = block * BLOCK / FEATURE_HIDDEN;
-            let weights = &packed.feature_hh[block % (FEATURE_HIDDEN / BLOCK)];
+        for (block, weights) in packed.feature_hh.iter().enumerate() {
             for j in 0..FEATURE_HIDDEN {
-                let hj = h[group * FEATURE_HIDDEN + j];
                 for (i, rows) in weights[j].iter().enumerate() {
-                    let k = block * BLOCK + i;
                     for q in 0..4 {
-                        acc[q][k] = V::load(&rows[q]).mul_add(hj, acc[q][k]);
+                        let u = block * BLOCK + i;
+                        acc[q][u] = V::load(&rows[q]).mul_add(h[j], acc[q][u]);
                     }
                 }
             }
         }
     }
-    *h = cells::<V, N, FIRST>(acc, c);
+    *h = cells::<V, FEATURE_HIDDEN, FIRST>(acc, c);
 }
 
-/// LSTM1 over `P` paths (`G` vectors of two paths, `N = 10 G` cells), then LSTM2 across them;
-/// writes LSTM2's final hidden state into `h_out[..24]`.
+/// One LSTM1 step of `G` vectors of sequences unit by unit (`h[unit][vector]`,
+/// `c[unit][vector]`): each unit's gate sums for all `G` vectors, then its `G` cells. With two
+/// vectors, twenty cells stage by stage would need far more registers than there are; the
+/// units are independent within a step, so the CPU overlaps one unit's cells with the next
+/// units' multiply-adds instead.
 #[inline(always)]
-fn across<V: Vector, const G: usize, const N: usize, const P: usize>(
+fn feature_step_by_unit<V: Vector, const G: usize, const FIRST: bool>(
+    packed: &Packed,
+    x: [V; G],
+    h: &mut [[V; G]; FEATURE_HIDDEN],
+    c: &mut [[V; G]; FEATURE_HIDDEN],
+) {
+    let mut h_new = *h;
+    for (u, rows) in packed.feature.iter().enumerate() {
+        let mut acc = [[V::splat(0.0); G]; 4];
+        for q in 0..4 {
+            let (w, b) = (V::load(&rows[q].w_ih), V::load(&rows[q].bias));
+            for g in 0..G {
+                acc[q][g] = w.mul_add(x[g], b);
+            }
+        }
+        if !FIRST {
+            let weights = &packed.feature_hh[u / BLOCK];
+            for j in 0..FEATURE_HIDDEN {
+                for q in 0..4 {
+                    let w = V::load(&weights[j][u % BLOCK][q]);
+                    for g in 0..G {
+                        acc[q][g] = w.mul_add(h[j][g], acc[q][g]);
+                    }
+                }
+            }
+        }
+        h_new[u] = cells::<V, G, FIRST>(acc, &mut c[u]);
+    }
+    *h = h_new;
+}
+
+/// Hidden states of LSTM1 after its last two steps, `[vector][0 or 1][unit]`.
+type FeatureOutputs<const G: usize> = Aligned<[[[Lane; FEATURE_HIDDEN]; 2]; G]>;
+
+/// LSTM1 over `G` vectors of sequences (inputs `xs[vector][step]`).
+#[inline(always)]
+fn features<V: Vector, const G: usize>(
+    packed: &Packed,
+    xs: &Aligned<[[Lane; HISTORY]; G]>,
+) -> FeatureOutputs<G> {
+    let mut hs = Aligned([[[[0.0f32; LANES]; FEATURE_HIDDEN]; 2]; G]);
+    if G == 1 {
+        let mut h = [V::splat(0.0); FEATURE_HIDDEN];
+        let mut c = [V::splat(0.0); FEATURE_HIDDEN];
+        feature_step::<V, true>(packed, V::load(&xs[0][0]), &mut h, &mut c);
+        for t in 1..HISTORY {
+            feature_step::<V, false>(packed, V::load(&xs[0][t]), &mut h, &mut c);
+            if t + 2 >= HISTORY {
+                for u in 0..FEATURE_HIDDEN {
+                    h[u].store(&mut hs[0][t + 2 - HISTORY][u]);
+                }
+            }
+        }
+    } else {
+        let input = |t: usize| -> [V; G] { std::array::from_fn(|g| V::load(&xs[g][t])) };
+        let mut h = [[V::splat(0.0); G]; FEATURE_HIDDEN];
+        let mut c = [[V::splat(0.0); G]; FEATURE_HIDDEN];
+        feature_step_by_unit::<V, G, true>(packed, input(0), &mut h, &mut c);
+        for t in 1..HISTORY {
+            feature_step_by_unit::<V, G, false>(packed, input(t), &mut h, &mut c);
+            if t + 2 >= HISTORY {
+                for u in 0..FEATURE_HIDDEN {
+                    for g in 0..G {
+                        h[u][g].store(&mut hs[g][t + 2 - HISTORY][u]);
+                    }
+                }
+            }
+        }
+    }
+    hs
+}
+
+/// LSTM1 over `P` paths (`G` vectors of two paths), then LSTM2 across them; writes LSTM2's
+/// final hidden state into `h_out[..24]`.
+#[inline(always)]
+fn across<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
     paths: &[[f32; FEATURES * HISTORY]],
     h_out: &mut [f32; 2 * LANES],
 ) {
     // Inputs in the lane pattern: xs[g][t][8 p + f] = path (2g + p), feature f, step t.
-    let mut xs = [[[0.0f32; LANES]; HISTORY]; G];
+    let mut xs = Aligned([[[0.0f32; LANES]; HISTORY]; G]);
     for (index, path) in paths.iter().take(P).enumerate() {
         let group = &mut xs[index / PATHS_PER_GROUP];
         let base = (index % PATHS_PER_GROUP) * HALF;
@@ -376,24 +484,7 @@ fn across<V: Vector, const G: usize, const N: usize, const P: usize>(
             }
         }
     }
-    // LSTM1: hidden states after the last two steps, hs[g][0 or 1][unit].
-    let mut hs_all = [[[[0.0f32; LANES]; FEATURE_HIDDEN]; 2]; G];
-    {
-        let step_input = |t: usize| -> [V; G] { std::array::from_fn(|g| V::load(&xs[g][t])) };
-        let mut h = [V::splat(0.0); N];
-        let mut c = [V::splat(0.0); N];
-        feature_step::<V, G, N, true>(packed, step_input(0), &mut h, &mut c);
-        for t in 1..HISTORY {
-            feature_step::<V, G, N, false>(packed, step_input(t), &mut h, &mut c);
-            if t + 2 >= HISTORY {
-                for k in 0..N {
-                    h[k].store(
-                        &mut hs_all[k / FEATURE_HIDDEN][t + 2 - HISTORY][k % FEATURE_HIDDEN],
-                    );
-                }
-            }
-        }
-    }
+    let hs_all = features::<V, G>(packed, &xs);
     // LSTM2 input projection for every path in one sweep: pre[p] = b + W_ih x_p, with
     // x_p[20 f + 10 s + u] = hs[p / 2][s][u][8 (p mod 2) + f].
     let mut bias = [V::splat(0.0); ACROSS_VECTORS];
@@ -423,11 +514,11 @@ fn across<V: Vector, const G: usize, const N: usize, const P: usize>(
     // The recurrence across paths: h, c of 24 units as a 16-lane vector and the low half of
     // another (whose high lanes carry unused values).
     let mut c = [V::splat(0.0); 2];
-    let mut h = [0.0f32; 2 * LANES];
+    let mut h = Aligned([[0.0f32; LANES]; 2]);
     for (p, gates) in pre.iter_mut().enumerate() {
         if p > 0 {
             for (j, w) in packed.across_hh.iter().enumerate() {
-                let hj = V::splat(h[j]);
+                let hj = V::splat(h.as_flattened()[j]);
                 for v in 0..ACROSS_VECTORS {
                     gates[v] = V::load(&w[v]).mul_add(hj, gates[v]);
                 }
@@ -446,15 +537,10 @@ fn across<V: Vector, const G: usize, const N: usize, const P: usize>(
         } else {
             cells::<V, 2, false>(t, &mut c)
         };
-        let (h_head, h_tail) = h.split_at_mut(LANES);
-        if let (Ok(h_head), Ok(h_tail)) =
-            (<&mut Lane>::try_from(h_head), <&mut Lane>::try_from(h_tail))
-        {
-            h0.store(h_head);
-            h1.store(h_tail);
-        }
+        h0.store(&mut h[0]);
+        h1.store(&mut h[1]);
     }
-    *h_out = h;
+    h_out.copy_from_slice(h.as_flattened());
 }
 
 /// The core 27 → 128 → 32 → 2 (ReLU between layers).
@@ -470,7 +556,7 @@ fn core<V: Vector>(packed: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
             acc1[v] = V::load(&w[v]).mul_add(xv, acc1[v]);
         }
     }
-    let mut h1 = [[0.0f32; LANES]; CORE_H1 / LANES];
+    let mut h1 = Aligned([[0.0f32; LANES]; CORE_H1 / LANES]);
     for v in 0..CORE_H1 / LANES {
         acc1[v].relu().store(&mut h1[v]);
     }
