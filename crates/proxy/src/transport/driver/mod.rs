@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, Timestamp};
-use bytes::{Buf as _, Bytes};
+use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -27,6 +27,10 @@ use crate::session::{
     Event, FlowError, FlowKind, PathConfig, Role, Session, SessionConfig, Target,
 };
 
+/// Bytes of the buffer outgoing packets are built in: one allocation per this many bytes of
+/// packets instead of one allocation and one copy per packet (the buffer is freed when quinn
+/// has sent the last packet in it).
+const OUT_ARENA: usize = 256 * 1024;
 /// Datagrams a datagram flow's reader may hold before reporting them consumed.
 const DATAGRAMS_IN_FLIGHT: u32 = 256;
 /// Reset code for peer-opened flows when this end accepts none.
@@ -143,6 +147,8 @@ struct Driver {
     acceptor: Option<FlowAcceptor>,
     buf: Vec<u8>,
     read_buf: Vec<u8>,
+    /// Outgoing packets are built in place here and handed to quinn as views of it.
+    out: BytesMut,
     counters: SessionCounters,
     closed: bool,
 }
@@ -164,6 +170,7 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         readers: Vec::with_capacity(MAX_PATHS),
         acceptor: setup.acceptor,
         buf: vec![0; 65_536],
+        out: BytesMut::with_capacity(OUT_ARENA),
         read_buf: vec![0; CHUNK],
         counters: SessionCounters::default(),
         closed: false,
@@ -191,6 +198,9 @@ impl Driver {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut batch = Vec::with_capacity(256);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let timer = tokio::time::sleep(Duration::from_secs(86_400));
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         info!(session = %self.label, user = %self.user, "session started");
         while !self.closed {
             self.process_events();
@@ -199,13 +209,16 @@ impl Driver {
             if self.closed {
                 break;
             }
+            // One timer for the driver's life, moved only when the session's deadline changes
+            // (a new timer per wake-up cost a registration and a removal in the runtime's timer
+            // wheel each time).
             let deadline = self.session.poll_timeout().map(|t| self.instant(t));
-            let timer = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
+            if deadline != armed {
+                if let Some(d) = deadline {
+                    timer.as_mut().reset(d.into());
                 }
-            };
+                armed = deadline;
+            }
             tokio::select! {
                 () = std::future::poll_fn(|cx| poll_readers(&mut self.readers, cx, &mut batch)) => {
                     for input in batch.drain(..) {
@@ -222,7 +235,8 @@ impl Driver {
                         }
                     }
                 }
-                () = timer => {
+                () = timer.as_mut(), if armed.is_some() => {
+                    armed = None;
                     let now = self.now();
                     self.session.handle_timeout(now);
                 }
@@ -564,15 +578,31 @@ impl Driver {
 
     fn flush(&mut self) {
         // The clock is read per packet: building and handing over packets takes time, and the
-        // session's pacer releases what that time earned within the same flush.
-        while let Some(t) = self.session.poll_transmit(self.now(), &mut self.buf) {
+        // session's pacer releases what that time earned within the same flush. Each packet is
+        // built straight into `out`, with room for the largest packet any path takes, and
+        // split off it for quinn.
+        let room = self
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| usize::from(p.max_datagram_size))
+            .max()
+            .unwrap_or(1200);
+        loop {
+            if self.out.capacity() < room {
+                self.out.reserve(OUT_ARENA.max(room));
+            }
+            self.out.resize(room, 0);
+            let Some(t) = self.session.poll_transmit(self.now(), &mut self.out) else {
+                self.out.clear();
+                return;
+            };
+            self.out.truncate(t.len);
+            let packet = self.out.split().freeze();
             let Some(p) = self.paths[t.path.index()].as_ref() else {
                 continue;
             };
-            match p
-                .conn
-                .send_datagram(Bytes::copy_from_slice(&self.buf[..t.len]))
-            {
+            match p.conn.send_datagram(packet) {
                 Ok(()) => {}
                 Err(quinn::SendDatagramError::TooLarge) => {
                     // The path's limit shrank (black-hole detection) since the last check: the
