@@ -125,3 +125,51 @@ pub enum TrainError {
     #[error("{0}")]
     Runtime(String),
 }
+
+/// The lines every `PROVENANCE.md` of `braid train` starts with: the `# <title>: provenance`
+/// heading, the command, the time written, the device, the seed (with `seed_note` after it),
+/// and the scenario files under `- <scenarios_heading>:`.
+#[cfg(feature = "torch")]
+pub(crate) fn provenance_header(
+    title: &str,
+    options: &TrainOptions,
+    created: u64,
+    seed_note: &str,
+    scenarios_heading: &str,
+) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(text, "# {title}: provenance\n");
+    let _ = writeln!(text, "- command: `{}`", options.command);
+    let _ = writeln!(text, "- written: {created} (Unix seconds, UTC)");
+    let _ = writeln!(text, "- device: {}", options.device);
+    let _ = writeln!(text, "- seed: {} ({seed_note})", options.seed);
+    let _ = writeln!(text, "- {scenarios_heading}:");
+    for s in &options.scenarios {
+        let _ = writeln!(text, "  - `{}`", s.display());
+    }
+    text
+}
+
+/// Appends the wall-clock line of a `PROVENANCE.md` (`first` names the non-training part:
+/// collecting, simulating) and writes the file into `options.out`; its path.
+#[cfg(feature = "torch")]
+pub(crate) fn write_provenance_file(
+    options: &TrainOptions,
+    mut text: String,
+    summary: &TrainSummary,
+    first: (&str, f64),
+) -> Result<PathBuf, TrainError> {
+    use std::fmt::Write as _;
+    let (what, first_s) = first;
+    let _ = writeln!(
+        text,
+        "- wall clock: {:.1} s ({first_s:.1} s {what}, {:.1} s training)",
+        summary.seconds,
+        summary.seconds - first_s
+    );
+    let path = options.out.join("PROVENANCE.md");
+    std::fs::write(&path, text)
+        .map_err(|e| TrainError::Runtime(format!("{}: {e}", path.display())))?;
+    Ok(path)
+}

@@ -194,16 +194,13 @@ fn write_provenance(
     collected_s: f64,
     created: u64,
 ) -> Result<(), TrainError> {
-    let mut text = String::new();
-    let _ = writeln!(text, "# EdAR weights: provenance\n");
-    let _ = writeln!(text, "- command: `{}`", options.command);
-    let _ = writeln!(text, "- written: {created} (Unix seconds, UTC)");
-    let _ = writeln!(text, "- device: {}", options.device);
-    let _ = writeln!(text, "- seed: {} (episode i uses seed + i)", options.seed);
-    let _ = writeln!(text, "- scenarios:");
-    for s in &options.scenarios {
-        let _ = writeln!(text, "  - `{}`", s.display());
-    }
+    let mut text = crate::train::provenance_header(
+        "EdAR weights",
+        options,
+        created,
+        "episode i uses seed + i",
+        "scenarios",
+    );
     let _ = writeln!(
         text,
         "- data collection (Alg. 1): always-normal and always-redundant, {} episodes each per \
@@ -224,16 +221,8 @@ fn write_provenance(
         "- final loss (mean of the last 100 steps): {:.6}",
         summary.final_loss
     );
-    let _ = writeln!(
-        text,
-        "- wall clock: {:.1} s ({:.1} s collecting, {:.1} s training)",
-        summary.seconds,
-        collected_s,
-        summary.seconds - collected_s
-    );
-    let path = options.out.join("PROVENANCE.md");
-    std::fs::write(&path, text)
-        .map_err(|e| TrainError::Runtime(format!("{}: {e}", path.display())))?;
+    let path =
+        crate::train::write_provenance_file(options, text, summary, ("collecting", collected_s))?;
     if Path::new(&summary.model).exists() {
         eprintln!(
             "braid train edar: wrote {} and {}",

@@ -38,8 +38,8 @@ const QUEUE_CAPACITY: usize = 1 << 18;
 const EPSILON_LARGE: f64 = 0.3;
 
 /// One task: its experience and the condition class of each path.
-struct Task {
-    transitions: Vec<FalconTransition>,
+pub(crate) struct Task {
+    pub(crate) transitions: Vec<FalconTransition>,
     classes: Vec<u8>,
 }
 
@@ -167,7 +167,7 @@ fn collect_all(options: &TrainOptions) -> Result<Vec<Task>, TrainError> {
 }
 
 /// Simulates `scenario` with exploring FALCON and returns its experience.
-fn collect(scenario: &Scenario, seed: u64) -> Result<Task, TrainError> {
+pub(crate) fn collect(scenario: &Scenario, seed: u64) -> Result<Task, TrainError> {
     let (_writer, reader) = weight_slot(FalconWeights::minrtt());
     let (sender, mut receiver) = experience_queue(QUEUE_CAPACITY).map_err(runtime)?;
     let config = FalconConfig {
@@ -248,20 +248,13 @@ fn write_provenance(
     collected_s: f64,
     created: u64,
 ) -> Result<(), TrainError> {
-    let mut text = String::new();
-    let _ = writeln!(text, "# FALCON weights: provenance\n");
-    let _ = writeln!(text, "- command: `{}`", options.command);
-    let _ = writeln!(text, "- written: {created} (Unix seconds, UTC)");
-    let _ = writeln!(text, "- device: {}", options.device);
-    let _ = writeln!(
-        text,
-        "- seed: {} (scenario episode i uses seed + i; synthetic task j uses seed + 1000 + j)",
-        options.seed
+    let mut text = crate::train::provenance_header(
+        "FALCON weights",
+        options,
+        created,
+        "scenario episode i uses seed + i; synthetic task j uses seed + 1000 + j",
+        &format!("scenarios ({} episodes each)", options.episodes),
     );
-    let _ = writeln!(text, "- scenarios ({} episodes each):", options.episodes);
-    for s in &options.scenarios {
-        let _ = writeln!(text, "  - `{}`", s.display());
-    }
     let _ = writeln!(
         text,
         "- synthetic tasks: {} (27 x episodes; two paths, classes of §V-A drawn uniformly)",
@@ -284,15 +277,8 @@ fn write_provenance(
         "- final loss (policy's last inner step): {:.6}",
         summary.final_loss
     );
-    let _ = writeln!(
-        text,
-        "- wall clock: {:.1} s ({:.1} s simulating, {:.1} s training)",
-        summary.seconds,
-        collected_s,
-        summary.seconds - collected_s
-    );
-    let path = options.out.join("PROVENANCE.md");
-    std::fs::write(&path, text).map_err(|e| TrainError::Runtime(format!("{}: {e}", path.display())))
+    crate::train::write_provenance_file(options, text, summary, ("simulating", collected_s))?;
+    Ok(())
 }
 
 #[cfg(test)]
