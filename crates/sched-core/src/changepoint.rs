@@ -50,6 +50,13 @@ pub struct ChangeDetectorConfig {
     pub scale_floor: f64,
     /// Smallest predictive standard deviation of any run relative to its mean (0: none).
     pub relative_floor: f64,
+    /// Window of the propagation-delay filter in µs (0: off). When set, each observation is
+    /// the minimum of the samples of the last `min_window_us` (fed through
+    /// [`ChangeDetector::observe_at`]), taken at the end of each group of `group` samples,
+    /// instead of the group's mean: queueing only ever adds delay, so the windowed minimum
+    /// follows the path's propagation delay and ignores queues that fill and drain within the
+    /// window.
+    pub min_window_us: u64,
 }
 
 impl Default for ChangeDetectorConfig {
@@ -65,6 +72,7 @@ impl Default for ChangeDetectorConfig {
             group: 1,
             scale_floor: 0.0,
             relative_floor: 0.0,
+            min_window_us: 0,
         }
     }
 }
@@ -98,6 +106,25 @@ impl ChangeDetectorConfig {
             min_scale: 1.0,
             scale_floor: 1.0,
             ..ChangeDetectorConfig::default()
+        }
+    }
+}
+
+impl ChangeDetectorConfig {
+    /// A path's propagation delay in ms, fed per ACK through
+    /// [`ChangeDetector::observe_at`]: each group of [`RTT_GROUP`] samples gives one
+    /// observation, the minimum RTT over the last `window_us`. Queueing only adds delay, so a
+    /// queue that fills and drains within the window leaves the minimum where the propagation
+    /// delay puts it; a fall of the propagation delay shows at once, a rise once the window has
+    /// passed. The minimum is nearly constant between changes, so no run's predictive spread
+    /// goes below 1 ms or 10 % of its mean (without that floor, a minimum that creeps by a
+    /// fraction of a ms would be a change).
+    pub fn propagation_delay(window_us: u64) -> Self {
+        ChangeDetectorConfig {
+            min_window_us: window_us,
+            scale_floor: 1.0,
+            relative_floor: 0.1,
+            ..ChangeDetectorConfig::per_ack_rtt()
         }
     }
 }
@@ -163,6 +190,8 @@ pub struct ChangeDetector {
     /// Sum and count of the samples of the group being averaged.
     group_sum: f64,
     group_len: u32,
+    /// The propagation-delay filter (used when `min_window_us` > 0).
+    floor: WindowedMin,
 }
 
 impl ChangeDetector {
@@ -193,6 +222,7 @@ impl ChangeDetector {
             group: config.group.max(1),
             scale_floor: non_negative(config.scale_floor),
             relative_floor: non_negative(config.relative_floor),
+            min_window_us: config.min_window_us,
         };
         let mut lgamma_ratio = [0.0; SLOTS];
         for (r, ratio) in lgamma_ratio.iter_mut().enumerate() {
@@ -214,6 +244,7 @@ impl ChangeDetector {
             changes: 0,
             group_sum: 0.0,
             group_len: 0,
+            floor: WindowedMin::new(config.min_window_us),
         };
         detector.reset();
         detector
@@ -228,6 +259,7 @@ impl ChangeDetector {
         self.pending = false;
         self.group_sum = 0.0;
         self.group_len = 0;
+        self.floor = WindowedMin::new(self.config.min_window_us);
     }
 
     /// Observations (group means) made since construction or the last [`reset`](Self::reset).
@@ -268,6 +300,26 @@ impl ChangeDetector {
             return self.update(mean);
         }
         self.update(x)
+    }
+
+    /// Feeds one sample taken at `now_us` (µs, non-decreasing). With a propagation-delay window
+    /// ([`ChangeDetectorConfig::min_window_us`] > 0) the sample enters the windowed minimum, and
+    /// the last sample of each group feeds that minimum to the model; without one this is
+    /// [`observe`](Self::observe). True when it completes the detection of a change.
+    pub fn observe_at(&mut self, x: f64, now_us: u64) -> bool {
+        if self.config.min_window_us == 0 {
+            return self.observe(x);
+        }
+        if !x.is_finite() {
+            return false;
+        }
+        let floor = self.floor.update(x, now_us);
+        self.group_len += 1;
+        if self.group_len < self.config.group {
+            return false;
+        }
+        self.group_len = 0;
+        self.update(floor)
     }
 
     /// One step of the run-length recursion on observation `x`.
@@ -365,6 +417,72 @@ impl ChangeDetector {
             return true;
         }
         false
+    }
+}
+
+/// The minimum of a signal over a sliding time window in constant memory: Kathleen Nichols'
+/// windowed min filter (as in BBR and Linux's `lib/win_minmax.c`), which keeps the best, second
+/// and third best samples of the window's subwindows; the estimate is exact when the window
+/// holds a new minimum and otherwise at most one subwindow (a quarter of the window) late.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WindowedMin {
+    window_us: u64,
+    /// (time µs, value): best, second best, third best.
+    s: [(u64, f64); 3],
+    empty: bool,
+}
+
+impl WindowedMin {
+    /// An empty filter over `window_us` µs (0: the last sample only).
+    pub fn new(window_us: u64) -> Self {
+        WindowedMin {
+            window_us,
+            s: [(0, f64::INFINITY); 3],
+            empty: true,
+        }
+    }
+
+    /// The current minimum (`+∞` before the first sample).
+    pub fn get(&self) -> f64 {
+        self.s[0].1
+    }
+
+    /// Adds `value` measured at `now_us` (non-decreasing) and returns the windowed minimum.
+    pub fn update(&mut self, value: f64, now_us: u64) -> f64 {
+        let sample = (now_us, value);
+        let window = self.window_us;
+        if self.empty || value <= self.s[0].1 || now_us.saturating_sub(self.s[2].0) > window {
+            // A new minimum, or nothing in the window: reset to this sample.
+            self.s = [sample; 3];
+            self.empty = false;
+            return value;
+        }
+        if value <= self.s[1].1 {
+            self.s[1] = sample;
+            self.s[2] = sample;
+        } else if value <= self.s[2].1 {
+            self.s[2] = sample;
+        }
+        // Expire the best (and then the second best) once they leave the window; refresh the
+        // subwindows with this sample while the window's first quarter or half passes without
+        // a better one (win_minmax's subwindow rules).
+        let dt = now_us.saturating_sub(self.s[0].0);
+        if dt > window {
+            self.s[0] = self.s[1];
+            self.s[1] = self.s[2];
+            self.s[2] = sample;
+            if now_us.saturating_sub(self.s[0].0) > window {
+                self.s[0] = self.s[1];
+                self.s[1] = self.s[2];
+                self.s[2] = sample;
+            }
+        } else if self.s[1].0 == self.s[0].0 && dt > window / 4 {
+            self.s[1] = sample;
+            self.s[2] = sample;
+        } else if self.s[2].0 == self.s[1].0 && dt > window / 2 {
+            self.s[2] = sample;
+        }
+        self.s[0].1
     }
 }
 
@@ -466,6 +584,102 @@ mod tests {
         }
         let detected = (0..20).any(|_| detector.observe(count(0.2, &mut noise) as f64));
         assert!(detected);
+    }
+
+    /// Per-ACK RTTs (one per ms) of a path whose queue fills and drains every congestion epoch:
+    /// base delay + a queueing delay that climbs from 0 to `peak_ms` over `epoch_ms` and then
+    /// drains to 0 within 50 ms (the window cut after a loss), + 1 ms of noise.
+    fn sawtooth(noise: &mut Noise, t_ms: u64, base_ms: f64, peak_ms: f64, epoch_ms: u64) -> f64 {
+        let phase = t_ms % epoch_ms;
+        let fill = epoch_ms - 50;
+        let queue = if phase < fill {
+            peak_ms * phase as f64 / fill as f64
+        } else {
+            peak_ms * (epoch_ms - phase) as f64 / 50.0
+        };
+        base_ms + queue + noise.gaussian().abs()
+    }
+
+    #[test]
+    fn queue_sawtooth_raises_no_alarm_but_a_base_delay_step_is_found() {
+        // 40 ms of propagation delay, a 60 ms queueing sawtooth with 1.5 s epochs (each fill is
+        // as large as the base-delay step that follows): 60 s stationary, then the base delay
+        // steps to 80 ms for 30 s, then back to 40 ms.
+        const EPOCH_MS: u64 = 1_500;
+        let window_us = 2 * EPOCH_MS * 1_000;
+        let run = |config: ChangeDetectorConfig| {
+            let mut noise = Noise(0xca7);
+            let mut detector = ChangeDetector::new(config);
+            let mut alarms = Vec::new();
+            for t in 0..120_000u64 {
+                let base = if (60_000..90_000).contains(&t) {
+                    80.0
+                } else {
+                    40.0
+                };
+                let rtt = sawtooth(&mut noise, t, base, 60.0, EPOCH_MS);
+                if detector.observe_at(rtt, t * 1_000) {
+                    alarms.push(t);
+                }
+            }
+            alarms
+        };
+        let floor = run(ChangeDetectorConfig::propagation_delay(window_us));
+        // Before the step: nothing. The rise shows once the window has passed (the minimum
+        // of the old delay must leave it); the fall at once.
+        assert!(floor.iter().all(|&t| t >= 60_000), "{floor:?}");
+        let up: Vec<u64> = floor.iter().copied().filter(|&t| t < 90_000).collect();
+        assert_eq!(up.len(), 1, "{floor:?}");
+        assert!(up[0] <= 60_000 + window_us / 1_000 + 1_000, "{floor:?}");
+        let down: Vec<u64> = floor.iter().copied().filter(|&t| t >= 90_000).collect();
+        assert_eq!(down.len(), 1, "{floor:?}");
+        assert!(down[0] <= 91_000, "{floor:?}");
+        // The group means of the same samples fire on the sawtooth itself.
+        let means = run(ChangeDetectorConfig::per_ack_rtt());
+        assert!(
+            means.iter().filter(|&&t| t < 60_000).count() >= 5,
+            "{means:?}"
+        );
+    }
+
+    #[test]
+    fn windowed_min_follows_the_minimum_of_the_window() {
+        let mut m = WindowedMin::new(1_000);
+        assert_eq!(m.get(), f64::INFINITY);
+        assert_eq!(m.update(10.0, 0), 10.0);
+        assert_eq!(m.update(12.0, 300), 10.0);
+        assert_eq!(m.update(11.0, 600), 10.0);
+        // 10 leaves the window; the best of what is left takes over.
+        assert!(m.update(13.0, 1_100) <= 12.0);
+        assert_eq!(m.update(9.0, 1_200), 9.0);
+        // Nothing in the window any more: the last sample.
+        assert_eq!(m.update(20.0, 5_000), 20.0);
+        // Against a brute-force minimum over a random walk: never below the window's true
+        // minimum (no expired sample is kept), never above the newest sample, and a value the
+        // window holds (the filter's approximation: a subwindow's best may be passed over).
+        let mut noise = Noise(3);
+        let mut m = WindowedMin::new(400);
+        let mut history: Vec<(u64, f64)> = Vec::new();
+        let mut x = 50.0;
+        for t in 0..5_000u64 {
+            x = (x + noise.gaussian()).max(0.0);
+            history.push((t, x));
+            let got = m.update(x, t);
+            let window: Vec<f64> = history
+                .iter()
+                .filter(|(s, _)| t - s <= 400)
+                .map(|(_, v)| *v)
+                .collect();
+            let exact = window.iter().copied().fold(f64::INFINITY, f64::min);
+            assert!(got >= exact && got <= x, "t {t}: {got} {exact}");
+            assert!(window.contains(&got), "t {t}: {got}");
+        }
+        // A falling then rising signal: exact.
+        let mut m = WindowedMin::new(100);
+        for t in 0..100u64 {
+            assert_eq!(m.update(100.0 - t as f64, t), 100.0 - t as f64);
+        }
+        assert_eq!(m.update(50.0, 150), 1.0);
     }
 
     #[test]

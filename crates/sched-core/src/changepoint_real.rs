@@ -146,7 +146,7 @@ fn score(alarms: &[f64], truth: &[f64], within_ms: f64) -> (usize, usize) {
             matched += 1;
         }
     }
-    (detected, alarms.len() - matched)
+    (detected, alarms.len().saturating_sub(matched))
 }
 
 fn stepping(low: f64, high: f64, period_ms: u64) -> impl Fn(u64) -> f64 {
@@ -318,4 +318,63 @@ fn the_loss_floor_keeps_a_real_rise_detected() {
         assert!(!detector.observe(count(0.01)));
     }
     assert!((0..20).any(|_| detector.observe(count(0.2))));
+}
+
+/// Alarms of a detector fed through [`ChangeDetector::observe_at`].
+pub(crate) fn alarms_at(config: ChangeDetectorConfig, samples: &[RttSample]) -> Vec<f64> {
+    let mut detector = ChangeDetector::new(config);
+    samples
+        .iter()
+        .filter(|s| detector.observe_at(s.rtt_ms, (s.at_ms * 1_000.0) as u64))
+        .map(|s| s.at_ms)
+        .collect()
+}
+
+/// The propagation-delay signal (windowed minimum RTT) against the group means on the
+/// series above: `(alarms, detected within 1 s, extra)` for each window, and detected within
+/// the window + 1 s (a rise of the propagation delay shows only once the window has passed).
+/// Run: `cargo test -p braid-sched-core --lib propagation_delay_windows -- --ignored
+/// --nocapture` (figures in docs/schedulers.md, falcon).
+#[test]
+#[ignore = "a measurement (docs/schedulers.md, falcon), not a check"]
+fn propagation_delay_windows_on_real_series() {
+    let duration = 60_000;
+    let truth = truth(duration, 6_000);
+    for (name, queue, low, high) in [
+        (
+            "300-packet queue, base RTT 20 <-> 120 ms",
+            300usize,
+            20.0,
+            120.0,
+        ),
+        ("300-packet queue, base RTT 20 <-> 40 ms", 300, 20.0, 40.0),
+        ("100-packet queue, base RTT 20 <-> 120 ms", 100, 20.0, 120.0),
+        ("100-packet queue, fixed base RTT 40 ms", 100, 40.0, 40.0),
+    ] {
+        let samples = rtt_series(
+            &fixed_rate(30.0),
+            queue,
+            duration,
+            stepping(low, high, 6_000),
+        );
+        let t: Vec<f64> = if low == high { vec![] } else { truth.clone() };
+        let means = alarms(ChangeDetectorConfig::per_ack_rtt(), &samples);
+        println!("{name}: group means {:?}", score_all(&means, &t));
+        for window_ms in [250u64, 500, 1_000, 3_000, 10_000] {
+            let a = alarms_at(
+                ChangeDetectorConfig::propagation_delay(window_ms * 1_000),
+                &samples,
+            );
+            let (late, _) = score(&a, &t, 1_000.0 + window_ms as f64);
+            println!(
+                "  window {window_ms} ms: {:?}, detected within window + 1 s: {late}",
+                score_all(&a, &t)
+            );
+        }
+    }
+}
+
+fn score_all(a: &[f64], truth: &[f64]) -> (usize, usize, usize) {
+    let (d, e) = score(a, truth, 1_000.0);
+    (a.len(), d, e)
 }

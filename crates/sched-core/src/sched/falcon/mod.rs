@@ -57,6 +57,11 @@ pub struct FalconConfig {
     pub seed: u64,
     /// Packets per group whose loss count feeds the loss change detector (§IV-A).
     pub loss_group: u32,
+    /// Window of the propagation-delay signal the RTT change detector reads, in ms: each
+    /// observation is the minimum RTT of the path over the last `rtt_window_ms` (0: the mean
+    /// of each group of ACKs' RTT samples, as before). See
+    /// [`ChangeDetectorConfig::propagation_delay`].
+    pub rtt_window_ms: f64,
     /// Weights to start from (trained ones loaded by the caller); `None`: the built-in
     /// minRTT-equivalent network.
     pub weights: Option<Arc<FalconWeights>>,
@@ -88,6 +93,7 @@ impl Default for FalconConfig {
             epsilon: 0.1,
             seed: 1,
             loss_group: 32,
+            rtt_window_ms: DEFAULT_RTT_WINDOW_MS,
             weights: None,
             learner: None,
         }
@@ -125,11 +131,23 @@ impl FalconConfig {
                 }
                 self.loss_group = group as u32;
             }
+            "rtt_window_ms" => {
+                self.rtt_window_ms = in_range(
+                    "rtt_window_ms",
+                    value,
+                    0.0,
+                    60_000.0,
+                    "a window in ms in [0, 60000] (0: group means)",
+                )?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
     }
 }
+
+/// Default of [`FalconConfig::rtt_window_ms`].
+pub const DEFAULT_RTT_WINDOW_MS: f64 = 500.0;
 
 /// Which network decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +235,11 @@ impl Falcon {
                 default: 32.0,
                 description: "packets per loss count fed to the change detector, in [1, 100000]",
             },
+            ParamInfo {
+                name: "rtt_window_ms",
+                default: DEFAULT_RTT_WINDOW_MS,
+                description: "window of the minimum RTT fed to the change detector, ms (0: group means)",
+            },
         ],
     };
 
@@ -238,8 +261,13 @@ impl Falcon {
     pub fn with_reader(config: &FalconConfig, reader: SlotReader<FalconWeights>) -> Self {
         let scratch = reader.weights().policy().scratch();
         let monitor = PathMonitor {
-            // RTT in ms, averaged over groups of ACKs (see `per_ack_rtt`).
-            rtt: ChangeDetector::new(ChangeDetectorConfig::per_ack_rtt()),
+            // The path's propagation delay in ms: its windowed minimum RTT, one observation
+            // per group of ACKs (see `propagation_delay`); group means without a window.
+            rtt: ChangeDetector::new(if config.rtt_window_ms > 0.0 {
+                ChangeDetectorConfig::propagation_delay((config.rtt_window_ms * 1_000.0) as u64)
+            } else {
+                ChangeDetectorConfig::per_ack_rtt()
+            }),
             // Lost packets per group, spread at least one packet (see `loss_counts`).
             loss: ChangeDetector::new(ChangeDetectorConfig::loss_counts()),
             sent: 0,
@@ -445,12 +473,16 @@ impl Scheduler for Falcon {
         }
     }
 
-    fn on_ack(&mut self, path: PathId, ack: &AckInfo, _now: Timestamp) {
+    fn on_ack(&mut self, path: PathId, ack: &AckInfo, now: Timestamp) {
         self.acked_bytes = self.acked_bytes.saturating_add(ack.bytes);
         let Some(monitor) = self.monitors.get_mut(path.index()) else {
             return;
         };
-        if ack.rtt_us > 0 && monitor.rtt.observe(f64::from(ack.rtt_us) / 1_000.0) {
+        if ack.rtt_us > 0
+            && monitor
+                .rtt
+                .observe_at(f64::from(ack.rtt_us) / 1_000.0, now.as_micros())
+        {
             self.note_change(path);
         }
     }

@@ -194,9 +194,15 @@ fn a_change_in_rtt_deploys_the_matching_meta_model() {
     assert_eq!(falcon.stats().changes, 0);
     p[1].srtt_us = 150_000;
     p[1].rttvar_us = 10_000;
-    for _ in 0..10 * group {
+    // The detector reads the windowed minimum RTT: a rise shows once the window has passed
+    // (one ACK per ms here), then within a few groups.
+    let window_acks = crate::sched::falcon::DEFAULT_RTT_WINDOW_MS as u32;
+    for i in 0..window_acks + 10 * group {
         now += 1_000;
         ack(&mut falcon, 150, now);
+        if i < window_acks {
+            assert_eq!(falcon.stats().changes, 0, "after {i} ACKs");
+        }
     }
     assert_eq!(falcon.stats().changes, 1);
     assert_eq!(
