@@ -39,8 +39,10 @@ pub struct TrainArgs {
     /// Simulated seconds per episode (default: the scenario's duration).
     #[arg(long)]
     pub duration_s: Option<f64>,
-    /// falcon only: instead of training, measure online adaptation against minRTT, peekaboo,
-    /// the shipped weights and a plain online DQN (writes `evaluation.md` into `--out`).
+    /// falcon only: instead of training, measure online adaptation as FALCON §VI-B does (2 MB
+    /// downloads, relative score against DQN-Off trained per condition and cached in
+    /// `--out`/dqn-off; minRTT, peekaboo, the shipped weights and plain online DQNs beside it;
+    /// writes `evaluation.md` into `--out`).
     #[arg(long)]
     pub evaluate: bool,
     /// With `--evaluate`: runs (seeds) per scenario and variant.
