@@ -1069,10 +1069,12 @@ mod tests {
 
     /// The daemon check's links in the simulator (30 and 20 Mbit/s, 300-packet queues, the first
     /// link's one-way delay 10 ↔ 60 ms every 6 s, a bulk transfer for 30 s): how many changes
-    /// FALCON's detectors declare on the server, with both detectors, with the loss detector
-    /// off (`loss_group` 100,000), and without any delay step. Run:
-    /// `cargo test -p braid-proxy --features torch --lib falcon_change_counts -- --ignored
-    /// --nocapture`.
+    /// FALCON's detectors declare on the server, with both detectors and without any delay
+    /// step, for each propagation-delay window of `BRAID_RTT_WINDOWS` (ms, comma-separated;
+    /// default `0,10000`; 0: group means), and with `BRAID_LOSS_OFF` set also with the loss
+    /// detector off (`loss_group` 100,000). Run: `BRAID_LOSS_OFF=1
+    /// BRAID_RTT_WINDOWS=0,500,1000,10000 cargo test -p braid-proxy --features torch --lib
+    /// falcon_change_counts -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement (docs/schedulers.md, falcon), not a check"]
     fn falcon_change_counts_on_the_daemon_check_links() {
