@@ -498,3 +498,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_longest_open_takes_max_open_len_bytes() {
+    let name = "x".repeat(255);
+    let target = TargetRef::Domain {
+        name: &name,
+        port: 443,
+    };
+    let flow = FlowId(u64::MAX >> 2);
+    let open = Frame::Open {
+        flow,
+        kind: FlowKind::Stream,
+        target,
+    };
+    let mut buf = [0u8; 512];
+    let mut w = Writer::new(&mut buf);
+    open.encode(&mut w).unwrap();
+    assert_eq!(w.len(), MAX_OPEN_LEN);
+    assert_eq!(open_len(flow, target), MAX_OPEN_LEN);
+}

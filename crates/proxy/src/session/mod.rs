@@ -18,7 +18,8 @@
 //! once per packet on a preallocated slice of path views); ACK-only packets and probes belong to
 //! one path and bypass it. Each path has one congestion controller ([`congestion`]); loss
 //! detection follows RFC 9002 §6 per path, and a lost packet's bytes may be retransmitted on any
-//! path. A failed path's packets in flight are all reinjected. The wire format is in [`frame`]
+//! path. A failed path's packets in flight are all reinjected, and so are the stream bytes in
+//! flight on a path whose probe timer fires. The wire format is in [`frame`]
 //! and `docs/protocol.md`. Nothing on the send path allocates once buffers are warm.
 
 pub mod config;
@@ -458,19 +459,23 @@ impl Session {
             self.pacing_wakeup = None;
         }
         let mut lost = std::mem::take(&mut self.scratch_lost);
+        // The ACK table is empty between ACK frames: it holds the probe-timeout reinjections.
+        let mut reinject = std::mem::take(&mut self.scratch_acked);
         for i in 0..self.path_end {
             let Some(path) = self.paths[i].as_mut() else {
                 continue;
             };
-            let failed = path.on_timeout(now, &self.config, &mut lost);
+            let failed = path.on_timeout(now, &self.config, &mut lost, &mut reinject);
             let id = path.id;
             if failed {
                 self.scheduler.on_path_state(id, PathState::Failed, now);
                 self.events.push_back(Event::PathFailed(id));
             }
             self.on_packets_lost(id, &mut lost, now);
+            self.reinject(&mut reinject);
         }
         self.scratch_lost = lost;
+        self.scratch_acked = reinject;
         self.note_path_liveness(now);
         if let Some(since) = self.all_failed_since
             && now - since >= self.config.idle_timeout

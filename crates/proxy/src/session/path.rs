@@ -4,8 +4,10 @@
 //!
 //! Loss detection follows RFC 9002 §6: a packet is lost when a packet sent at least
 //! [`PACKET_THRESHOLD`] later was acknowledged, or when it is older than 9/8 of the RTT at the
-//! time a later packet was acknowledged; a probe timeout (§6.2) sends a PING, and
-//! `failure_probe_timeouts` consecutive timeouts declare the path failed.
+//! time a later packet was acknowledged; a probe timeout (§6.2) sends a PING, hands the stream
+//! bytes in flight back for reinjection on any path and closes the path's window until its next
+//! ACK ([`Path::reinject_in_flight`]), and `failure_probe_timeouts` consecutive timeouts declare
+//! the path failed.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -20,7 +22,7 @@ use super::congestion::{
 use super::error::SessionError;
 use super::frame::AckFrame;
 use super::ranges::RangeSet;
-use super::sent::SentPacket;
+use super::sent::{Payload, SentPacket};
 
 /// RFC 9002 §6.1.1 packet reordering threshold.
 pub const PACKET_THRESHOLD: u64 = 3;
@@ -187,7 +189,9 @@ impl Path {
             let at = bucket.ready_at(mds);
             *wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
         }
-        let cwnd = if self.can_track() {
+        // No room while the table is full, or while a probe timeout waits for an ACK (see
+        // `reinject_in_flight`).
+        let cwnd = if self.can_track() && self.pto_count == 0 {
             window
         } else {
             self.bytes_in_flight
@@ -478,12 +482,16 @@ impl Path {
         Some(after(since, period_ns, rounds))
     }
 
-    /// Runs the path's expired timers. Returns true when the path just failed.
+    /// Runs the path's expired timers. Returns true when the path just failed. Packets declared
+    /// lost go to `lost`; on a probe timeout, copies of the packets still in flight that carry
+    /// stream bytes or control frames go to `reinject` (once per packet; see
+    /// [`Path::reinject_in_flight`]).
     pub fn on_timeout(
         &mut self,
         now: Timestamp,
         config: &SessionConfig,
         lost: &mut Vec<SentPacket>,
+        reinject: &mut Vec<SentPacket>,
     ) -> bool {
         if self.ack_pending && self.ack_deadline.is_some_and(|d| d <= now) {
             self.ack_immediate = true;
@@ -516,6 +524,7 @@ impl Path {
             self.probe_due = true;
             // Restart the timer from now so that one expiry counts once.
             self.last_ack_eliciting_sent = now;
+            self.reinject_in_flight(reinject);
         } else if self.ack_eliciting_in_flight == 0
             && now - self.last_ack_eliciting_sent >= config.heartbeat_interval
         {
@@ -523,6 +532,27 @@ impl Path {
             self.last_ack_eliciting_sent = now;
         }
         false
+    }
+
+    /// A probe timeout: nothing sent on the path was acknowledged for a whole probe period, so
+    /// it may be dark (an outage begins as exactly this). What it has in flight may be what the
+    /// receiver's flow-control window waits for, and without ACKs on this path nothing would
+    /// declare it lost until the path is failed (several backed-off probe periods, seconds when
+    /// queueing inflated the RTT) or comes back: a stream hole that pins every flow window
+    /// while the other paths idle. So the stream bytes and control frames of every packet in
+    /// flight are queued again at once (copies go to `reinject`, each packet once) for the
+    /// scheduler to place on any path, as MPTCP reinjects a subflow's data on a retransmission
+    /// timeout; the packets stay in flight here (an ACK may still come). Until this path's next
+    /// ACK its view shows no room ([`Path::view`]), so new data and the reinjected bytes go to
+    /// the other paths while only probes go out on it.
+    fn reinject_in_flight(&mut self, reinject: &mut Vec<SentPacket>) {
+        for p in self.sent.iter_mut() {
+            let carries = !matches!(p.payload, Payload::None) || p.controls[0].is_some();
+            if !p.done && p.in_flight && !p.reinjected && carries {
+                p.reinjected = true;
+                reinject.push(*p);
+            }
+        }
     }
 
     /// Declares the path failed; everything in flight on it goes to `lost` for reinjection.

@@ -86,7 +86,12 @@ fn time_threshold_declares_old_packets_lost_and_arms_a_timer() {
         "{timer:?}"
     );
     let mut later = Vec::new();
-    p.on_timeout(Timestamp::from_millis(97), &config, &mut later);
+    p.on_timeout(
+        Timestamp::from_millis(97),
+        &config,
+        &mut later,
+        &mut Vec::new(),
+    );
     assert_eq!(later.iter().map(|s| s.pn).collect::<Vec<_>>(), vec![1]);
 }
 
@@ -101,7 +106,7 @@ fn silent_path_fails_reinjects_and_recovers_on_a_probe_ack() {
     let mut failed_at = None;
     while failed_at.is_none() && now < Timestamp::from_secs_f64(10.0) {
         now = p.next_timeout(&config).unwrap().max(now);
-        if p.on_timeout(now, &config, &mut lost) {
+        if p.on_timeout(now, &config, &mut lost, &mut Vec::new()) {
             failed_at = Some(now);
         }
         if p.probe_due {
@@ -117,7 +122,7 @@ fn silent_path_fails_reinjects_and_recovers_on_a_probe_ack() {
     // Failed paths are probed; an ACK of the probe brings the path back.
     let probe_at = p.next_timeout(&config).unwrap();
     assert!(probe_at <= failed_at.unwrap() + config.failed_probe_interval);
-    p.on_timeout(probe_at, &config, &mut lost);
+    p.on_timeout(probe_at, &config, &mut lost, &mut Vec::new());
     assert!(p.probe_due);
     let pn = p.next_pn;
     let mut probe = SentPacket::new(pn, probe_at, 30, Payload::None);
@@ -231,4 +236,56 @@ fn a_new_datagram_size_reaches_the_view_window_floor_pacer_and_rate_cap() {
         90_000,
         "initial window: ten datagrams of 9000"
     );
+}
+
+#[test]
+fn a_probe_timeout_reinjects_stream_packets_once_and_closes_the_window_until_an_ack() {
+    use crate::session::stream::Chunk;
+    let (mut p, config) = path();
+    let chunk = |offset| Chunk {
+        offset,
+        len: 1_000,
+        fin: false,
+        retransmit: false,
+    };
+    let flow = braid_sched_core::FlowId(4);
+    for pn in 0..3 {
+        let payload = Payload::Stream {
+            flow,
+            chunk: chunk(pn * 1_000),
+        };
+        p.on_sent(
+            SentPacket::new(pn, Timestamp::ZERO, 1_100, payload),
+            Timestamp::ZERO,
+        );
+    }
+    // A packet with neither stream bytes nor control frames is not reinjected.
+    send(&mut p, 3, Timestamp::ZERO);
+    let mut wake = None;
+    let view = p.view(Timestamp::ZERO, &mut wake);
+    assert!(view.cwnd > view.bytes_in_flight, "room before the timeout");
+    let (mut lost, mut reinject) = (Vec::new(), Vec::new());
+    let pto = p.next_timeout(&config).unwrap();
+    assert!(!p.on_timeout(pto, &config, &mut lost, &mut reinject));
+    assert!(lost.is_empty(), "a probe timeout declares nothing lost");
+    assert_eq!(
+        reinject.iter().map(|s| s.pn).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert!(p.probe_due);
+    // Still in flight, but no room for data until an ACK.
+    assert_eq!(p.bytes_in_flight, 3 * 1_100 + 1_200);
+    let view = p.view(pto, &mut wake);
+    assert_eq!(view.cwnd, view.bytes_in_flight);
+    // The next timeout reinjects nothing twice.
+    p.probe_due = false;
+    send(&mut p, 4, pto);
+    let mut again = Vec::new();
+    let next = p.next_timeout(&config).unwrap();
+    p.on_timeout(next, &config, &mut lost, &mut again);
+    assert!(again.is_empty(), "{again:?}");
+    // An ACK of the probe opens the window again (and settles the older packets).
+    let (_, _, _) = apply_ack(&mut p, &[(4, 5)], next + Duration::from_millis(1));
+    let view = p.view(next, &mut wake);
+    assert!(view.cwnd > view.bytes_in_flight);
 }

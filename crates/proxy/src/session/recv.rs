@@ -223,7 +223,11 @@ impl Session {
             if p.in_flight {
                 bytes += u64::from(p.size);
             }
-            if let Payload::Stream { flow, chunk } = p.payload {
+            // A reinjected packet's bytes were queued again already (and their retransmission
+            // answers for its own loss).
+            if let Payload::Stream { flow, chunk } = p.payload
+                && !p.reinjected
+            {
                 self.on_chunk_lost(flow, chunk);
             }
             for c in p.controls.iter().flatten() {
@@ -232,6 +236,20 @@ impl Session {
         }
         if bytes > 0 {
             self.scheduler.on_loss(path, bytes, now);
+        }
+    }
+
+    /// Queues again the stream bytes and control frames of packets still in flight on a path
+    /// whose probe timer fired (see `Path::reinject_in_flight`), and empties `packets`. Not a
+    /// loss: the congestion controller and the scheduler hear nothing.
+    pub(crate) fn reinject(&mut self, packets: &mut Vec<SentPacket>) {
+        for p in packets.drain(..) {
+            if let Payload::Stream { flow, chunk } = p.payload {
+                self.on_chunk_lost(flow, chunk);
+            }
+            for c in p.controls.iter().flatten() {
+                self.push_control(*c);
+            }
         }
     }
 

@@ -47,6 +47,9 @@ pub(crate) struct SentPacket {
     pub in_flight: bool,
     /// Acknowledged or declared lost.
     pub done: bool,
+    /// Its stream bytes and control frames were queued again after a probe timeout while it
+    /// stayed in flight (so a later loss does not queue them a second time).
+    pub reinjected: bool,
     pub payload: Payload,
     /// The packet also carried the OPEN of the payload's flow.
     pub carried_open: bool,
@@ -62,6 +65,7 @@ impl SentPacket {
             ack_eliciting: true,
             in_flight: true,
             done: false,
+            reinjected: false,
             payload,
             carried_open: false,
             controls: [None; MAX_CONTROLS],

@@ -18,13 +18,20 @@ use super::ranges::RangeSet;
 /// Ranges kept before the range sets grow.
 const RANGE_CAPACITY: usize = 16;
 
-/// A receiver advertises new credit once `window / CREDIT_UPDATE_FRACTION` bytes were read.
-/// Half the window leaves the sender's usable credit between W/2 and W (0.75 W on average,
-/// below a TCP receiver's free space). An eighth raised goodput in stable periods (EdAR
-/// Table III without outages: 9.06 -> 11.53 Mbit/s) but, unexplained yet, cut the goodput a
-/// second path carries while the first is dark from 15.1 to 1.4 Mbit/s
-/// (`tests/sim_metrics.rs` in braid-testbed; a quarter: 12.7), so it stays at a half.
-pub(crate) const CREDIT_UPDATE_FRACTION: u64 = 2;
+/// A receiver advertises new credit once `window / CREDIT_UPDATE_FRACTION` bytes were read:
+/// with an eighth the sender's usable credit stays between 7/8 W and W.
+///
+/// History (figures from `braid sim`, minrtt): an eighth first cut the goodput a second path
+/// carries while the first is dark from 15.1 (a half) to 1.4 Mbit/s
+/// (`tests/sim_metrics.rs` in braid-testbed). Not the credit itself: the fuller window let
+/// CUBIC fill 1000-packet queues, queueing inflated the probe timeout, and what the dark path
+/// had in flight (retransmissions of a hole among it) waited for three backed-off probe
+/// timeouts or the outage's end while the receiver's window stayed pinned behind the hole and
+/// the other path idled. Since a probe timeout reinjects a path's in-flight stream bytes
+/// (`Path::reinject_in_flight`), that case gives 9.98 / 15.5 / 18.7 Mbit/s with a half / a
+/// quarter / an eighth, and EdAR Table III (`edar-table3-handoff.toml`, minrtt) 8.88 / 9.88 /
+/// 10.23 Mbit/s of goodput (handoff 8.62 / 8.49 / 8.41): an eighth is kept.
+pub(crate) const CREDIT_UPDATE_FRACTION: u64 = 8;
 
 /// Smallest ring allocated.
 const MIN_RING: u64 = 4096;

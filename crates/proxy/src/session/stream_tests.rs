@@ -77,15 +77,16 @@ fn recv_stream_reorders_and_enforces_limits() {
 }
 
 #[test]
-fn recv_window_moves_after_half_is_read() {
+fn recv_window_moves_after_a_fraction_is_read() {
     let mut r = RecvStream::new(100);
     r.on_data(0, &[0; 60], false).unwrap();
     assert_eq!(r.window_update(), None);
     let mut out = [0u8; 60];
-    // 49 bytes read: less than half the window, no update yet.
-    assert_eq!(r.read(&mut out[..49]), 49);
+    let step = 100 / CREDIT_UPDATE_FRACTION as usize;
+    // One byte short of the fraction: no update yet.
+    assert_eq!(r.read(&mut out[..step - 1]), step - 1);
     assert_eq!(r.window_update(), None);
-    assert_eq!(r.read(&mut out[..11]), 11);
+    assert_eq!(r.read(&mut out[step - 1..60]), 61 - step);
     assert_eq!(r.window_update(), Some(160));
     // The ring wraps around without corrupting data.
     let data: Vec<u8> = (0..100).collect();
