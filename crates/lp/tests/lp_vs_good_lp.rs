@@ -196,7 +196,10 @@ fn check_bandwidth(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<()
             let mut sorted = b.to_vec();
             sorted.sort_by(f64::total_cmp);
             let floor: f64 = sorted[..choose].iter().sum();
-            prop_assert!(floor > limit + 1e-9, "good_lp failed on a feasible instance");
+            prop_assert!(
+                floor > limit + 1e-9,
+                "good_lp failed on a feasible instance"
+            );
         }
         (fast, reference) => both_infeasible(&fast, &reference),
     }
