@@ -450,6 +450,11 @@ impl Path {
             let base = self.probe_period_ns(config);
             take(Some(self.pto_at(base)));
             take(self.failure_at(base, config));
+            if self.pto_count > 0 {
+                take(Some(
+                    self.last_ack_eliciting_sent + config.failed_probe_interval,
+                ));
+            }
         }
         t
     }
@@ -525,6 +530,15 @@ impl Path {
             // Restart the timer from now so that one expiry counts once.
             self.last_ack_eliciting_sent = now;
             self.reinject_in_flight(reinject);
+        } else if self.pto_count > 0
+            && now - self.last_ack_eliciting_sent >= config.failed_probe_interval
+        {
+            // The window is closed until an ACK (see `reinject_in_flight`): probe at the failed
+            // path's cadence instead of waiting out the backed-off probe timeout, so a path whose
+            // outage ends is back within one probe interval plus its RTT. The failure deadline
+            // does not move (it counts from the oldest packet in flight), nor does the count.
+            self.probe_due = true;
+            self.last_ack_eliciting_sent = now;
         } else if self.ack_eliciting_in_flight == 0
             && now - self.last_ack_eliciting_sent >= config.heartbeat_interval
         {

@@ -289,3 +289,52 @@ fn a_probe_timeout_reinjects_stream_packets_once_and_closes_the_window_until_an_
     let view = p.view(next, &mut wake);
     assert!(view.cwnd > view.bytes_in_flight);
 }
+
+#[test]
+fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
+    let (mut p, mut config) = path();
+    config.failed_probe_interval = Duration::from_millis(1);
+    send(&mut p, 0, Timestamp::ZERO);
+    let (mut lost, mut reinject) = (Vec::new(), Vec::new());
+    let pto = p.next_timeout(&config).unwrap();
+    assert!(!p.on_timeout(pto, &config, &mut lost, &mut reinject));
+    assert_eq!(p.pto_count, 1);
+    p.probe_due = false;
+    send(&mut p, 1, pto);
+    // The backed-off probe timeout is two periods away; the closed path is probed sooner.
+    let next = p.next_timeout(&config).unwrap();
+    assert_eq!(next, pto + Duration::from_millis(1));
+    assert!(!p.on_timeout(next, &config, &mut lost, &mut reinject));
+    assert!(
+        p.probe_due,
+        "a probe is due one failed-probe interval after the last"
+    );
+    assert_eq!(p.pto_count, 1, "the extra probe is not a probe timeout");
+    // Probing does not postpone failure: it comes at the same deadline as without probes.
+    let mut quiet = path().0;
+    send(&mut quiet, 0, Timestamp::ZERO);
+    let (mut now, mut failed_quiet) = (Timestamp::ZERO, None);
+    while failed_quiet.is_none() {
+        now = quiet.next_timeout(&config).unwrap();
+        if quiet.on_timeout(now, &config, &mut lost, &mut reinject) {
+            failed_quiet = Some(now);
+        }
+    }
+    let (mut now, mut pn, mut failed) = (next, 2, None);
+    while failed.is_none() {
+        if p.probe_due {
+            p.probe_due = false;
+            send(&mut p, pn, now);
+            pn += 1;
+        }
+        now = p.next_timeout(&config).unwrap();
+        if p.on_timeout(now, &config, &mut lost, &mut reinject) {
+            failed = Some(now);
+        }
+    }
+    assert!(
+        pn > 10,
+        "probed every millisecond until failure ({pn} packets)"
+    );
+    assert_eq!(failed, failed_quiet);
+}
