@@ -313,9 +313,9 @@ fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
     // Probing does not postpone failure: it comes at the same deadline as without probes.
     let mut quiet = path().0;
     send(&mut quiet, 0, Timestamp::ZERO);
-    let (mut now, mut failed_quiet) = (Timestamp::ZERO, None);
+    let mut failed_quiet = None;
     while failed_quiet.is_none() {
-        now = quiet.next_timeout(&config).unwrap();
+        let now = quiet.next_timeout(&config).unwrap();
         if quiet.on_timeout(now, &config, &mut lost, &mut reinject) {
             failed_quiet = Some(now);
         }
