@@ -565,14 +565,13 @@ impl Driver {
             match self.session.set_max_datagram_size(id, size) {
                 Ok(()) => {
                     debug!(session = %self.label, path = id.0, from = p.max_datagram_size, to = size, "datagram size changed");
-                    p.max_datagram_size = size;
                 }
                 Err(e) => {
                     warn!(session = %self.label, path = id.0, size, error = %e, "datagram size not taken");
-                    // Not asked again until the connection reports another size.
-                    p.max_datagram_size = size;
                 }
             }
+            // Taken or not, not offered again until the connection reports another size.
+            p.max_datagram_size = size;
         }
     }
 
