@@ -417,14 +417,7 @@ fn session_estimates_rtt_and_one_way_delay_per_path() {
 #[test]
 fn session_receiver_report_counts_delivered_bytes_and_deadlines() {
     let mut h = two_paths();
-    let flow = h
-        .client()
-        .open_flow(
-            FlowKind::Datagram,
-            Target::Addr("203.0.113.5:9".parse().unwrap()),
-        )
-        .unwrap();
-    let mut buf = [0u8; 256];
+    let flow = session_common::open_datagram_flow(&mut h);
     for tick in 1..=20u32 {
         let now = h.now();
         for _ in 0..5 {
@@ -436,9 +429,7 @@ fn session_receiver_report_counts_delivered_bytes_and_deadlines() {
                 .send_datagram(flow, &[4; 100], Some(100_000), now)
                 .unwrap();
         }
-        h.run_until(secs(f64::from(tick) * 0.05), |h| {
-            while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {}
-        });
+        session_common::run_draining(&mut h, flow, secs(f64::from(tick) * 0.05));
     }
     h.run_until(secs(1.5), |_| {});
     let report = h.client().peer_report().expect("a report arrived");

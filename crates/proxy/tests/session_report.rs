@@ -3,8 +3,10 @@
 //! to the session-wide total only (DaMPS's per-path reward, eq. 3 and 5).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod session_common;
+
 use braid_proxy::session::harness::{Harness, LinkConfig};
-use braid_proxy::session::{FlowKind, PathConfig, SessionConfig, Target};
+use braid_proxy::session::{PathConfig, SessionConfig};
 use braid_sched_core::{MAX_PATHS, PathId, ReceiverReport, SchedulerKind, Timestamp};
 
 fn secs(s: f64) -> Timestamp {
@@ -41,14 +43,7 @@ fn per_path_deadline_counts_reach_the_sender() {
         &[LinkConfig::new(20.0, 10.0), LinkConfig::new(20.0, 25.0)],
         PathConfig::default(),
     );
-    let flow = h
-        .client()
-        .open_flow(
-            FlowKind::Datagram,
-            Target::Addr("203.0.113.5:9".parse().unwrap()),
-        )
-        .unwrap();
-    let mut buf = [0u8; 256];
+    let flow = session_common::open_datagram_flow(&mut h);
     let mut last = None;
     let mut sum = ReceiverReport::default();
     let mut expired = 0;
@@ -67,9 +62,7 @@ fn per_path_deadline_counts_reach_the_sender() {
                 .unwrap();
             expired += 1;
         }
-        h.run_until(secs(f64::from(tick) * 0.02), |h| {
-            while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {}
-        });
+        session_common::run_draining(&mut h, flow, secs(f64::from(tick) * 0.02));
         if tick == 50 {
             sum = ReceiverReport::default();
             last = h.client().peer_report();
@@ -77,9 +70,7 @@ fn per_path_deadline_counts_reach_the_sender() {
             collect(&mut h, &mut last, &mut sum);
         }
     }
-    h.run_until(secs(3.5), |h| {
-        while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {}
-    });
+    session_common::run_draining(&mut h, flow, secs(3.5));
     collect(&mut h, &mut last, &mut sum);
 
     let fast = sum.path_deadlines(PathId(0));

@@ -159,3 +159,22 @@ fn read_all(s: &mut Session, flow: FlowId, t: &mut Bulk, buf: &mut [u8], now: Ti
         }
     }
 }
+
+/// Opens a datagram flow from the client to a documentation address (the harness delivers it to
+/// the server's session; nothing is sent on a real network).
+pub fn open_datagram_flow(h: &mut Harness) -> FlowId {
+    h.client()
+        .open_flow(
+            FlowKind::Datagram,
+            Target::Addr("203.0.113.5:9".parse().unwrap()),
+        )
+        .unwrap()
+}
+
+/// Runs the harness until `t`, the server reading and discarding every datagram of `flow`.
+pub fn run_draining(h: &mut Harness, flow: FlowId, t: Timestamp) {
+    let mut buf = [0u8; 2048];
+    h.run_until(t, |h| {
+        while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {}
+    });
+}
