@@ -62,6 +62,16 @@ pub struct FalconConfig {
     /// of each group of ACKs' RTT samples, as before). See
     /// [`ChangeDetectorConfig::propagation_delay`].
     pub rtt_window_ms: f64,
+    /// The action space. `false` (the default): the network chooses among the paths whose
+    /// window has room now. `true`: it appoints any usable path "regardless of the path's
+    /// current congested status" (§IV-B); a packet appointed to a path without room waits for
+    /// it (as ECF waits for the fast path), unless that path has nothing in flight to free its
+    /// window (then the best path with room is used).
+    pub choose_congested: bool,
+    /// Declare a change on a path once it has [`START_CHANGE_SAMPLES`] RTT samples on a new
+    /// connection, so that a learner fine-tunes the meta-model of the condition a connection
+    /// starts in (a condition the learner has not seen). Off by default.
+    pub start_change: bool,
     /// Weights to start from (trained ones loaded by the caller); `None`: the built-in
     /// minRTT-equivalent network.
     pub weights: Option<Arc<FalconWeights>>,
@@ -94,6 +104,8 @@ impl Default for FalconConfig {
             seed: 1,
             loss_group: 32,
             rtt_window_ms: DEFAULT_RTT_WINDOW_MS,
+            choose_congested: false,
+            start_change: false,
             weights: None,
             learner: None,
         }
@@ -140,11 +152,32 @@ impl FalconConfig {
                     "a window in ms in [0, 60000] (0: group means)",
                 )?;
             }
+            "choose_congested" => {
+                self.choose_congested = flag("choose_congested", value)?;
+            }
+            "start_change" => self.start_change = flag("start_change", value)?,
             _ => return Ok(false),
         }
         Ok(true)
     }
 }
+
+/// A 0/1 parameter.
+fn flag(name: &'static str, value: f64) -> Result<bool, ParamError> {
+    if value == 0.0 || value == 1.0 {
+        Ok(value == 1.0)
+    } else {
+        Err(ParamError::OutOfRange {
+            name,
+            value,
+            expected: "0 or 1",
+        })
+    }
+}
+
+/// RTT samples a path needs on a new connection before [`FalconConfig::start_change`] declares
+/// a change on it (enough for its smoothed RTT and deviation to name a condition class).
+pub const START_CHANGE_SAMPLES: u32 = 16;
 
 /// Default of [`FalconConfig::rtt_window_ms`]: group means. A windowed minimum (500 ms) declared
 /// more changes on the daemon-check links (30 against 28 in 30 s, 4 true delay steps) and found
@@ -168,6 +201,7 @@ struct PathMonitor {
     loss: ChangeDetector,
     sent: u32,
     lost: u32,
+    rtt_samples: u32,
 }
 
 /// Counters FALCON keeps (for `braid status` and experiments).
@@ -183,6 +217,14 @@ pub struct FalconStats {
     pub changes: u64,
     /// Version of the weights in use (0: the initial set).
     pub model_version: u64,
+    /// Decisions at which at least two slots could send (the only ones at which a policy
+    /// restricted to paths with room can differ from minRTT).
+    pub choices: u64,
+    /// Greedy decisions that did not do what minRTT would (send on the lowest-RTT path with
+    /// room): another path, or waiting for a path without room.
+    pub not_minrtt: u64,
+    /// Decisions that waited for a chosen path without room ([`FalconConfig::choose_congested`]).
+    pub waits: u64,
 }
 
 /// The pending transition: the state decided on and the action taken.
@@ -202,6 +244,9 @@ pub struct Falcon {
     experience: Option<ExperienceSender<FalconTransition>>,
     epsilon: f64,
     loss_group: u32,
+    choose_congested: bool,
+    start_change: bool,
+    started: bool,
     monitors: Box<[PathMonitor]>,
     changed: Option<PathId>,
     change_pending: bool,
@@ -242,6 +287,16 @@ impl Falcon {
                 default: DEFAULT_RTT_WINDOW_MS,
                 description: "window of the minimum RTT fed to the change detector, ms (0: group means)",
             },
+            ParamInfo {
+                name: "choose_congested",
+                default: 0.0,
+                description: "1: appoint any usable path, waiting for one without room (§IV-B); 0: only paths with room",
+            },
+            ParamInfo {
+                name: "start_change",
+                default: 0.0,
+                description: "1: declare a change once a path has 16 RTT samples on a new connection",
+            },
         ],
     };
 
@@ -274,6 +329,7 @@ impl Falcon {
             loss: ChangeDetector::new(ChangeDetectorConfig::loss_counts()),
             sent: 0,
             lost: 0,
+            rtt_samples: 0,
         };
         let model_version = reader.version();
         Falcon {
@@ -283,6 +339,9 @@ impl Falcon {
             experience: None,
             epsilon: config.epsilon,
             loss_group: config.loss_group.max(1),
+            choose_congested: config.choose_congested,
+            start_change: config.start_change,
+            started: false,
             monitors: vec![monitor; MAX_PATHS].into_boxed_slice(),
             changed: None,
             change_pending: false,
@@ -354,15 +413,20 @@ impl Falcon {
         self.rng
     }
 
-    /// A random sendable slot (ε-greedy exploration).
+    /// A random candidate slot (ε-greedy exploration): a sendable one, or with
+    /// `choose_congested` any path's.
     fn random_slot(&mut self, slots: &Slots) -> Option<usize> {
-        let count = slots.sendable.iter().filter(|s| **s).count();
+        let candidates = if self.choose_congested {
+            slots.present()
+        } else {
+            slots.sendable
+        };
+        let count = candidates.iter().filter(|s| **s).count();
         if count == 0 {
             return None;
         }
         let pick = (self.next_random() % count as u64) as usize;
-        slots
-            .sendable
+        candidates
             .iter()
             .enumerate()
             .filter(|(_, s)| **s)
@@ -432,13 +496,30 @@ impl Scheduler for Falcon {
                 Active::Policy => weights.policy(),
             };
             match network.forward(&slots.state, &mut self.scratch) {
+                Ok(q) if self.choose_congested => slots.best_of(q, &slots.present()),
                 Ok(q) => slots.best(q),
                 Err(_) => None,
             }
         };
+        if slots.sendable.iter().filter(|s| **s).count() >= 2 {
+            self.stats.choices += 1;
+        }
         self.update_rate(now);
         self.record(&slots.state);
         let chosen = chosen.and_then(|slot| slots.ids[slot].map(|id| (slot, id)));
+        // A path without room is waited for only while something in flight can free it.
+        let chosen = chosen.filter(|&(slot, id)| {
+            slots.sendable[slot]
+                || paths
+                    .iter()
+                    .any(|p| p.id == id && p.bytes_in_flight >= u64::from(packet.len))
+        });
+        if !explore {
+            let minrtt = lowest_rtt_with_room(paths, packet.len).map(|p| p.id);
+            if chosen.is_some_and(|(_, id)| Some(id) != minrtt) {
+                self.stats.not_minrtt += 1;
+            }
+        }
         match chosen {
             Some((slot, id)) => {
                 self.last = Some(Last {
@@ -446,7 +527,12 @@ impl Scheduler for Falcon {
                     state: slots.state,
                     action: slot as u8,
                 });
-                Decision::Send(id)
+                if slots.sendable[slot] {
+                    Decision::Send(id)
+                } else {
+                    self.stats.waits += 1;
+                    Decision::Wait
+                }
             }
             None => {
                 self.last = None;
@@ -480,11 +566,18 @@ impl Scheduler for Falcon {
         let Some(monitor) = self.monitors.get_mut(path.index()) else {
             return;
         };
-        if ack.rtt_us > 0
-            && monitor
-                .rtt
-                .observe_at(f64::from(ack.rtt_us) / 1_000.0, now.as_micros())
+        if ack.rtt_us == 0 {
+            return;
+        }
+        monitor.rtt_samples = monitor.rtt_samples.saturating_add(1);
+        let first_condition =
+            self.start_change && !self.started && monitor.rtt_samples >= START_CHANGE_SAMPLES;
+        if monitor
+            .rtt
+            .observe_at(f64::from(ack.rtt_us) / 1_000.0, now.as_micros())
+            || first_condition
         {
+            self.started = true;
             self.note_change(path);
         }
     }

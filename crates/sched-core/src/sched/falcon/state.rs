@@ -82,12 +82,23 @@ impl Slots {
         slots
     }
 
+    /// The slots that hold a path (whether or not it has room).
+    pub fn present(&self) -> [bool; SLOTS] {
+        self.ids.map(|id| id.is_some())
+    }
+
     /// The sendable slot with the largest Q-value (first on ties); `None` when no slot can send
     /// or the values are not finite.
     pub fn best(&self, q: &[f32]) -> Option<usize> {
+        self.best_of(q, &self.sendable)
+    }
+
+    /// The slot among `candidates` with the largest Q-value (first on ties); `None` when there
+    /// is none or the values are not finite.
+    pub fn best_of(&self, q: &[f32], candidates: &[bool; SLOTS]) -> Option<usize> {
         let mut best: Option<(usize, f32)> = None;
         for (slot, &value) in q.iter().enumerate().take(SLOTS) {
-            if !self.sendable[slot] || !value.is_finite() {
+            if !candidates[slot] || !value.is_finite() {
                 continue;
             }
             if best.is_none_or(|(_, v)| value > v) {

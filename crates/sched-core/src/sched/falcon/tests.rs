@@ -268,3 +268,145 @@ fn parameters_are_validated() {
     assert!(config.set("seed", 1.5).is_err());
     assert_eq!(config.set("gamma", 0.5), Ok(false));
 }
+
+#[test]
+fn choose_congested_waits_for_the_appointed_path_while_it_has_packets_in_flight() {
+    // Slot 0 (path 0, the slowest) has the best Q-value.
+    let policy = constant_network([5.0, 1.0, 0.0, 0.0]);
+    let weights = Arc::new(FalconWeights::new(policy, Vec::new()).unwrap());
+    let packet = PacketMeta::bulk(1_200);
+    let mut p = paths();
+    p[0].bytes_in_flight = p[0].cwnd;
+    // Restricted to paths with room (the default), a full path 0 is passed over.
+    let mut restricted = Falcon::new(&FalconConfig {
+        weights: Some(Arc::clone(&weights)),
+        ..FalconConfig::default()
+    });
+    assert_eq!(
+        restricted.select(&p, &packet, Timestamp::ZERO),
+        Decision::Send(PathId(1))
+    );
+    assert_eq!(restricted.stats().waits, 0);
+    // Path 1 is minRTT's choice as well: nothing differs from minRTT.
+    assert_eq!(restricted.stats().not_minrtt, 0);
+    assert_eq!(restricted.stats().choices, 1);
+    // §IV-B's action space: the packet waits for path 0.
+    let mut congested = Falcon::new(&FalconConfig {
+        weights: Some(Arc::clone(&weights)),
+        choose_congested: true,
+        ..FalconConfig::default()
+    });
+    assert_eq!(
+        congested.select(&p, &packet, Timestamp::ZERO),
+        Decision::Wait
+    );
+    assert_eq!(congested.stats().waits, 1);
+    assert_eq!(congested.stats().not_minrtt, 1);
+    // With room on path 0 it is sent there (not minRTT's path either).
+    p[0].bytes_in_flight = 0;
+    assert_eq!(
+        congested.select(&p, &packet, Timestamp::ZERO),
+        Decision::Send(PathId(0))
+    );
+    assert_eq!(congested.stats().not_minrtt, 2);
+    // A path without room and nothing in flight would never free its window: the best path
+    // with room is used instead (the minRTT fallback).
+    p[0].cwnd = 0;
+    assert_eq!(
+        congested.select(&p, &packet, Timestamp::ZERO),
+        Decision::Send(PathId(1))
+    );
+    assert_eq!(congested.stats().waits, 1);
+    assert_eq!(congested.stats().fallbacks, 1);
+}
+
+#[test]
+fn exploration_with_choose_congested_also_appoints_full_paths() {
+    let (_writer, reader) = weight_slot(FalconWeights::minrtt());
+    let (sender, _receiver) = experience_queue(1 << 12).unwrap();
+    let config = FalconConfig {
+        epsilon: 1.0,
+        seed: 3,
+        choose_congested: true,
+        ..FalconConfig::default()
+    };
+    let mut falcon = Falcon::new(&config);
+    falcon.attach_learner(reader, sender);
+    let mut p = paths();
+    p[0].bytes_in_flight = p[0].cwnd;
+    let packet = PacketMeta::bulk(1_200);
+    let mut waits = 0;
+    for i in 0..600 {
+        if falcon.select(&p, &packet, Timestamp::from_micros(i)) == Decision::Wait {
+            waits += 1;
+        }
+    }
+    // One slot in three holds the full path 0: about 200 waits.
+    assert!((120..280).contains(&waits), "{waits}");
+    assert_eq!(falcon.stats().waits, waits);
+    assert_eq!(falcon.stats().not_minrtt, 0, "exploration is not counted");
+}
+
+#[test]
+fn start_change_declares_one_change_when_a_path_has_enough_samples() {
+    let mut meta = vec![None; CLASSES];
+    let class = {
+        let view = paths()[1];
+        condition_class(view.loss_rate, view.srtt_us, view.rttvar_us)
+    };
+    meta[usize::from(class)] = Some(constant_network([0.0, 0.0, 7.0, 0.0]));
+    let weights = FalconWeights::new(FalconWeights::minrtt().policy().clone(), meta).unwrap();
+    let (sender, mut receiver) = experience_queue(1 << 12).unwrap();
+    let (_writer, reader) = weight_slot(weights);
+    let run = |start_change: bool, sender, reader| {
+        let config = FalconConfig {
+            epsilon: 0.0,
+            start_change,
+            ..FalconConfig::default()
+        };
+        let mut falcon = Falcon::with_reader(&config, SlotReader::clone(&reader));
+        falcon.attach_learner(reader, sender);
+        let p = paths();
+        let packet = PacketMeta::bulk(1_200);
+        let mut decisions = Vec::new();
+        for i in 0..3 * START_CHANGE_SAMPLES {
+            let now = Timestamp::from_micros(u64::from(i) * 1_000);
+            let ack = AckInfo {
+                bytes: 1_200,
+                rtt_us: 10_000,
+                owd_us: 0,
+            };
+            falcon.on_ack(PathId(1), &ack, now);
+            decisions.push(falcon.select(&p, &packet, now));
+        }
+        (falcon.stats().changes, decisions)
+    };
+    let (changes, decisions) = run(true, sender.clone(), reader.clone());
+    assert_eq!(changes, 1);
+    // minRTT's path 1 until the change, then the meta-model's slot 2.
+    let first = decisions
+        .iter()
+        .position(|d| *d == Decision::Send(PathId(2)));
+    assert_eq!(first, Some(START_CHANGE_SAMPLES as usize - 1));
+    let flagged: Vec<_> = std::iter::from_fn(|| receiver.recv())
+        .filter(|t| t.change)
+        .collect();
+    assert_eq!(flagged.len(), 1);
+    assert_eq!(flagged[0].condition, class);
+    let (changes, decisions) = run(false, sender, reader);
+    assert_eq!(changes, 0);
+    assert!(decisions.iter().all(|d| *d == Decision::Send(PathId(1))));
+}
+
+#[test]
+fn flags_are_zero_or_one() {
+    let mut config = FalconConfig::default();
+    assert_eq!(config.set("choose_congested", 1.0), Ok(true));
+    assert!(config.choose_congested);
+    assert_eq!(config.set("start_change", 1.0), Ok(true));
+    assert!(config.start_change);
+    assert_eq!(config.set("start_change", 0.0), Ok(true));
+    assert!(!config.start_change);
+    assert!(config.set("choose_congested", 0.5).is_err());
+    assert!(config.set("start_change", 2.0).is_err());
+}
