@@ -131,6 +131,20 @@ thread_local! {
     /// The server's FALCON statistics after the last run on this thread (set when its endpoint
     /// is dropped at the end of the run).
     static SERVER_STATS: std::cell::Cell<Option<FalconStats>> = const { std::cell::Cell::new(None) };
+    /// Server → client packets the server endpoint of the current run has sent.
+    static SERVER_SENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The client's delivery timeline of the current run: at each multiple of
+    /// [`Timeline::chunk`] bytes read, (µs, server packets sent by then). Off when `chunk` is 0.
+    static TIMELINE: RefCell<Timeline> = const { RefCell::new(Timeline { chunk: 0, read: 0, marks: Vec::new() }) };
+}
+
+/// Where the client's reads crossed each multiple of `chunk` bytes (window mode).
+#[derive(Debug)]
+struct Timeline {
+    chunk: u64,
+    read: u64,
+    /// (µs since the run's start, server packets sent by then), one per multiple crossed.
+    marks: Vec<(u64, u64)>,
 }
 
 /// The real session as a simulator endpoint, stepping the run's learner after every packet it
@@ -139,6 +153,8 @@ pub struct Lockstep {
     session: Session,
     learning: Option<Rc<RefCell<Learning>>>,
     server: bool,
+    /// The latest virtual time the endpoint was handed (reads happen at it).
+    now: Timestamp,
 }
 
 impl Drop for Lockstep {
@@ -174,12 +190,17 @@ impl Endpoint for Lockstep {
                 session: <Session as Endpoint>::create(&client)?,
                 learning: None,
                 server: false,
+                now: Timestamp::ZERO,
             });
+        }
+        if setup.side == Side::Server {
+            SERVER_SENT.with(|c| c.set(0));
         }
         Ok(Lockstep {
             session: <Session as Endpoint>::create(setup)?,
             learning,
             server: setup.side == Side::Server,
+            now: Timestamp::ZERO,
         })
     }
 
@@ -189,11 +210,16 @@ impl Endpoint for Lockstep {
         data: &[u8],
         now: Timestamp,
     ) -> Result<(), EndpointError> {
+        self.now = now;
         Endpoint::handle_datagram(&mut self.session, path, data, now)
     }
 
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<(PathId, usize)> {
+        self.now = now;
         let sent = Endpoint::poll_transmit(&mut self.session, now, buf);
+        if sent.is_some() && self.server {
+            SERVER_SENT.with(|c| c.set(c.get() + 1));
+        }
         if sent.is_some()
             && let Some(learning) = &self.learning
         {
@@ -207,6 +233,7 @@ impl Endpoint for Lockstep {
     }
 
     fn handle_timeout(&mut self, now: Timestamp) {
+        self.now = now;
         Endpoint::handle_timeout(&mut self.session, now);
     }
 
@@ -227,7 +254,22 @@ impl Endpoint for Lockstep {
     }
 
     fn read(&mut self, flow: FlowId, out: &mut [u8]) -> Result<Option<usize>, EndpointError> {
-        Endpoint::read(&mut self.session, flow, out)
+        let read = Endpoint::read(&mut self.session, flow, out)?;
+        if let (false, Some(n)) = (self.server, read) {
+            let at = self.now.as_micros();
+            TIMELINE.with(|t| {
+                let mut t = t.borrow_mut();
+                if t.chunk == 0 {
+                    return;
+                }
+                t.read += n as u64;
+                while t.read >= t.chunk * (t.marks.len() as u64 + 1) {
+                    let sent = SERVER_SENT.with(std::cell::Cell::get);
+                    t.marks.push((at, sent));
+                }
+            });
+        }
+        Ok(read)
     }
 
     fn send_datagram(
@@ -318,7 +360,27 @@ struct Run {
 
 /// The scheduler configuration of `variant` and, for the learning variants and DQN-Off, its
 /// learner (seed `seed`). DQN-Off's learner only publishes the policies scheduled into it.
-fn setup(variant: Variant, seed: u64) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
+fn setup(
+    variant: Variant,
+    seed: u64,
+    params: &[(String, f64)],
+) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
+    let (mut config, learning) = setup_plain(variant, seed)?;
+    if config.kind() == SchedulerKind::Falcon {
+        for (name, value) in params {
+            config
+                .set(name, *value)
+                .map_err(|e| TrainError::Usage(e.to_string()))?;
+        }
+    }
+    Ok((config, learning))
+}
+
+/// [`setup`] with FALCON's default parameters.
+fn setup_plain(
+    variant: Variant,
+    seed: u64,
+) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
     let hyper = FalconHyper {
         seed,
         ..FalconHyper::default()
@@ -394,7 +456,7 @@ fn simulate(
 /// Simulates `scenario` with `variant` (seed `seed` for the learner).
 #[cfg(test)]
 fn run_variant(scenario: &Scenario, variant: Variant, seed: u64) -> Result<Run, TrainError> {
-    let (scheduler, learning) = setup(variant, seed)?;
+    let (scheduler, learning) = setup(variant, seed, &[])?;
     let result = simulate(scenario, &scheduler, learning.as_ref())?;
     let published = learning.map_or(0, |l| l.borrow().published);
     Ok(Run { result, published })
@@ -525,6 +587,7 @@ fn dqn_off(
     out: &std::path::Path,
     file: &ScenarioFile,
     t: f64,
+    params: &[(String, f64)],
 ) -> Result<FalconWeights, TrainError> {
     let probe = download_at(
         &file
@@ -533,10 +596,14 @@ fn dqn_off(
         t,
         false,
     );
-    let key = format!(
+    let mut key = format!(
         "{}|{DQN_OFF_DOWNLOADS}|{DQN_OFF_STEPS}|{DQN_OFF_SEED}|{DOWNLOAD_BYTES}",
         condition_key(&probe)
     );
+    // FALCON parameters change the data (the action space); none keeps the earlier keys.
+    for (name, value) in params {
+        let _ = write!(key, "|{name}={value}");
+    }
     let dir = out.join("dqn-off");
     let path = dir.join(format!("{}-{:016x}.safetensors", file.name(), fnv(&key)));
     if path.exists() {
@@ -553,7 +620,7 @@ fn dqn_off(
             t,
             false,
         );
-        data.extend(super::offline::collect(&scenario, seed)?.transitions);
+        data.extend(super::offline::collect_with(&scenario, seed, params)?.transitions);
     }
     if data.is_empty() {
         return Err(runtime(format!("{}: DQN-Off data is empty", file.name())));
@@ -664,15 +731,16 @@ fn convergence(
     file: &ScenarioFile,
     runs: u32,
     started: Instant,
+    params: &[(String, f64)],
 ) -> Result<Curves, TrainError> {
-    let reference = dqn_off(&options.out, file, 0.0)?;
+    let reference = dqn_off(&options.out, file, 0.0, params)?;
     let mut times: Vec<(Variant, Vec<Vec<Download>>, u64)> = Vec::new();
     for variant in DOWNLOAD_VARIANTS {
         let mut per_run = Vec::new();
         let mut published = 0;
         for r in 0..runs {
             let learner_seed = options.seed.wrapping_add(u64::from(r));
-            let (scheduler, learning) = setup(variant, learner_seed)?;
+            let (scheduler, learning) = setup(variant, learner_seed, params)?;
             if let Some(l) = &learning
                 && variant == Variant::DqnOff
             {
@@ -741,6 +809,7 @@ fn stress(
     file: &ScenarioFile,
     runs: u32,
     started: Instant,
+    params: &[(String, f64)],
 ) -> Result<(f64, StressTimes), TrainError> {
     let probe = file
         .resolve(options.seed)
@@ -755,7 +824,7 @@ fn stress(
     starts.extend(changes.iter().copied().take_while(|&c| c < end));
     let models: Vec<FalconWeights> = starts
         .iter()
-        .map(|&t| dqn_off(&options.out, file, t))
+        .map(|&t| dqn_off(&options.out, file, t, params))
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
     for variant in DOWNLOAD_VARIANTS {
@@ -763,7 +832,7 @@ fn stress(
         let mut published = 0;
         for r in 0..runs {
             let learner_seed = options.seed.wrapping_add(u64::from(r));
-            let (scheduler, learning) = setup(variant, learner_seed)?;
+            let (scheduler, learning) = setup(variant, learner_seed, params)?;
             let mut t = 0.0;
             let mut d = 0u64;
             while t < end {
@@ -810,10 +879,250 @@ fn stress(
     Ok((interval, out))
 }
 
+/// Window mode: bytes of each run's one long-lived connection.
+const WINDOW_BYTES: u64 = 20_000_000;
+/// Window mode: the chunk whose delivery time is scored (about 180 packets of 1,400 bytes).
+const WINDOW_CHUNK: u64 = 250_000;
+/// Window mode: longest a connection may run (s); a chunk not delivered by then counts as
+/// this long.
+const WINDOW_CAP_S: f64 = 120.0;
+/// Window mode: chunks per scored window: 8 × 250 kB = one 2 MB download (§V-B), started at
+/// every chunk mark. (A single chunk is too short to score: the client reads the bytes held
+/// up behind a lost packet at once, so several chunk marks often fall at the same instant.)
+const WINDOW_SPAN: usize = 8;
+/// Window mode: the windows shown in the report's curves (all of them go to the CSV file).
+const WINDOW_SHOWN: [usize; 16] = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 40, 56, 72];
+
+/// How `--evaluate` measures (beyond [`TrainOptions`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvalConfig {
+    /// FALCON parameters (`(name, value)`) applied to every FALCON-based variant and to the
+    /// collection of DQN-Off's data (e.g. `choose_congested`, `start_change`); part of the
+    /// DQN-Off cache key.
+    pub params: Vec<(String, f64)>,
+    /// Static conditions: score chunks of one long-lived connection per run (window mode)
+    /// instead of 2 MB downloads on fresh connections.
+    pub window: bool,
+}
+
+/// Per variant (window mode): the curve `(mean server packets sent before the chunk, score)`
+/// per chunk, the policies published, and FALCON's decision counters summed over runs
+/// (decisions, decisions with a choice, greedy decisions not minRTT's, waits).
+type WindowCurves = Vec<(Variant, Vec<(f64, f64)>, u64, Option<[u64; 4]>)>;
+
+/// Window mode on one static condition: per variant and run, one connection carrying
+/// [`WINDOW_BYTES`] (the learners start as in the other tests: shipped weights or scratch,
+/// no experience). The client's reads mark each [`WINDOW_CHUNK`] bytes; window `k` (a 2 MB
+/// download on the warm connection) runs from mark `k − 1` (the request for `k = 0`) to mark
+/// `k + WINDOW_SPAN − 1`. Score of window `k` = median over runs of DQN-Off's window-`k` time /
+/// median over runs of the variant's. Its learning cost is the server's packets sent before
+/// it (mean over runs).
+fn window(
+    options: &TrainOptions,
+    file: &ScenarioFile,
+    runs: u32,
+    started: Instant,
+    params: &[(String, f64)],
+) -> Result<(WindowCurves, Vec<(f64, f64)>), TrainError> {
+    let reference = dqn_off(&options.out, file, 0.0, params)?;
+    let chunks = (WINDOW_BYTES / WINDOW_CHUNK) as usize;
+    // Per variant: per run, per chunk (time s, packets before).
+    let mut measured: Vec<(Variant, Vec<Vec<(f64, f64)>>, u64, Option<[u64; 4]>)> = Vec::new();
+    for variant in DOWNLOAD_VARIANTS {
+        let mut per_run = Vec::new();
+        let mut published = 0;
+        let mut counters: Option<[u64; 4]> = None;
+        for r in 0..runs {
+            let learner_seed = options.seed.wrapping_add(u64::from(r));
+            let (scheduler, learning) = setup(variant, learner_seed, params)?;
+            if let Some(l) = &learning
+                && variant == Variant::DqnOff
+            {
+                l.borrow_mut().writer.publish(reference.clone());
+            }
+            let seed = options.seed.wrapping_add(1_000 * u64::from(r));
+            let mut scenario = file
+                .resolve(seed)
+                .map_err(|e| TrainError::Usage(e.to_string()))?;
+            scenario.app = braid_testbed::scenario::App::Bulk {
+                bytes: WINDOW_BYTES,
+            };
+            scenario.duration = std::time::Duration::from_secs_f64(WINDOW_CAP_S);
+            TIMELINE.with(|t| {
+                *t.borrow_mut() = Timeline {
+                    chunk: WINDOW_CHUNK,
+                    read: 0,
+                    marks: Vec::with_capacity(chunks),
+                }
+            });
+            SERVER_STATS.with(|c| c.set(None));
+            let result = simulate(&scenario, &scheduler, learning.as_ref());
+            let marks = TIMELINE.with(|t| {
+                let mut t = t.borrow_mut();
+                t.chunk = 0;
+                std::mem::take(&mut t.marks)
+            });
+            result?;
+            per_run.push(window_times(
+                &marks,
+                chunks,
+                SERVER_SENT.with(std::cell::Cell::get),
+            ));
+            if let Some(stats) = SERVER_STATS.with(std::cell::Cell::take) {
+                let c = counters.get_or_insert([0; 4]);
+                c[0] += stats.decisions;
+                c[1] += stats.choices;
+                c[2] += stats.not_minrtt;
+                c[3] += stats.waits;
+            }
+            published += learning.map_or(0, |l| l.borrow().published);
+        }
+        eprintln!(
+            "braid train falcon --evaluate --window: {} {} done ({:.0} s)",
+            file.name(),
+            variant.name(),
+            started.elapsed().as_secs_f64()
+        );
+        measured.push((variant, per_run, published, counters));
+    }
+    let chunk_median = |per_run: &[Vec<(f64, f64)>], k: usize| {
+        median(&per_run.iter().map(|r| r[k].0).collect::<Vec<_>>())
+    };
+    let windows = chunks - WINDOW_SPAN + 1;
+    let reference: Vec<f64> = (0..windows)
+        .map(|k| chunk_median(&measured[0].1, k))
+        .collect();
+    // The noise of a curve: DQN-Off's even runs scored against its odd runs.
+    let halves = |parity: usize| -> Vec<Vec<(f64, f64)>> {
+        measured[0]
+            .1
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| r % 2 == parity)
+            .map(|(_, run)| run.clone())
+            .collect()
+    };
+    let (even, odd) = (halves(0), halves(1));
+    let noise = (0..windows)
+        .map(|k| {
+            let m = chunk_median(&even, k);
+            let before = measured[0].1.iter().map(|r| r[k].1).sum::<f64>()
+                / measured[0].1.len().max(1) as f64;
+            (
+                before,
+                if m > 0.0 {
+                    chunk_median(&odd, k) / m
+                } else {
+                    0.0
+                },
+            )
+        })
+        .collect();
+    let curves = measured
+        .iter()
+        .map(|(variant, per_run, published, counters)| {
+            let curve = (0..windows)
+                .map(|k| {
+                    let before =
+                        per_run.iter().map(|r| r[k].1).sum::<f64>() / per_run.len().max(1) as f64;
+                    let m = chunk_median(per_run, k);
+                    (before, if m > 0.0 { reference[k] / m } else { 0.0 })
+                })
+                .collect();
+            (*variant, curve, *published, *counters)
+        })
+        .collect();
+    Ok((curves, noise))
+}
+
+/// The windows of one run from its chunk marks (`(µs, server packets sent by then)` at each
+/// [`WINDOW_CHUNK`] bytes read): per window `k` of [`WINDOW_SPAN`] chunks, its delivery time
+/// (s; [`WINDOW_CAP_S`] when it did not complete) and the packets sent before it
+/// (`sent_at_end` when its start was never reached).
+fn window_times(marks: &[(u64, u64)], chunks: usize, sent_at_end: u64) -> Vec<(f64, f64)> {
+    (0..=chunks.saturating_sub(WINDOW_SPAN))
+        .map(|k| {
+            let start = match k {
+                0 => Some((0, 0)),
+                _ => marks.get(k - 1).copied(),
+            };
+            let end = marks.get(k + WINDOW_SPAN - 1).map(|m| m.0);
+            match (start, end) {
+                (Some((from, before)), Some(to)) => {
+                    (to.saturating_sub(from) as f64 / 1e6, before as f64)
+                }
+                (Some((_, before)), None) => (WINDOW_CAP_S, before as f64),
+                (None, _) => (WINDOW_CAP_S, sent_at_end as f64),
+            }
+        })
+        .collect()
+}
+
+/// The window-mode rows of one condition (or of the mean over conditions) for the report, and
+/// its CSV lines; `noise` is DQN-Off's even runs against its odd runs, when there are two.
+fn window_rows(
+    name: &str,
+    curves: &WindowCurves,
+    noise: Option<&[(f64, f64)]>,
+    rows: &mut String,
+    csv: &mut String,
+) {
+    let noise_row = noise.map(|n| ("dqn-off odd/even runs (noise)", n.to_vec(), None, None));
+    let all = curves
+        .iter()
+        .map(|(v, c, p, n)| (v.name(), c.clone(), Some(*p), *n))
+        .chain(noise_row);
+    for (variant, curve, published, counters) in all {
+        let curve = &curve;
+        let published = published.map_or("-".to_owned(), |p| p.to_string());
+        let to = match packets_to_threshold(curve) {
+            Some(p) => format!("{p:.0}"),
+            None => "never".to_owned(),
+        };
+        let points: Vec<String> = WINDOW_SHOWN
+            .iter()
+            .filter_map(|&k| curve.get(k))
+            .map(|(p, s)| format!("{s:.2} @{p:.0}"))
+            .collect();
+        let late: Vec<f64> = curve.iter().skip(curve.len() / 2).map(|c| c.1).collect();
+        let counters = match counters {
+            Some([decisions, choices, not_minrtt, waits]) if decisions > 0 => {
+                let pct = |x: u64| 100.0 * x as f64 / decisions as f64;
+                format!(
+                    "{:.1} / {:.1} / {:.1}",
+                    pct(choices),
+                    pct(not_minrtt),
+                    pct(waits)
+                )
+            }
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(
+            rows,
+            "| {name} | {variant} | {to} | {:.3} | {} | {counters} | {published} |",
+            median(&late),
+            points.join(", ")
+        );
+        for (k, (p, s)) in curve.iter().enumerate() {
+            let _ = writeln!(csv, "{name},{variant},{k},{p:.0},{s:.4}");
+        }
+    }
+}
+
 /// Runs the evaluation over `options.scenarios` with `runs` seeds each; returns the report.
 /// A file without changes is a static condition (§VI-B1 convergence test); one with changes a
 /// stress-test timeline (§VI-B2).
 pub fn run(options: &TrainOptions, runs: u32) -> Result<String, TrainError> {
+    run_with(options, runs, &EvalConfig::default())
+}
+
+/// [`run`] with FALCON parameters and, for static conditions, window mode ([`EvalConfig`]).
+pub fn run_with(
+    options: &TrainOptions,
+    runs: u32,
+    eval: &EvalConfig,
+) -> Result<String, TrainError> {
+    let params = eval.params.as_slice();
     if runs == 0 || runs > 100 {
         return Err(TrainError::Usage(format!(
             "--runs {runs}: expected 1..=100"
@@ -837,7 +1146,18 @@ pub fn run(options: &TrainOptions, runs: u32) -> Result<String, TrainError> {
         options.seed,
         options.seed + u64::from(runs) - 1
     );
+    if !params.is_empty() {
+        let list: Vec<String> = params.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+        let _ = writeln!(
+            report,
+            "FALCON parameters of every FALCON-based variant and of DQN-Off's data: {}.\n",
+            list.join(", ")
+        );
+    }
     let mut convergence_rows = String::new();
+    let mut window_table = String::new();
+    let mut window_curves: Vec<WindowCurves> = Vec::new();
+    let mut window_csv = String::from("condition,variant,window,packets_before,score\n");
     let mut stress_rows = String::new();
     let mut static_curves: Vec<Curves> = Vec::new();
     for path in &options.scenarios {
@@ -855,8 +1175,19 @@ pub fn run(options: &TrainOptions, runs: u32) -> Result<String, TrainError> {
                 path.display()
             )));
         }
-        if change_times(&probe).is_empty() {
-            let curves = convergence(options, &file, runs, started)?;
+        if change_times(&probe).is_empty() && eval.window {
+            let (curves, noise) = window(options, &file, runs, started, params)?;
+            let noise = (runs >= 2).then_some(noise.as_slice());
+            window_rows(
+                file.name(),
+                &curves,
+                noise,
+                &mut window_table,
+                &mut window_csv,
+            );
+            window_curves.push(curves);
+        } else if change_times(&probe).is_empty() {
+            let curves = convergence(options, &file, runs, started, params)?;
             for (variant, curve, published) in &curves {
                 let points: Vec<String> = curve
                     .iter()
@@ -876,7 +1207,7 @@ pub fn run(options: &TrainOptions, runs: u32) -> Result<String, TrainError> {
             }
             static_curves.push(curves);
         } else {
-            let (interval, results) = stress(options, &file, runs, started)?;
+            let (interval, results) = stress(options, &file, runs, started, params)?;
             let reference = median(&results[0].1);
             for (variant, fcts, published) in &results {
                 let m = median(fcts);
@@ -933,6 +1264,62 @@ pub fn run(options: &TrainOptions, runs: u32) -> Result<String, TrainError> {
             );
         }
     }
+    if !window_table.is_empty() {
+        let csv = options.out.join("window.csv");
+        std::fs::write(&csv, &window_csv)
+            .map_err(|e| runtime(format!("{}: {e}", csv.display())))?;
+        let _ = writeln!(
+            report,
+            "## Convergence (§VI-B1) on one long-lived connection per run: 2 MB windows \
+             ({WINDOW_SPAN} chunks of {WINDOW_CHUNK} bytes) started at every chunk of a \
+             {WINDOW_BYTES}-byte transfer\n\n\
+             Score of window k = median over runs of DQN-Off's window-k delivery time / the \
+             variant's; learning cost = server packets sent before the window (mean over \
+             runs). Packets to 0.9: before the first window from which every window's score is \
+             ≥ {THRESHOLD}. Late: median score of the second half of the windows. Counters \
+             (FALCON variants, % of decisions): with ≥ 2 paths that have room / greedy and not \
+             minRTT's choice / waits. Every window's score: `{}`.\n\n\
+             | condition | variant | packets to 0.9 | late | curve (score @packets, windows \
+             {WINDOW_SHOWN:?}) | choice / not minRTT / wait % | policies published |\n\
+             |---|---|---|---|---|---|---|",
+            csv.display()
+        );
+        report.push_str(&window_table);
+        if window_curves.len() > 1 {
+            // The mean curve over the conditions (packets and scores averaged per window).
+            let n = window_curves.len() as f64;
+            let mean: WindowCurves = window_curves[0]
+                .iter()
+                .enumerate()
+                .map(|(i, (variant, first, _, _))| {
+                    let curve = (0..first.len())
+                        .map(|k| {
+                            let p = window_curves.iter().map(|c| c[i].1[k].0).sum::<f64>() / n;
+                            let s = window_curves.iter().map(|c| c[i].1[k].1).sum::<f64>() / n;
+                            (p, s)
+                        })
+                        .collect();
+                    let published = window_curves.iter().map(|c| c[i].2).sum();
+                    let counters = window_curves
+                        .iter()
+                        .filter_map(|c| c[i].3)
+                        .reduce(|a, b| [a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]]);
+                    (*variant, curve, published, counters)
+                })
+                .collect();
+            let _ = writeln!(
+                report,
+                "\nMean over the {} conditions (scores averaged per window):\n\n\
+                 | condition | variant | packets to 0.9 | late | curve | choice / not minRTT / wait % | policies published |\n\
+                 |---|---|---|---|---|---|---|",
+                window_curves.len()
+            );
+            let mut rows = String::new();
+            let mut ignored = String::new();
+            window_rows("mean", &mean, None, &mut rows, &mut ignored);
+            report.push_str(&rows);
+        }
+    }
     if !stress_rows.is_empty() {
         let _ = writeln!(
             report,
@@ -967,6 +1354,64 @@ mod tests {
         assert_eq!(packets_to_threshold(&[(0.0, 0.9), (5.0, 1.0)]), Some(0.0));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn windows_span_eight_chunks_from_the_previous_mark() {
+        let marks: Vec<(u64, u64)> = (1..=10).map(|i| (i * 100_000, i * 10)).collect();
+        let w = window_times(&marks, 10, 999);
+        assert_eq!(w.len(), 3);
+        assert!((w[0].0 - 0.8).abs() < 1e-9 && w[0].1 == 0.0, "{w:?}");
+        assert!((w[1].0 - 0.8).abs() < 1e-9 && w[1].1 == 10.0, "{w:?}");
+        assert!((w[2].0 - 0.8).abs() < 1e-9 && w[2].1 == 20.0, "{w:?}");
+        // A transfer that stopped after 8 chunks: the later windows never completed.
+        let w = window_times(&marks[..8], 10, 999);
+        assert_eq!(w[0].0, 0.8f64.max(w[0].0));
+        assert_eq!(w[1], (WINDOW_CAP_S, 10.0));
+        assert_eq!(w[2], (WINDOW_CAP_S, 20.0));
+        let w = window_times(&[], 10, 999);
+        assert_eq!(w[0], (WINDOW_CAP_S, 0.0));
+        assert_eq!(w[1], (WINDOW_CAP_S, 999.0));
+    }
+
+    #[test]
+    fn the_client_timeline_marks_each_chunk_read() {
+        let text = "name = \"t\"\nduration_s = 10.0\nseed = 1\n\
+            [[path]]\nname = \"a\"\nrate_mbps = 20.0\ndelay_ms = 10.0\n\
+            [app]\nkind = \"bulk\"\nbytes = 1_000_000\n";
+        let scenario = ScenarioFile::parse(text, std::path::Path::new("t.toml"))
+            .unwrap()
+            .resolve(1)
+            .unwrap();
+        TIMELINE.with(|t| {
+            *t.borrow_mut() = Timeline {
+                chunk: 250_000,
+                read: 0,
+                marks: Vec::new(),
+            }
+        });
+        let (scheduler, learning) = setup(Variant::MinRtt, 1, &[]).unwrap();
+        let result = simulate(&scenario, &scheduler, learning.as_ref()).unwrap();
+        let marks = TIMELINE.with(|t| {
+            let mut t = t.borrow_mut();
+            t.chunk = 0;
+            std::mem::take(&mut t.marks)
+        });
+        assert_eq!(marks.len(), 4, "{marks:?}");
+        assert!(
+            marks
+                .windows(2)
+                .all(|m| m[0].0 <= m[1].0 && m[0].1 < m[1].1)
+        );
+        // The last mark is the download's end; 250 kB at 20 Mbit/s take at least 100 ms.
+        let fct_us = result.fcts[0] * 1e6;
+        assert!(
+            (marks[3].0 as f64 - fct_us).abs() < 1_000.0,
+            "{marks:?} {fct_us}"
+        );
+        assert!(marks[3].0 - marks[2].0 >= 100_000, "{marks:?}");
+        // About 1,400-byte packets: 250 kB is at least 178 of them.
+        assert!(marks[1].1 - marks[0].1 >= 178, "{marks:?}");
     }
 
     #[test]
@@ -1059,9 +1504,34 @@ mod tests {
             episodes: 1,
             steps: 16,
             duration_s: None,
-            command: format!("evaluate_from_env (runs {runs})"),
+            command: format!(
+                "evaluate_from_env (runs {runs}{}{})",
+                std::env::var("BRAID_EVAL_PARAMS")
+                    .map(|p| format!(", BRAID_EVAL_PARAMS={p}"))
+                    .unwrap_or_default(),
+                if std::env::var_os("BRAID_EVAL_WINDOW").is_some() {
+                    ", BRAID_EVAL_WINDOW=1"
+                } else {
+                    ""
+                }
+            ),
         };
-        let report = run(&options, runs).unwrap();
+        let params = std::env::var("BRAID_EVAL_PARAMS")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (name, value) = p
+                    .split_once('=')
+                    .expect("BRAID_EVAL_PARAMS: name=value,...");
+                (name.to_owned(), value.parse().expect("a number"))
+            })
+            .collect();
+        let eval = EvalConfig {
+            params,
+            window: std::env::var_os("BRAID_EVAL_WINDOW").is_some(),
+        };
+        let report = run_with(&options, runs, &eval).unwrap();
         println!("{report}");
         let name = std::env::var("BRAID_EVAL_NAME").unwrap_or_else(|_| "evaluation".into());
         std::fs::write(out.join(format!("{name}.md")), report).unwrap();

@@ -168,9 +168,18 @@ fn collect_all(options: &TrainOptions) -> Result<Vec<Task>, TrainError> {
 
 /// Simulates `scenario` with exploring FALCON and returns its experience.
 pub(crate) fn collect(scenario: &Scenario, seed: u64) -> Result<Task, TrainError> {
+    collect_with(scenario, seed, &[])
+}
+
+/// [`collect`] with FALCON parameters `params` (`(name, value)`, e.g. `choose_congested`).
+pub(crate) fn collect_with(
+    scenario: &Scenario,
+    seed: u64,
+    params: &[(String, f64)],
+) -> Result<Task, TrainError> {
     let (_writer, reader) = weight_slot(FalconWeights::minrtt());
     let (sender, mut receiver) = experience_queue(QUEUE_CAPACITY).map_err(runtime)?;
-    let config = FalconConfig {
+    let mut config = FalconConfig {
         epsilon: EPSILON_LARGE,
         seed,
         learner: Some(FalconLink {
@@ -179,6 +188,17 @@ pub(crate) fn collect(scenario: &Scenario, seed: u64) -> Result<Task, TrainError
         }),
         ..FalconConfig::default()
     };
+    for (name, value) in params {
+        match config.set(name, *value) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(TrainError::Usage(format!(
+                    "falcon has no parameter `{name}`"
+                )));
+            }
+            Err(e) => return Err(TrainError::Usage(e.to_string())),
+        }
+    }
     let options = SimOptions {
         scheduler: SchedulerConfig::Falcon(config),
     };
