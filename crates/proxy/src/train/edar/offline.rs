@@ -1,9 +1,14 @@
 //! `braid train edar` (feature `torch`): EdAR §V-B, Alg. 1. Data collection: for every scenario,
-//! `episodes` simulations with the always-normal policy and as many with the always-redundant
-//! one (seeds `seed`, `seed + 1`, …; each seed is a new random realisation of the scenario's
-//! ranges and of the links' randomness); offline learning: `steps` DQN steps on the replay
-//! buffer of all their transitions. Writes `edar.safetensors` and `PROVENANCE.md` into the
-//! output directory.
+//! `episodes` simulations with the always-normal policy, as many with the always-redundant one
+//! and as many with a random action per interval (seeds `seed`, `seed + 1`, …; each seed is a
+//! new random realisation of the scenario's ranges and of the links' randomness); offline
+//! learning: `steps` DQN steps on the replay buffer of all their transitions. Writes
+//! `edar.safetensors` and `PROVENANCE.md` into the output directory.
+//!
+//! The switching episodes are braid's addition to Alg. 1: with the two fixed policies alone,
+//! every transition has `a_{t−1} = a_t` (the previous action is part of the state), so the
+//! Q-value of changing the mode is never trained, and the greedy policy of such a model was
+//! measured to alternate between the modes interval by interval (docs/schedulers.md, EdAR).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -25,23 +30,27 @@ use crate::train::{TrainError, TrainOptions, TrainSummary, device};
 /// Transitions one episode may queue before the trainer drains them.
 const QUEUE_CAPACITY: usize = 1 << 18;
 
-fn drain(receiver: &mut ExperienceReceiver<EdarTransition>, dqn: &mut EdarDqn) -> u64 {
+fn drain(receiver: &mut ExperienceReceiver<EdarTransition>, into: &mut Vec<EdarTransition>) -> u64 {
     let mut n = 0;
     while let Some(t) = receiver.recv() {
-        dqn.push(t);
+        into.push(t);
         n += 1;
     }
     n
 }
 
-/// Collects the transitions of every (scenario, policy, episode) into `dqn`; returns how many.
-fn collect(options: &TrainOptions, dqn: &mut EdarDqn) -> Result<u64, TrainError> {
+/// Collects the transitions of every (scenario, policy, episode) into `into`; returns how many.
+fn collect(options: &TrainOptions, into: &mut Vec<EdarTransition>) -> Result<u64, TrainError> {
     let (sender, mut receiver) = experience_queue::<EdarTransition>(QUEUE_CAPACITY)
         .map_err(|e| TrainError::Runtime(e.to_string()))?;
     let mut total = 0;
     for path in &options.scenarios {
         let file = ScenarioFile::load(path).map_err(|e| TrainError::Usage(e.to_string()))?;
-        for policy in [EdarPolicy::Normal, EdarPolicy::Redundant] {
+        for policy in [
+            EdarPolicy::Normal,
+            EdarPolicy::Redundant,
+            EdarPolicy::Switching,
+        ] {
             for episode in 0..options.episodes {
                 let seed = options.seed.wrapping_add(u64::from(episode));
                 let mut scenario = file
@@ -64,7 +73,7 @@ fn collect(options: &TrainOptions, dqn: &mut EdarDqn) -> Result<u64, TrainError>
                 };
                 sim::run::<Session>(&scenario, &options)
                     .map_err(|e| TrainError::Runtime(format!("{}: {e}", path.display())))?;
-                let n = drain(&mut receiver, dqn);
+                let n = drain(&mut receiver, into);
                 eprintln!(
                     "braid train edar: {} {policy:?} seed {seed}: {n} transitions",
                     file.name()
@@ -108,13 +117,20 @@ pub fn run(options: &TrainOptions) -> Result<TrainSummary, TrainError> {
         tch::set_num_threads(1);
     }
     let started = Instant::now();
+    let mut transitions = Vec::new();
+    let samples = collect(options, &mut transitions)?;
+    // Alg. 1 line 10: the replay buffer holds every collected transition.
+    let defaults = EdarHyper::default();
     let hyper = EdarHyper {
         seed: options.seed,
-        ..EdarHyper::default()
+        replay_capacity: defaults.replay_capacity.max(transitions.len()),
+        ..defaults
     };
     let mut dqn =
         EdarDqn::new(hyper.clone(), device).map_err(|e| TrainError::Runtime(e.to_string()))?;
-    let samples = collect(options, &mut dqn)?;
+    for t in transitions {
+        dqn.push(t);
+    }
     let collected_s = started.elapsed().as_secs_f64();
     let mut recent = std::collections::VecDeque::with_capacity(100);
     for step in 1..=options.steps {
@@ -145,7 +161,8 @@ pub fn run(options: &TrainOptions) -> Result<TrainSummary, TrainError> {
         .map(|p| p.display().to_string())
         .collect();
     let source = format!(
-        "EdAR offline DQN (Alg. 1): policies normal+redundant, {} episodes each of {}; seed {}; \
+        "EdAR offline DQN (Alg. 1): policies normal+redundant+switching, {} episodes each of {}; \
+         seed {}; \
          {} transitions; {} steps, batch {}, Adam lr {}, gamma {}, tau {}",
         options.episodes,
         scenarios.join(", "),
@@ -203,14 +220,18 @@ fn write_provenance(
     );
     let _ = writeln!(
         text,
-        "- data collection (Alg. 1): always-normal and always-redundant, {} episodes each per \
-         scenario, {} simulated s per episode",
+        "- data collection (Alg. 1): always-normal, always-redundant and switching (a random \
+         action per interval), {} episodes each per scenario, {} simulated s per episode",
         options.episodes,
         options
             .duration_s
             .map_or("the scenario's".to_owned(), |d| format!("{d}"))
     );
-    let _ = writeln!(text, "- transitions: {}", summary.samples);
+    let _ = writeln!(
+        text,
+        "- transitions: {} (the replay buffer holds them all)",
+        summary.samples
+    );
     let _ = writeln!(
         text,
         "- training: {} DQN steps, batch 32, Adam lr 1e-4, gamma 0.6, tau 0.01",

@@ -15,15 +15,26 @@
 //! deviation; it keeps the "copy on the other subflows" effect and the per-path congestion
 //! control that bounds it.
 //!
-//! Learning (§V): at every decision the previous interval becomes a transition
-//! `(s_{t−1}, a_{t−1}, r_{t−1}, s_t)` whose reward ([`reward`]) comes from the receiver reports
-//! that arrived during the interval (intervals in which this end placed no data packet, e.g. the
-//! receiving end of a download, yield none); it goes to the learner through an
-//! [`ExperienceSender`] (never blocks; dropped and counted when full). Weights come back through
-//! a [`SlotReader`] refreshed at every call (latest wins, never waits). Actions are ε-greedy with
-//! a seeded generator (Alg. 2); `policy = normal | redundant` gives the fixed policies of offline
-//! data collection (Alg. 1). The first interval of a connection is redundant (§IV-B). Without
-//! weights the learned policy is normal transmission, i.e. minRTT.
+//! Learning (§V): every interval becomes a transition `(s_t, a_t, r_t, s_{t+1})` whose reward
+//! ([`reward`]) is what the receiver observed of the data sent in that interval (intervals in
+//! which this end placed no data packet, e.g. the receiving end of a download, yield none); it
+//! goes to the learner through an [`ExperienceSender`] (never blocks; dropped and counted when
+//! full). Weights come back through a [`SlotReader`] refreshed at every call (latest wins, never
+//! waits). Actions are ε-greedy with a seeded generator (Alg. 2); `policy = normal | redundant`
+//! gives the fixed policies of offline data collection (Alg. 1), `policy = switching` a random
+//! action per interval (braid's addition to the collection, see [`EdarPolicy::Switching`]). The
+//! first interval of a connection is redundant (§IV-B). Without weights the learned policy is
+//! normal, i.e. minRTT.
+//!
+//! Aligning the reward with the interval: the session's receiver report rides on an ACK every
+//! `report_interval` (100 ms), longer than a TI of tens of ms, and it reaches the sender about
+//! one RTT after the data it describes was sent. A report that arrives at `now` and covers
+//! `interval_us` of receiver time is therefore credited to the sends of
+//! `[now − RTT − interval_us, now − RTT)` (RTT = the latest TI, the smallest srtt), split over the
+//! intervals in that span in proportion to their overlap; an interval's transition is emitted
+//! once the reports have passed its end. Crediting a report to the interval in which it arrived
+//! (braid before) rewarded an action with what the previous one or two actions had caused, and an
+//! interval in which no report arrived produced no transition at all.
 //!
 //! Failed, rate-limited and backup paths are handled by [`TierGate`] and
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
@@ -108,6 +119,11 @@ pub enum EdarPolicy {
     Normal,
     /// Always redundant (offline data collection, Alg. 1).
     Redundant,
+    /// Normal or redundant with probability 1/2 each interval, from the seeded generator (offline
+    /// data collection; braid's addition to Alg. 1). The fixed policies never take an action
+    /// other than the previous one, so the state's `a_{t−1}` always equals `a_t` in their
+    /// transitions and the Q-value of a switch is never trained.
+    Switching,
 }
 
 /// Configuration of [`Edar`].
@@ -200,11 +216,13 @@ impl EdarConfig {
                     0.0 => EdarPolicy::Learned,
                     1.0 => EdarPolicy::Normal,
                     2.0 => EdarPolicy::Redundant,
+                    3.0 => EdarPolicy::Switching,
                     _ => {
                         return Err(ParamError::OutOfRange {
                             name: "policy",
                             value,
-                            expected: "0 (learned), 1 (always normal) or 2 (always redundant)",
+                            expected: "0 (learned), 1 (always normal), 2 (always redundant) or 3 \
+                                       (random per interval)",
                         });
                     }
                 };
@@ -271,6 +289,52 @@ impl PathAccumulator {
     }
 }
 
+/// Report totals credited to one interval (fractions of reports, hence `f64`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Credited {
+    /// Receiver time credited, µs.
+    covered_us: f64,
+    delivered_bytes: f64,
+    duplicate_bytes: f64,
+    ooo_packets: f64,
+}
+
+impl Credited {
+    fn add(&mut self, report: &ReceiverReport, fraction: f64, covered_us: f64) {
+        self.covered_us += covered_us;
+        self.delivered_bytes += report.delivered_bytes as f64 * fraction;
+        self.duplicate_bytes += report.duplicate_bytes as f64 * fraction;
+        self.ooo_packets += f64::from(report.ooo_packets) * fraction;
+    }
+
+    fn totals(&self) -> ReportTotals {
+        // Rounded to whole units; `interval_us` ≥ 1 whenever anything was credited.
+        ReportTotals {
+            interval_us: self.covered_us.round().max(1.0) as u64,
+            delivered_bytes: self.delivered_bytes.round() as u64,
+            duplicate_bytes: self.duplicate_bytes.round() as u64,
+            ooo_packets: self.ooo_packets.round() as u64,
+        }
+    }
+}
+
+/// A closed interval waiting for the reports that describe its sends.
+#[derive(Clone, Copy, Debug)]
+struct Awaiting {
+    state: EdarState,
+    action: EdarAction,
+    next_state: EdarState,
+    start: Timestamp,
+    end: Timestamp,
+    data_packets: u32,
+    credited: Credited,
+}
+
+/// Closed intervals kept waiting for their reports: a report arrives about one RTT (≈ one TI)
+/// plus one report interval after the sends it covers, i.e. a few intervals later; older ones
+/// are emitted with what they have.
+const AWAITING: usize = 8;
+
 /// Shortest and longest decision interval, µs (guards against a 0 or absurd srtt).
 const MIN_INTERVAL_US: u64 = 1_000;
 const MAX_INTERVAL_US: u64 = 1_000_000;
@@ -287,7 +351,14 @@ pub struct Edar {
     next_decision: Timestamp,
     accumulators: [PathAccumulator; EDAR_MAX_PATHS],
     histories: [PathHistory; EDAR_MAX_PATHS],
-    reports: ReportTotals,
+    /// Reports credited to the current (open) interval.
+    credited: Credited,
+    /// Closed intervals in order, oldest at `awaiting_head`; `awaiting_len` of them are in use.
+    awaiting: Box<[Option<Awaiting>; AWAITING]>,
+    awaiting_head: usize,
+    awaiting_len: usize,
+    /// The RTT by which a report lags the sends it describes (the latest TI).
+    report_lag: Duration,
     /// Data (non-control) packets placed in the current interval.
     data_packets: u32,
     pending: Option<(EdarState, EdarAction)>,
@@ -331,7 +402,8 @@ impl Edar {
             ParamInfo {
                 name: "policy",
                 default: 0.0,
-                description: "0 learned, 1 always normal, 2 always redundant (data collection)",
+                description: "0 learned, 1 always normal, 2 always redundant, 3 random per \
+                              interval (data collection)",
             },
             ParamInfo {
                 name: "seed",
@@ -353,7 +425,11 @@ impl Edar {
             next_decision: Timestamp::ZERO,
             accumulators: [PathAccumulator::default(); EDAR_MAX_PATHS],
             histories: [PathHistory::default(); EDAR_MAX_PATHS],
-            reports: ReportTotals::default(),
+            credited: Credited::default(),
+            awaiting: Box::new([None; AWAITING]),
+            awaiting_head: 0,
+            awaiting_len: 0,
+            report_lag: Duration::ZERO,
             data_packets: 0,
             pending: None,
             receive_window: 0,
@@ -426,6 +502,9 @@ impl Edar {
         match self.config.policy {
             EdarPolicy::Normal => return EdarAction::Normal,
             EdarPolicy::Redundant => return EdarAction::Redundant,
+            EdarPolicy::Switching => {
+                return EdarAction::from_index((self.rng.next_u64() & 1) as usize);
+            }
             EdarPolicy::Learned => {}
         }
         let (Some(reader), Some(scratch)) = (self.config.weights.as_ref(), self.scratch.as_mut())
@@ -444,20 +523,24 @@ impl Edar {
     fn decide(&mut self, paths: &[PathView], now: Timestamp) {
         self.close_interval(paths, now);
         let state = self.observe_state(paths);
-        if let Some((previous, action)) = self.pending.take()
-            && !self.reports.is_empty()
-            && self.data_packets > 0
-            && let Some(sender) = &self.config.experience
-        {
-            sender.send(EdarTransition {
+        if let Some((previous, action)) = self.pending.take() {
+            let closed = Awaiting {
                 state: previous,
                 action,
-                reward: reward(&self.reports, &self.rewards),
                 next_state: state,
-                terminal: false,
-            });
+                start: self.interval_start.unwrap_or(now),
+                end: now,
+                data_packets: self.data_packets,
+                credited: self.credited,
+            };
+            if self.awaiting_len == AWAITING {
+                self.emit_oldest();
+            }
+            let slot = (self.awaiting_head + self.awaiting_len) % AWAITING;
+            self.awaiting[slot] = Some(closed);
+            self.awaiting_len += 1;
         }
-        self.reports = ReportTotals::default();
+        self.credited = Credited::default();
         self.data_packets = 0;
         let action = self.choose(&state);
         self.pending = Some((state, action));
@@ -467,7 +550,71 @@ impl Edar {
             self.redundant_decisions += 1;
         }
         self.interval_start = Some(now);
-        self.next_decision = now + interval(paths);
+        let ti = interval(paths);
+        self.report_lag = ti;
+        self.next_decision = now + ti;
+    }
+
+    /// Removes the oldest closed interval and sends its transition when reports were credited
+    /// to it and it placed data.
+    fn emit_oldest(&mut self) {
+        if self.awaiting_len == 0 {
+            return;
+        }
+        let oldest = self.awaiting[self.awaiting_head].take();
+        self.awaiting_head = (self.awaiting_head + 1) % AWAITING;
+        self.awaiting_len -= 1;
+        if let Some(a) = oldest
+            && a.credited.covered_us > 0.0
+            && a.data_packets > 0
+            && let Some(sender) = &self.config.experience
+        {
+            sender.send(EdarTransition {
+                state: a.state,
+                action: a.action,
+                reward: reward(&a.credited.totals(), &self.rewards),
+                next_state: a.next_state,
+                terminal: false,
+            });
+        }
+    }
+
+    /// Credits `report` (arrived at `now`) to the intervals whose sends it describes, and emits
+    /// the intervals it has passed.
+    fn credit(&mut self, report: &ReceiverReport, now: Timestamp) {
+        if report.interval_us == 0 {
+            return;
+        }
+        let span_end = now.saturating_sub(self.report_lag);
+        let length = Duration::from_micros(u64::from(report.interval_us));
+        let span_start = span_end.saturating_sub(length);
+        let total_us = length.as_secs_f64() * 1e6;
+        let overlap = |start: Timestamp, end: Timestamp| {
+            let lo = start.max(span_start);
+            let hi = end.min(span_end);
+            hi.saturating_duration_since(lo).as_secs_f64() * 1e6
+        };
+        for k in 0..self.awaiting_len {
+            if let Some(a) = self.awaiting[(self.awaiting_head + k) % AWAITING].as_mut() {
+                let us = overlap(a.start, a.end);
+                if us > 0.0 {
+                    a.credited.add(report, us / total_us, us);
+                }
+            }
+        }
+        if let Some(start) = self.interval_start {
+            let us = overlap(start, span_end);
+            if us > 0.0 {
+                self.credited.add(report, us / total_us, us);
+            }
+        }
+        while self.awaiting_len > 0
+            && self.awaiting[self.awaiting_head]
+                .as_ref()
+                .is_none_or(|a| a.end <= span_end)
+        {
+            self.emit_oldest();
+        }
     }
 
     fn redundant(paths: &[PathView], len: u32) -> Decision {
@@ -537,8 +684,8 @@ impl Scheduler for Edar {
         }
     }
 
-    fn on_report(&mut self, report: &ReceiverReport, _now: Timestamp) {
-        self.reports.add(report);
+    fn on_report(&mut self, report: &ReceiverReport, now: Timestamp) {
+        self.credit(report, now);
     }
 }
 

@@ -102,11 +102,11 @@ fn transitions_carry_state_action_and_reward() {
     let p = two_paths();
     let mut now = Timestamp::from_millis(1);
     s.select(&p, &pkt(), now);
-    // Interval 1 closes with no report: no transition (nothing to reward).
+    // The first interval [1, 51) ms (redundant, §IV-B) had no state: no transition. Interval 1
+    // starts at 51 ms with the first observed state.
     now += Duration::from_millis(50);
     s.select(&p, &pkt(), now);
     assert!(receiver.recv().is_none());
-    // Interval 2: 10 Mbit/s goodput, no waste, no disorder → r = 1.0.
     s.on_ack(
         PathId(0),
         &AckInfo {
@@ -116,6 +116,14 @@ fn transitions_carry_state_action_and_reward() {
         },
         now,
     );
+    // Interval 1 [51, 101) ms closes, then interval 2 [101, 151) ms.
+    now += Duration::from_millis(50);
+    s.select(&p, &pkt(), now);
+    now += Duration::from_millis(50);
+    s.select(&p, &pkt(), now);
+    assert!(receiver.recv().is_none());
+    // One RTT (TI = 50 ms) after interval 1's sends, a report on them: 10 Mbit/s goodput, no
+    // waste, no disorder → r = 1.0, credited to interval 1 (not to the one it arrived in).
     s.on_report(
         &ReceiverReport {
             interval_us: 50_000,
@@ -124,15 +132,16 @@ fn transitions_carry_state_action_and_reward() {
         },
         now,
     );
-    now += Duration::from_millis(50);
-    s.select(&p, &pkt(), now);
     let t = receiver.recv().unwrap();
+    assert!(receiver.recv().is_none(), "interval 2 is not covered yet");
     assert_eq!(t.action, EdarAction::Redundant);
     assert!((t.reward - 1.0).abs() < 1e-6, "{}", t.reward);
     assert_eq!(t.state.path_count, 2);
     assert_eq!(t.next_state.connection[0], 1.0);
-    // Path 0's newest throughput: 62 500 bytes in 50 ms = 10 Mbit/s = 1.0.
+    // The state: interval 1's sample (no ACK yet); the next state: interval 2's, whose
+    // 62 500 acknowledged bytes in 50 ms are 10 Mbit/s = 1.0.
     let newest = HISTORY - 1;
+    assert_eq!(t.state.value(0, 2, newest), 0.0);
     assert!((t.next_state.value(0, 2, newest) - 1.0).abs() < 1e-6);
     assert!(
         (t.next_state.value(0, 0, newest) - 0.5).abs() < 1e-6,
@@ -140,6 +149,113 @@ fn transitions_carry_state_action_and_reward() {
     );
     assert_eq!(t.next_state.value(1, 2, newest), 0.0);
     assert!(!t.terminal);
+}
+
+#[test]
+fn reports_coarser_than_the_interval_are_split_over_the_intervals_they_cover() {
+    let (sender, mut receiver) = experience_queue::<EdarTransition>(64).unwrap();
+    let config = EdarConfig {
+        policy: EdarPolicy::Normal,
+        experience: Some(sender),
+        ..EdarConfig::default()
+    };
+    let mut s = Edar::new(&config);
+    let p = two_paths();
+    // TI = 50 ms; a report every 100 ms, covering the sends of [now − 150, now − 50) ms.
+    // The first 100 ms of sends deliver at 10 Mbit/s, the next 100 ms at 5 Mbit/s.
+    for ms in (0..=400u64).step_by(10) {
+        let now = Timestamp::from_millis(ms);
+        s.select(&p, &pkt(), now);
+        if ms >= 150 && ms % 100 == 50 {
+            let rate = if ms == 150 { 125_000 } else { 62_500 };
+            s.on_report(
+                &ReceiverReport {
+                    interval_us: 100_000,
+                    delivered_bytes: rate,
+                    ..ReceiverReport::default()
+                },
+                now,
+            );
+        }
+    }
+    let mut rewards = Vec::new();
+    while let Some(t) = receiver.recv() {
+        rewards.push(t.reward);
+    }
+    // Intervals [0,50) (the first, stateless: no transition), [50,100) ← the first report;
+    // [100,150), [150,200) ← the second; [200,250), [250,300) ← the third (5 Mbit/s): every
+    // interval with a state yields one transition.
+    assert_eq!(rewards.len(), 5, "{rewards:?}");
+    for (i, r) in rewards.iter().enumerate() {
+        let expected = if i < 1 { 1.0 } else { 0.5 };
+        assert!((r - expected).abs() < 1e-3, "{rewards:?}");
+    }
+}
+
+#[test]
+fn an_interval_straddling_two_reports_gets_the_overlap_weighted_mix() {
+    let (sender, mut receiver) = experience_queue::<EdarTransition>(64).unwrap();
+    let config = EdarConfig {
+        policy: EdarPolicy::Normal,
+        experience: Some(sender),
+        ..EdarConfig::default()
+    };
+    let mut s = Edar::new(&config);
+    // TI = 60 ms: intervals [0,60), [60,120), ...; reports of 100 ms at 10 then 0 Mbit/s.
+    let p = [
+        PathView::new(PathId(0), 60_000, 100_000),
+        PathView::new(PathId(1), 100_000, 100_000),
+    ];
+    for ms in (0..=400u64).step_by(10) {
+        let now = Timestamp::from_millis(ms);
+        s.select(&p, &pkt(), now);
+        if ms == 160 || ms == 260 {
+            s.on_report(
+                &ReceiverReport {
+                    interval_us: 100_000,
+                    delivered_bytes: if ms == 160 { 125_000 } else { 0 },
+                    ..ReceiverReport::default()
+                },
+                now,
+            );
+        }
+    }
+    let first = receiver.recv().unwrap();
+    let second = receiver.recv().unwrap();
+    // ([0,60) is the stateless first interval.) [60,120) has 40 ms of the first report's span
+    // [0,100) at 10 Mbit/s and 20 ms of the second's [100,200) at 0; [120,180) lies in the
+    // second.
+    assert!(
+        (first.reward - 40.0 / 60.0).abs() < 1e-3,
+        "{}",
+        first.reward
+    );
+    assert!(second.reward.abs() < 1e-3, "{}", second.reward);
+}
+
+#[test]
+fn switching_policy_takes_both_actions_deterministically() {
+    let p = two_paths();
+    let run = |seed: u64| {
+        let mut s = Edar::new(&EdarConfig {
+            policy: EdarPolicy::Switching,
+            seed,
+            ..EdarConfig::default()
+        });
+        let mut modes = Vec::new();
+        for i in 0..400u64 {
+            s.select(&p, &pkt(), Timestamp::from_millis(1 + 50 * i));
+            modes.push(s.mode());
+        }
+        modes
+    };
+    let a = run(5);
+    assert_eq!(a, run(5));
+    let redundant = a.iter().filter(|&&m| m == EdarAction::Redundant).count();
+    // 400 fair coin flips: far outside 120..=280 has probability < 1e-15.
+    assert!((120..=280).contains(&redundant), "{redundant}");
+    let switches = a.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(switches >= 100, "{switches}");
 }
 
 #[test]
@@ -205,7 +321,9 @@ fn parameters_are_validated() {
     assert!(c.set("epsilon", 1.5).is_err());
     assert!(c.set("policy", 2.0).unwrap());
     assert_eq!(c.policy, EdarPolicy::Redundant);
-    let e = c.set("policy", 3.0).unwrap_err();
+    assert!(c.set("policy", 3.0).unwrap());
+    assert_eq!(c.policy, EdarPolicy::Switching);
+    let e = c.set("policy", 4.0).unwrap_err();
     assert!(e.to_string().contains("policy"));
     assert!(c.set("seed", 1.5).is_err());
     assert!(!c.set("gamma", 0.6).unwrap());
