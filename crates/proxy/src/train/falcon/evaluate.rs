@@ -365,9 +365,10 @@ fn setup(
     seed: u64,
     params: &[(String, f64)],
 ) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
-    let (mut config, learning) = setup_plain(variant, seed)?;
+    let (gamma, scheduler_params) = split_params(params);
+    let (mut config, learning) = setup_plain(variant, seed, gamma)?;
     if config.kind() == SchedulerKind::Falcon {
-        for (name, value) in params {
+        for (name, value) in &scheduler_params {
             config
                 .set(name, *value)
                 .map_err(|e| TrainError::Usage(e.to_string()))?;
@@ -376,13 +377,34 @@ fn setup(
     Ok((config, learning))
 }
 
-/// [`setup`] with FALCON's default parameters.
+/// The parameter that sets the learners' discount γ rather than a scheduler's.
+const GAMMA_PARAM: &str = "gamma";
+
+/// `params` split into the learners' γ (`gamma`, for every DQN, DQN-Off's included) and the
+/// FALCON scheduler parameters.
+fn split_params(params: &[(String, f64)]) -> (Option<f64>, Vec<(String, f64)>) {
+    let gamma = params
+        .iter()
+        .rev()
+        .find(|(n, _)| n == GAMMA_PARAM)
+        .map(|p| p.1);
+    let rest = params
+        .iter()
+        .filter(|(n, _)| n != GAMMA_PARAM)
+        .cloned()
+        .collect();
+    (gamma, rest)
+}
+
+/// [`setup`] with FALCON's default parameters (and the learners' γ when given).
 fn setup_plain(
     variant: Variant,
     seed: u64,
+    gamma: Option<f64>,
 ) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
     let hyper = FalconHyper {
         seed,
+        gamma: gamma.unwrap_or(FalconHyper::default().gamma),
         ..FalconHyper::default()
     };
     let (initial, trainer, epsilon): (FalconWeights, Option<Trainer>, f64) = match variant {
@@ -604,6 +626,7 @@ fn dqn_off(
     for (name, value) in params {
         let _ = write!(key, "|{name}={value}");
     }
+    let (gamma, scheduler_params) = split_params(params);
     let dir = out.join("dqn-off");
     let path = dir.join(format!("{}-{:016x}.safetensors", file.name(), fnv(&key)));
     if path.exists() {
@@ -620,13 +643,14 @@ fn dqn_off(
             t,
             false,
         );
-        data.extend(super::offline::collect_with(&scenario, seed, params)?.transitions);
+        data.extend(super::offline::collect_with(&scenario, seed, &scheduler_params)?.transitions);
     }
     if data.is_empty() {
         return Err(runtime(format!("{}: DQN-Off data is empty", file.name())));
     }
     let hyper = FalconHyper {
         seed: DQN_OFF_SEED,
+        gamma: gamma.unwrap_or(FalconHyper::default().gamma),
         ..FalconHyper::default()
     };
     let mut dqn = FalconDqn::new(hyper, tch::Device::Cpu).map_err(runtime)?;
@@ -897,8 +921,9 @@ const WINDOW_SHOWN: [usize; 16] = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 4
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EvalConfig {
     /// FALCON parameters (`(name, value)`) applied to every FALCON-based variant and to the
-    /// collection of DQN-Off's data (e.g. `choose_congested`, `start_change`); part of the
-    /// DQN-Off cache key.
+    /// collection of DQN-Off's data (e.g. `choose_congested`, `start_change`), and `gamma`, the
+    /// discount of every DQN (DQN-Off, FALCON's fine-tuning, DQN-On); all part of the DQN-Off
+    /// cache key.
     pub params: Vec<(String, f64)>,
     /// Static conditions: score chunks of one long-lived connection per run (window mode)
     /// instead of 2 MB downloads on fresh connections.
@@ -1354,6 +1379,21 @@ mod tests {
         assert_eq!(packets_to_threshold(&[(0.0, 0.9), (5.0, 1.0)]), Some(0.0));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn gamma_goes_to_the_learners_and_the_rest_to_the_scheduler() {
+        let params = vec![
+            ("choose_congested".to_owned(), 1.0),
+            ("gamma".to_owned(), 0.99),
+        ];
+        let (gamma, rest) = split_params(&params);
+        assert_eq!(gamma, Some(0.99));
+        assert_eq!(rest, vec![("choose_congested".to_owned(), 1.0)]);
+        assert_eq!(split_params(&[]), (None, Vec::new()));
+        // A bad scheduler parameter is refused, not ignored.
+        assert!(setup(Variant::Falcon, 1, &[("nope".to_owned(), 1.0)]).is_err());
+        assert!(setup(Variant::DqnOn, 1, &params).is_ok());
     }
 
     #[test]
