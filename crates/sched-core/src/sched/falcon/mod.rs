@@ -6,9 +6,18 @@
 //! - **Execute(CurrentPolicy)**: the deployed MLP (§V-A: three ReLU hidden layers) scores each
 //!   slot's path from the §IV-B state ([`state`]); the best sendable slot wins. With a learner
 //!   attached, a fixed ε-greedy exploration (§IV-B, ε_s = 0.1 by default) picks a random
-//!   sendable slot instead, from a seeded generator.
+//!   sendable slot instead, from a seeded generator. With `choose_congested` (opt-in) the
+//!   action space is §IV-B's, "appointing the path … regardless of the path's current congested
+//!   status": the best (or random) slot among all usable paths, and a packet appointed to a path
+//!   without room waits for it ([`Decision::Wait`], as ECF waits for its fast path) while that
+//!   path has bytes in flight to free its window. Restricted to paths with room (the default),
+//!   a policy can differ from minRTT only at the decisions where two paths have room
+//!   ([`FalconStats::choices`]).
 //! - **ChangeDetect()**: Bayesian online change-point detection ([`crate::changepoint`]) on each
 //!   path's RTT samples and on its loss counts over groups of `loss_group` packets (§IV-A).
+//!   With `start_change` (opt-in), the first path to collect [`START_CHANGE_SAMPLES`] RTT
+//!   samples on a connection also declares a change, so that a learner fine-tunes the
+//!   meta-model of the condition the connection starts in.
 //! - **SelectMetaModel(R_S, Θ_S)**: on a change on a path, that path's coarse condition class
 //!   (§V-A, 27 per path) picks the meta-model, which is deployed at once; the learner is told
 //!   (a transition flagged `change`) and, after its K = 16-step fine-tuning from that
