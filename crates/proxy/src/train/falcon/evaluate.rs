@@ -1159,11 +1159,18 @@ pub fn run_with(
         .map_err(|e| TrainError::Usage(format!("--out {}: {e}", options.out.display())))?;
     let started = Instant::now();
     let mut report = String::new();
+    let measure = if eval.window {
+        "Static conditions are measured in window mode (2 MB windows of one long-lived \
+         connection per run, below); a file with changes as 2 MB downloads on fresh connections, \
+         learners carried over from one download to the next"
+    } else {
+        "Every measurement is a 2 MB download on a fresh connection; learners carry over from \
+         one download to the next"
+    };
     let _ = writeln!(
         report,
         "# FALCON adaptation in the simulator (online learning in lockstep)\n\n\
-         Command: `{}`\n\nEvery measurement is a 2 MB download on a fresh connection; learners \
-         carry over from one download to the next. Relative score = median download time of \
+         Command: `{}`\n\n{measure}. Relative score = median download time of \
          DQN-Off (the same DQN trained offline on each condition, cached in `{}/dqn-off/`) / \
          median download time of the variant. {runs} run(s), learner seeds {}..{}.\n",
         options.command,
