@@ -209,8 +209,34 @@ pub(crate) fn check_choose(lp: LpKind, choose: usize, paths: usize) -> Result<()
     }
 }
 
+/// True when an OLMS problem passes every check of [`check_olms`], decided with one branch
+/// for the whole input: the solvers call it first and run [`check_olms`], which names the bad
+/// input, only when it says no (it is never more lenient than [`check_olms`]).
+#[inline(always)]
+pub(crate) fn olms_input_ok(bandwidth: &[f64], rtt: &[f64], limit: f64, choose: usize) -> bool {
+    let len = bandwidth.len();
+    // `&` rather than `&&`: every test runs, and the compiler need not branch on each.
+    let shape = (len == rtt.len())
+        & (len.wrapping_sub(1) < crate::MAX_PATHS)
+        & (choose.wrapping_sub(1) < len);
+    let entries = bandwidth.iter().zip(rtt).fold(true, |all, (&b, &r)| {
+        all & finite_nonnegative(b) & finite_nonnegative(r)
+    });
+    shape & entries & finite_nonnegative(limit)
+}
+
+/// `0 <= value <= f64::MAX`: false for NaN (which fails both comparisons) and infinities.
+#[inline(always)]
+fn finite_nonnegative(value: f64) -> bool {
+    (0.0..=f64::MAX).contains(&value)
+}
+
 /// Checks an OLMS problem: `bandwidth` and `rtt` of one length in `1..=MAX_PATHS` with entries
 /// finite and `>= 0`, the named limit finite and `>= 0`, and `1 <= choose <= K`.
+///
+/// The solvers run it only when [`olms_input_ok`] rejects the input, so it is kept out of line.
+#[cold]
+#[inline(never)]
 pub(crate) fn check_olms(
     lp: LpKind,
     bandwidth: &[f64],

@@ -48,7 +48,7 @@
 use good_lp::constraint::leq;
 use good_lp::{ProblemVariables, SolverModel, microlp, variable};
 
-use crate::error::{LpError, LpKind, TOLERANCE, check_olms};
+use crate::error::{LpError, LpKind, TOLERANCE, check_olms, olms_input_ok};
 use crate::schedule::{Schedule, sorted_indices};
 use crate::{MAX_PATHS, chi_model};
 
@@ -118,7 +118,9 @@ impl BandwidthProblem<'_> {
     ///
     /// Returns [`LpError::Infeasible`] when even the `L` cheapest paths exceed `C_b`.
     pub fn solve(&self) -> Result<Schedule, LpError> {
-        self.validate()?;
+        if !olms_input_ok(self.bandwidth, self.rtt, self.bandwidth_limit, self.choose) {
+            self.validate()?;
+        }
         match self.bandwidth.len() {
             2 if self.choose == 1 => self.solve_pair(),
             0..=4 => self.solve_in::<4>(),
@@ -180,10 +182,11 @@ impl BandwidthProblem<'_> {
         if b1 + v * (b0 - b1) > target {
             v = ((target - b1) / (b0 - b1)).clamp(0.0, 1.0);
         }
-        let mut weights = [0.0; MAX_PATHS];
-        weights[0] = v;
-        weights[1] = 1.0 - v;
-        Ok(Schedule::new(weights, 2, (v * r0).max((1.0 - v) * r1)))
+        let mut schedule = Schedule::zeroed(2);
+        schedule.weights[0] = v;
+        schedule.weights[1] = 1.0 - v;
+        schedule.objective = larger(v * r0, (1.0 - v) * r1);
+        Ok(schedule)
     }
 
     /// Solves the epigraph form of eq. (8) with good_lp on the pure-Rust microlp solver.
@@ -385,7 +388,7 @@ impl<const N: usize> Levels<N> {
     /// than `accept`.
     #[inline(always)]
     fn schedule(&self, level: f64, accept: f64, rtt: &[f64]) -> Result<Schedule, LpError> {
-        let mut weights = [0.0; MAX_PATHS];
+        let mut schedule = Schedule::zeroed(self.len);
         let mut left = self.choose;
         let mut cost = 0.0;
         let mut objective = 0.0;
@@ -397,12 +400,13 @@ impl<const N: usize> Levels<N> {
                 cap
             };
             let path = self.path[position];
-            weights[path] = take;
+            schedule.weights[path] = take;
             objective = larger(objective, take * rtt[path]);
             cost += take * self.bandwidth[position];
             left -= take;
             if left <= MARGINAL_SLACK && cost <= accept {
-                return Ok(Schedule::new(weights, self.len, objective));
+                schedule.objective = objective;
+                return Ok(schedule);
             }
         }
         Err(LpError::Solver {
@@ -414,6 +418,7 @@ impl<const N: usize> Levels<N> {
 
 /// `max(a, b)` for numbers that are never NaN (the input is validated), one instruction where
 /// `f64::max` spends several on NaN.
+#[inline(always)]
 fn larger(a: f64, b: f64) -> f64 {
     if a > b { a } else { b }
 }

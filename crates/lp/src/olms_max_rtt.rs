@@ -31,8 +31,8 @@
 use good_lp::constraint::leq;
 use good_lp::{ProblemVariables, SolverModel, microlp};
 
-use crate::error::{LpError, LpKind, TOLERANCE, check_olms};
-use crate::schedule::{Schedule, sorted_indices};
+use crate::error::{LpError, LpKind, TOLERANCE, check_olms, olms_input_ok};
+use crate::schedule::{Schedule, smaller, sort_indices_into};
 use crate::{MAX_PATHS, chi_model};
 
 const LP: LpKind = LpKind::OlmsMaxRtt;
@@ -63,13 +63,12 @@ impl MaxRttProblem<'_> {
     }
 
     /// `u_i = min(1, C_r / r_i)`: the upper bound on `v_i` implied by `r_i v_i <= C_r`.
+    /// Without a branch: `C_r / r_i` is `>= 1` exactly when `r_i <= C_r`, and it is infinite
+    /// for `r_i = 0` and NaN for `r_i = C_r = 0`; neither is below 1, so the cap is 1.
+    #[inline(always)]
     fn cap(&self, path: usize) -> f64 {
-        let rtt = self.rtt[path];
-        if rtt <= self.rtt_limit {
-            1.0
-        } else {
-            self.rtt_limit / rtt
-        }
+        let ratio = self.rtt_limit / self.rtt[path];
+        if ratio < 1.0 { ratio } else { 1.0 }
     }
 
     /// Solves eq. (4) exactly by the greedy fractional knapsack (see the module docs).
@@ -78,28 +77,71 @@ impl MaxRttProblem<'_> {
     /// Returns [`LpError::Infeasible`] when `Σ_i min(1, C_r / r_i) < L`, i.e. no `L`-spread
     /// of the paths keeps every `r_i v_i <= C_r`.
     pub fn solve(&self) -> Result<Schedule, LpError> {
-        self.validate()?;
+        if !olms_input_ok(self.bandwidth, self.rtt, self.rtt_limit, self.choose) {
+            self.validate()?;
+        }
+        match self.bandwidth.len() {
+            2 => self.solve_pair(),
+            0..=4 => self.solve_in::<4>(),
+            5..=8 => self.solve_in::<8>(),
+            _ => self.solve_in::<MAX_PATHS>(),
+        }
+    }
+
+    /// The greedy on an order of `N >= K` entries (4, 8 or [`MAX_PATHS`], the smallest that
+    /// holds `K`, so that small instances sort few lanes).
+    #[inline(always)]
+    fn solve_in<const N: usize>(&self) -> Result<Schedule, LpError> {
         let k = self.bandwidth.len();
-        let order = sorted_indices::<MAX_PATHS>(self.bandwidth, true);
-        let mut weights = [0.0; MAX_PATHS];
+        let mut order = [0usize; N];
+        sort_indices_into(self.bandwidth, true, &mut order);
+        let mut schedule = Schedule::zeroed(k);
         let mut left = self.choose as f64;
         let mut objective = 0.0;
+        // No early exit: once `L` is spent, `left` is exactly 0 (`left - min(cap, left)` never
+        // rounds below 0) and every later path takes 0.
         for &path in &order[..k] {
-            if left <= 0.0 {
-                break;
-            }
-            let take = self.cap(path).min(left);
-            weights[path] = take;
+            let take = smaller(self.cap(path), left);
+            schedule.weights[path] = take;
             objective += take * self.bandwidth[path];
             left -= take;
         }
+        self.finish(schedule, left, objective)
+    }
+
+    /// Two paths: the greedy unrolled (the better path first, index 0 on a tie), which gives
+    /// the same numbers as [`Self::solve_in`].
+    #[inline(always)]
+    fn solve_pair(&self) -> Result<Schedule, LpError> {
+        let first = usize::from(self.bandwidth[1] > self.bandwidth[0]);
+        let second = 1 - first;
+        let choose = self.choose as f64;
+        let take_first = smaller(self.cap(first), choose);
+        let take_second = smaller(self.cap(second), choose - take_first);
+        let mut schedule = Schedule::zeroed(2);
+        schedule.weights[first] = take_first;
+        schedule.weights[second] = take_second;
+        let objective = take_first * self.bandwidth[first] + take_second * self.bandwidth[second];
+        self.finish(schedule, choose - take_first - take_second, objective)
+    }
+
+    /// The schedule with its objective, or [`LpError::Infeasible`] when the caps left more
+    /// than [`TOLERANCE`]`·L` of `L` unplaced.
+    #[inline(always)]
+    fn finish(
+        &self,
+        mut schedule: Schedule,
+        left: f64,
+        objective: f64,
+    ) -> Result<Schedule, LpError> {
         if left > TOLERANCE * self.choose as f64 {
             return Err(LpError::Infeasible {
                 lp: LP,
                 reason: "sum of min(1, rtt_limit / rtt) over the paths is below choose",
             });
         }
-        Ok(Schedule::new(weights, k, objective))
+        schedule.objective = objective;
+        Ok(schedule)
     }
 
     /// Solves eq. (4) as written, with good_lp on the pure-Rust microlp solver. Allocates; for

@@ -6,12 +6,23 @@ use crate::MAX_PATHS;
 /// A scheduling vector `v` over `K <= MAX_PATHS` paths and the LP objective it attains.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Schedule {
-    weights: [f64; MAX_PATHS],
+    /// `v`, zero past `len`. The solvers fill it in place (no copy of the array on return).
+    pub(crate) weights: [f64; MAX_PATHS],
     len: usize,
-    objective: f64,
+    pub(crate) objective: f64,
 }
 
 impl Schedule {
+    /// All-zero weights over `len` paths and objective 0, for a solver to fill in.
+    #[inline(always)]
+    pub(crate) fn zeroed(len: usize) -> Self {
+        Self {
+            weights: [0.0; MAX_PATHS],
+            len: len.min(MAX_PATHS),
+            objective: 0.0,
+        }
+    }
+
     /// Builds a schedule from the first `len` entries of `weights`.
     pub(crate) fn new(weights: [f64; MAX_PATHS], len: usize, objective: f64) -> Self {
         Self {
@@ -43,6 +54,13 @@ impl Schedule {
     }
 }
 
+/// `min(a, b)` for numbers that are never NaN (the input is validated): one instruction, where
+/// `f64::min` spends several on NaN.
+#[inline(always)]
+pub(crate) fn smaller(a: f64, b: f64) -> f64 {
+    if a < b { a } else { b }
+}
+
 /// Up to this many keys, [`sorted_indices`] ranks by comparisons only.
 const RANK_SORT_MAX: usize = 8;
 
@@ -58,8 +76,22 @@ const RANK_SORT_MAX: usize = 8;
 /// `N` is the capacity of the returned array; keys past it are ignored.
 #[inline(always)]
 pub(crate) fn sorted_indices<const N: usize>(keys: &[f64], descending: bool) -> [usize; N] {
-    let keys = &keys[..keys.len().min(N)];
     let mut order = [0usize; N];
+    sort_indices_into(keys, descending, &mut order);
+    order
+}
+
+/// [`sorted_indices`] into the caller's array, so that the ranks are stored where they are
+/// read: returning the array by value made the compiler copy it with 16-byte loads right after
+/// the rank sort's 8-byte stores, a store-to-load forwarding stall. Entries past `keys.len()`
+/// are left as they are.
+#[inline(always)]
+pub(crate) fn sort_indices_into<const N: usize>(
+    keys: &[f64],
+    descending: bool,
+    order: &mut [usize; N],
+) {
+    let keys = &keys[..keys.len().min(N)];
     if keys.len() <= RANK_SORT_MAX {
         for (i, &key) in keys.iter().enumerate() {
             // Earlier indices come first on a tie, later ones only when strictly ahead.
@@ -77,7 +109,7 @@ pub(crate) fn sorted_indices<const N: usize>(keys: &[f64], descending: bool) -> 
             // The rank is below keys.len() <= N.
             order[earlier + later] = i;
         }
-        return order;
+        return;
     }
     for (slot, index) in order.iter_mut().zip(0..keys.len()) {
         *slot = index;
@@ -91,7 +123,6 @@ pub(crate) fn sorted_indices<const N: usize>(keys: &[f64], descending: bool) -> 
         }
         order[j] = current;
     }
-    order
 }
 
 fn comes_before(a: f64, b: f64, descending: bool) -> bool {

@@ -2,8 +2,9 @@
 //! equal objective within 1e-6 (or both infeasible), and the fast point feasible. Half of the
 //! instances draw their numbers from a coarse grid (multiples of 0.1) so ties, degenerate
 //! vertices and constraints met with equality are common; the other half are continuous.
-//! Eq. (8) has 10,000 more for each path count from 2 to 8, a third of them on a 0.5 grid and
-//! half with the budget at the floor or just below it (see `bandwidth_instance`).
+//! Eq. (4) and eq. (8) have 10,000 more for each path count from 2 to 8, a third of them on a
+//! 0.5 grid; for eq. (4) half with the RTT limit at a path's RTT or 0 (see `max_rtt_instance`),
+//! for eq. (8) half with the budget at the floor or just below it (see `bandwidth_instance`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use braid_lp::{BandwidthProblem, BatchProblem, LpError, MaxRttProblem, Schedule};
@@ -61,20 +62,7 @@ proptest! {
 
     #[test]
     fn olms_max_rtt_fast_equals_good_lp((b, r, limit, choose) in olms_instance()) {
-        let p = MaxRttProblem { bandwidth: &b, rtt: &r, rtt_limit: limit, choose };
-        match (p.solve(), p.solve_good_lp()) {
-            (Ok(fast), Ok(reference)) => {
-                prop_assert!((fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
-                    "fast {fast:?} good_lp {reference:?}");
-                assert_in_chi(&fast, choose);
-                for (v, r) in fast.weights().iter().zip(&r) {
-                    prop_assert!(v * r <= limit + FEASIBILITY_TOL);
-                }
-                let recomputed: f64 = fast.weights().iter().zip(&b).map(|(v, b)| v * b).sum();
-                prop_assert!((recomputed - fast.objective()).abs() <= FEASIBILITY_TOL);
-            }
-            (fast, reference) => both_infeasible(&fast, &reference),
-        }
+        check_max_rtt(&b, &r, limit, choose)?;
     }
 
     #[test]
@@ -128,6 +116,90 @@ proptest! {
             }
         }
     }
+}
+
+/// `(bandwidth, rtt, limit, choose)` for eq. (4) with `k` paths and `L` in `choose`: numbers
+/// continuous, on a 0.1 grid or on a 0.5 grid (caps of 0, 1/2 and 1, so `Σ u_i = L` exactly,
+/// ties and zeros are common), and the RTT limit random, equal to one path's RTT (a cap of
+/// exactly 1), or 0.
+fn max_rtt_instance(
+    k: usize,
+    choose: std::ops::Range<usize>,
+) -> impl Strategy<Value = (Vec<f64>, Vec<f64>, f64, usize)> {
+    (0u8..3, 0u8..4, choose).prop_flat_map(move |(grid, limit, choose)| {
+        let unit = match grid {
+            0 => (0.0..=1.0f64).boxed(),
+            1 => (0u8..=10).prop_map(|t| f64::from(t) / 10.0).boxed(),
+            _ => (0u8..=2).prop_map(|t| f64::from(t) / 2.0).boxed(),
+        };
+        (
+            prop::collection::vec(unit.clone(), k),
+            prop::collection::vec(unit.clone(), k),
+            unit,
+            0..k,
+        )
+            .prop_map(move |(b, r, random, path)| {
+                let limit = match limit {
+                    0 => r[path],
+                    1 => 0.0,
+                    _ => random,
+                };
+                (b, r, limit, choose)
+            })
+    })
+}
+
+/// Fast eq. (4) against good_lp on one instance: equal objectives or both infeasible, and the
+/// fast point in χ, under every RTT cap and with the objective it reports.
+fn check_max_rtt(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<(), TestCaseError> {
+    let p = MaxRttProblem {
+        bandwidth: b,
+        rtt: r,
+        rtt_limit: limit,
+        choose,
+    };
+    match (p.solve(), p.solve_good_lp()) {
+        (Ok(fast), Ok(reference)) => {
+            prop_assert!(
+                (fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
+                "fast {fast:?} good_lp {reference:?}"
+            );
+            assert_in_chi(&fast, choose);
+            for (v, r) in fast.weights().iter().zip(r) {
+                prop_assert!(v * r <= limit + FEASIBILITY_TOL);
+            }
+            let recomputed: f64 = fast.weights().iter().zip(b).map(|(v, b)| v * b).sum();
+            prop_assert!((recomputed - fast.objective()).abs() <= FEASIBILITY_TOL);
+        }
+        (fast, reference) => both_infeasible(&fast, &reference),
+    }
+    Ok(())
+}
+
+/// 10,000 instances of eq. (4) for each path count up to 8, every `L` from 1 to `K`: two paths
+/// take the unrolled greedy, 3-4 and 5-8 the greedy on 4 and 8 lanes.
+macro_rules! max_rtt_at {
+    ($($name:ident: $k:expr,)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+            $(
+                #[test]
+                fn $name((b, r, limit, choose) in max_rtt_instance($k, 1..$k + 1)) {
+                    check_max_rtt(&b, &r, limit, choose)?;
+                }
+            )*
+        }
+    };
+}
+
+max_rtt_at! {
+    olms_max_rtt_2_paths_equals_good_lp: 2,
+    olms_max_rtt_3_paths_equals_good_lp: 3,
+    olms_max_rtt_4_paths_equals_good_lp: 4,
+    olms_max_rtt_5_paths_equals_good_lp: 5,
+    olms_max_rtt_6_paths_equals_good_lp: 6,
+    olms_max_rtt_7_paths_equals_good_lp: 7,
+    olms_max_rtt_8_paths_equals_good_lp: 8,
 }
 
 /// `(bandwidth, rtt, limit, choose)` for eq. (8) with `k` paths and `L` in `choose`: numbers
