@@ -82,6 +82,38 @@ fn application_one_choice_follows_v_within_the_drawn_set() {
 }
 
 #[test]
+fn a_full_set_hands_the_packet_to_min_rtt_even_on_a_path_with_v_zero() {
+    // Application I on the true means: v = (1/6, 0, 1, 5/6), so the drawn set is {2, 3} with
+    // P = 5/6 and {0, 2} with P = 1/6. With paths 2 and 3 full, a {2, 3} set has no room and
+    // the packet goes to minRTT's choice: path 1, the lowest srtt, although its v is 0. This is
+    // why OLMS sends wherever a window opens, like minRTT, when every path is window-limited
+    // (docs/schedulers.md, OLMS).
+    let mut p = views(4);
+    p[1].srtt_us = 10_000;
+    p[2].bytes_in_flight = p[2].cwnd;
+    p[3].bytes_in_flight = p[3].cwnd;
+    let pkt = PacketMeta::bulk(1_200);
+    let mut s = forced(&OlmsConfig::default(), &APP1_R, &APP1_B);
+    let mut counts = [0u32; 4];
+    let draws = 60_000;
+    for _ in 0..draws {
+        match s.select(&p, &pkt, Timestamp::ZERO) {
+            Decision::Send(id) => counts[id.index()] += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(counts[2] + counts[3], 0, "{counts:?}");
+    let share1 = f64::from(counts[1]) / f64::from(draws);
+    // 4.5 standard deviations of a binomial proportion at n = 60,000 is about 0.007.
+    assert!((share1 - 5.0 / 6.0).abs() < 0.01, "{counts:?}");
+    assert_eq!(
+        s.counters().1,
+        u64::from(counts[1]),
+        "every path-1 send is a fallback"
+    );
+}
+
+#[test]
 fn application_two_stays_on_the_two_cheapest_paths() {
     // §VI-C: b = (0.3, 0.1, 0.4, 0.6), r = (0.3, 0.3, 0.4, 0.1), C_b = 0.4 → v* = (1, 1, 0, 0).
     let config = OlmsConfig {
