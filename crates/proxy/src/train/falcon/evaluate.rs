@@ -935,6 +935,10 @@ pub struct EvalConfig {
 /// (decisions, decisions with a choice, greedy decisions not minRTT's, waits).
 type WindowCurves = Vec<(Variant, Vec<(f64, f64)>, u64, Option<[u64; 4]>)>;
 
+/// Per variant (window mode): per run, per window (time s, packets before), the policies
+/// published and the decision counters (see [`WindowCurves`]).
+type WindowRuns = Vec<(Variant, Vec<Vec<(f64, f64)>>, u64, Option<[u64; 4]>)>;
+
 /// Window mode on one static condition: per variant and run, one connection carrying
 /// [`WINDOW_BYTES`] (the learners start as in the other tests: shipped weights or scratch,
 /// no experience). The client's reads mark each [`WINDOW_CHUNK`] bytes; window `k` (a 2 MB
@@ -952,7 +956,7 @@ fn window(
     let reference = dqn_off(&options.out, file, 0.0, params)?;
     let chunks = (WINDOW_BYTES / WINDOW_CHUNK) as usize;
     // Per variant: per run, per chunk (time s, packets before).
-    let mut measured: Vec<(Variant, Vec<Vec<(f64, f64)>>, u64, Option<[u64; 4]>)> = Vec::new();
+    let mut measured: WindowRuns = Vec::new();
     for variant in DOWNLOAD_VARIANTS {
         let mut per_run = Vec::new();
         let mut published = 0;
