@@ -59,18 +59,23 @@ use super::state::{CONNECTION_FEATURES, EDAR_MAX_PATHS, EdarState, FEATURES, HIS
 use crate::nn::{Linear, Lstm, Mlp};
 use vector::{LANES, Lane, Portable, Vector};
 
-/// Lanes per path in an LSTM1 vector (6 features and 2 lanes of padding).
-const HALF: usize = LANES / 2;
-/// Paths per LSTM1 vector.
-const PATHS_PER_GROUP: usize = 2;
+/// LSTM1 sequences per group: a group is two vectors, lane `5 s + u` of vector `half` holding
+/// sequence `s` (of the three) and unit `5 half + u` (lane 15 is padding).
+const TRIPLE: usize = 3;
+/// LSTM1 units per vector.
+const UNITS_PER_VECTOR: usize = FEATURE_HIDDEN / 2;
+/// LSTM1 groups per path (features 0–2 and 3–5).
+const GROUPS_PER_PATH: usize = FEATURES / TRIPLE;
+/// LSTM1 groups at most.
+const MAX_GROUPS: usize = EDAR_MAX_PATHS * GROUPS_PER_PATH;
 /// LSTM2 gate vectors (96 rows).
 const ACROSS_VECTORS: usize = 4 * ACROSS_HIDDEN / LANES;
 /// Core widths.
 const CORE_IN: usize = CONNECTION_FEATURES + ACROSS_HIDDEN;
 const CORE_H1: usize = 128;
 const CORE_H2: usize = 32;
-/// Partial sums of the 128-long core layer.
-const SPLIT: usize = 4;
+/// Partial sums of the 128-long core layer (chains of 16 multiply-adds).
+const SPLIT: usize = 8;
 
 /// `σ(x) = 1 / (1 + 2^{x · SIGMOID_SCALE})`.
 const SIGMOID_SCALE: f32 = -std::f32::consts::LOG2_E;
@@ -79,13 +84,13 @@ const TANH_SCALE: f32 = -2.0 * std::f32::consts::LOG2_E;
 /// The factor of each gate's rows, in PyTorch's gate order (i, f, g, o).
 const GATE_SCALE: [f32; 4] = [SIGMOID_SCALE, SIGMOID_SCALE, TANH_SCALE, SIGMOID_SCALE];
 
-const _: () = assert!(FEATURES <= HALF && PATHS_PER_GROUP * HALF == LANES);
-// `run` handles up to two LSTM1 vectors.
-const _: () = assert!(EDAR_MAX_PATHS <= 2 * PATHS_PER_GROUP);
+const _: () = assert!(TRIPLE * UNITS_PER_VECTOR < LANES && FEATURES.is_multiple_of(TRIPLE));
+// The inputs of every sequence fit in two vectors (`Vector::permute2`).
+const _: () = assert!(EDAR_MAX_PATHS * FEATURES <= 2 * LANES);
 const _: () = assert!(ACROSS_HIDDEN == 24 && FEATURE_HIDDEN == 10 && PATH_INPUT == 120);
 
-/// The input part of one LSTM1 gate row (gate `q`, unit `u`), scaled by `GATE_SCALE[q]`: lane
-/// `8 p + f` holds feature `f`'s weight (for either path `p`), lanes 6, 7, 14, 15 are zero.
+/// The input part of one LSTM1 gate row of a group vector, scaled by `GATE_SCALE[q]`: lane
+/// `5 s + u` holds the weight of feature `3 parity + s`, unit `5 half + u` (lane 15 is zero).
 #[derive(Clone, Copy, PartialEq)]
 struct FeatureRow {
     bias: Lane,
@@ -117,17 +122,19 @@ fn aligned<T>(value: T) -> Box<Aligned<T>> {
     Box::new(Aligned(value))
 }
 
-/// LSTM1's `W_hh` rows of a block of units: `[hidden input j][unit in the block][gate]`.
-type FeatureBlock = [[[Lane; 4]; BLOCK]; FEATURE_HIDDEN];
-
 /// The network's weights in the layouts the kernel reads.
 #[derive(Clone, PartialEq)]
 pub(super) struct Packed {
-    /// `[unit][gate i, f, g, o]`.
-    feature: Box<Aligned<[[FeatureRow; 4]; FEATURE_HIDDEN]>>,
-    /// LSTM1's `W_hh` in the order the kernel reads it: `[block of 5 units][hidden input j]
-    /// [unit in the block][gate]`, lane pattern and scale as in [`FeatureRow`].
-    feature_hh: Box<Aligned<[FeatureBlock; FEATURE_HIDDEN / BLOCK]>>,
+    /// `[group parity][half][gate i, f, g, o]`.
+    feature: Box<Aligned<[[[FeatureRow; 4]; 2]; GROUPS_PER_PATH]>>,
+    /// LSTM1's `W_hh`: `[group parity][half][hidden input j][gate]`, lane pattern and scale
+    /// as in [`FeatureRow`].
+    feature_hh: Box<Aligned<[[[[Lane; 4]; FEATURE_HIDDEN]; 2]; GROUPS_PER_PATH]>>,
+    /// Per group: the lanes of the step's inputs (`6 p + f` of two vectors) each lane reads.
+    input_index: Aligned<[[u32; LANES]; MAX_GROUPS]>,
+    /// Per `j mod 5`: the lanes of a hidden vector that broadcast `h_j` of each sequence over
+    /// its five units.
+    table_index: Aligned<[[u32; LANES]; UNITS_PER_VECTOR]>,
     across_bias: Aligned<[Lane; ACROSS_VECTORS]>,
     /// `[input][vector]`: `W_ih` transposed, gate rows permuted (module docs) and scaled.
     across_ih: Box<Aligned<[[Lane; ACROSS_VECTORS]; PATH_INPUT]>>,
@@ -166,31 +173,55 @@ impl Packed {
     /// Re-lays out the parts' weights; their shapes were checked by
     /// [`super::EdarNetwork::new`].
     pub(super) fn new(features: &[Lstm], across: &Lstm, core: &Mlp) -> Self {
-        // Lane `8 p + f`: feature `f`'s value of gate `gate`, scaled; the padding lanes stay zero.
-        let pattern = |gate: usize, value: &dyn Fn(&Lstm) -> f32| -> Lane {
+        // Lane `5 s + u` of vector `half` of a group of parity `parity`: feature
+        // `3 parity + s`, unit `5 half + u`; lane 15 stays zero.
+        let pattern = |parity: usize, half: usize, value: &dyn Fn(&Lstm, usize) -> f32| -> Lane {
             std::array::from_fn(|l| {
-                features
-                    .get(l % HALF)
-                    .map_or(0.0, |lstm| value(lstm) * GATE_SCALE[gate])
+                if l >= TRIPLE * UNITS_PER_VECTOR {
+                    return 0.0;
+                }
+                let feature = &features[parity * TRIPLE + l / UNITS_PER_VECTOR];
+                value(feature, half * UNITS_PER_VECTOR + l % UNITS_PER_VECTOR)
             })
         };
-        let feature = aligned(std::array::from_fn(|unit| {
-            std::array::from_fn(|gate| {
-                let row = gate * FEATURE_HIDDEN + unit;
-                FeatureRow {
-                    bias: pattern(gate, &|l| l.bias_ih()[row] + l.bias_hh()[row]),
-                    w_ih: pattern(gate, &|l| l.weight_ih()[row]),
-                }
+        let feature = aligned(std::array::from_fn(|parity| {
+            std::array::from_fn(|half| {
+                std::array::from_fn(|gate| {
+                    let row = |unit: usize| gate * FEATURE_HIDDEN + unit;
+                    FeatureRow {
+                        bias: pattern(parity, half, &|l, u| {
+                            (l.bias_ih()[row(u)] + l.bias_hh()[row(u)]) * GATE_SCALE[gate]
+                        }),
+                        w_ih: pattern(parity, half, &|l, u| {
+                            l.weight_ih()[row(u)] * GATE_SCALE[gate]
+                        }),
+                    }
+                })
             })
         }));
-        let feature_hh = aligned(std::array::from_fn(|block| {
-            std::array::from_fn(|j| {
-                std::array::from_fn(|k| {
+        let feature_hh = aligned(std::array::from_fn(|parity| {
+            std::array::from_fn(|half| {
+                std::array::from_fn(|j| {
                     std::array::from_fn(|gate| {
-                        let row = gate * FEATURE_HIDDEN + block * BLOCK + k;
-                        pattern(gate, &|l| l.weight_hh()[row * FEATURE_HIDDEN + j])
+                        pattern(parity, half, &|l, u| {
+                            let row = gate * FEATURE_HIDDEN + u;
+                            l.weight_hh()[row * FEATURE_HIDDEN + j] * GATE_SCALE[gate]
+                        })
                     })
                 })
+            })
+        }));
+        // Lane `5 s + u` of group `g` reads sequence `3 g + s` (lane 15: that of lane 14).
+        let input_index = Aligned(std::array::from_fn(|g| {
+            std::array::from_fn(|l| {
+                let s = (l / UNITS_PER_VECTOR).min(TRIPLE - 1);
+                (TRIPLE * g + s) as u32
+            })
+        }));
+        let table_index = Aligned(std::array::from_fn(|j| {
+            std::array::from_fn(|l| {
+                let s = (l / UNITS_PER_VECTOR).min(TRIPLE - 1);
+                (UNITS_PER_VECTOR * s + j) as u32
             })
         }));
         let (ih, hh) = (across.weight_ih(), across.weight_hh());
@@ -224,6 +255,8 @@ impl Packed {
         Packed {
             feature,
             feature_hh,
+            input_index,
+            table_index,
             across_bias,
             across_ih,
             across_hh,
@@ -286,18 +319,19 @@ unsafe fn run_avx2_fma(packed: &Packed, state: &EdarState) -> [f32; 2] {
 #[inline(always)]
 fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
     let paths = state.used_paths();
+    // The connection features' part of the first core layer does not wait for the paths.
+    let start = core_start::<V>(packed, &state.connection);
     let mut across_h: [f32; 2 * LANES] = [0.0; 2 * LANES];
     match paths.len() {
         0 => {}
-        1 => across::<V, 1, 1>(packed, paths, &mut across_h),
-        2 => across::<V, 1, 2>(packed, paths, &mut across_h),
-        3 => across::<V, 2, 3>(packed, paths, &mut across_h),
-        _ => across::<V, 2, 4>(packed, paths, &mut across_h),
+        1 => across::<V, 2, 1>(packed, paths, &mut across_h),
+        2 => across::<V, 4, 2>(packed, paths, &mut across_h),
+        3 => across::<V, 6, 3>(packed, paths, &mut across_h),
+        _ => across::<V, 8, 4>(packed, paths, &mut across_h),
     }
-    let mut input = [0.0f32; CORE_IN];
-    input[..CONNECTION_FEATURES].copy_from_slice(&state.connection);
-    input[CONNECTION_FEATURES..].copy_from_slice(&across_h[..ACROSS_HIDDEN]);
-    core::<V>(packed, &input)
+    let mut h = [0.0f32; ACROSS_HIDDEN];
+    h.copy_from_slice(&across_h[..ACROSS_HIDDEN]);
+    core::<V>(packed, start, &h)
 }
 
 /// `N` LSTM cells from their gate sums `t[q][k]` (gate `q` = i, f, g, o, pre-scaled so that
@@ -352,112 +386,67 @@ fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [
     h
 }
 
-/// Cells per block of the recurrent product (4 accumulators each, kept in registers).
-const BLOCK: usize = 5;
-const _: () = assert!(FEATURE_HIDDEN.is_multiple_of(BLOCK));
-
-/// One LSTM1 step of one vector of sequences (ten cells, one per unit): input `x`, states `h`,
-/// `c` updated in place. The gate sums five units at a time (20 accumulators in registers),
-/// then the ten cells stage by stage (`cells`).
+/// One LSTM1 step of one group (three sequences, two vectors of five units each): input `x`
+/// (lane `5 s + u`: sequence `s`'s value), states `h`, `c` updated in place. The recurrent
+/// product broadcasts each `h_j` of a sequence over that sequence's lanes with one permute
+/// (`table_index`), so every multiply-add is full (15 of 16 lanes).
 #[inline(always)]
-fn feature_step<V: Vector, const FIRST: bool>(
+fn group_step<V: Vector, const FIRST: bool>(
     packed: &Packed,
+    parity: usize,
     x: V,
-    h: &mut [V; FEATURE_HIDDEN],
-    c: &mut [V; FEATURE_HIDDEN],
+    h: &mut [V; 2],
+    c: &mut [V; 2],
 ) {
-    let mut acc = [[V::splat(0.0); FEATURE_HIDDEN]; 4];
-    for (u, rows) in packed.feature.iter().enumerate() {
+    let rows = &packed.feature[parity];
+    let mut acc = [[V::splat(0.0); 2]; 4];
+    for half in 0..2 {
         for q in 0..4 {
-            acc[q][u] = V::load(&rows[q].w_ih).mul_add(x, V::load(&rows[q].bias));
+            let row = &rows[half][q];
+            acc[q][half] = V::load(&row.w_ih).mul_add(x, V::load(&row.bias));
         }
     }
     if !FIRST {
-        for (block, weights) in packed.feature_hh.iter().enumerate() {
-            for j in 0..FEATURE_HIDDEN {
-                for (i, rows) in weights[j].iter().enumerate() {
-                    for q in 0..4 {
-                        let u = block * BLOCK + i;
-                        acc[q][u] = V::load(&rows[q]).mul_add(h[j], acc[q][u]);
-                    }
-                }
-            }
-        }
-    }
-    *h = cells::<V, FEATURE_HIDDEN, FIRST>(acc, c);
-}
-
-/// One LSTM1 step of `G` vectors of sequences unit by unit (`h[unit][vector]`,
-/// `c[unit][vector]`): each unit's gate sums for all `G` vectors, then its `G` cells. With two
-/// vectors, twenty cells stage by stage would need far more registers than there are; the
-/// units are independent within a step, so the CPU overlaps one unit's cells with the next
-/// units' multiply-adds instead.
-#[inline(always)]
-fn feature_step_by_unit<V: Vector, const G: usize, const FIRST: bool>(
-    packed: &Packed,
-    x: [V; G],
-    h: &mut [[V; G]; FEATURE_HIDDEN],
-    c: &mut [[V; G]; FEATURE_HIDDEN],
-) {
-    let mut h_new = *h;
-    for (u, rows) in packed.feature.iter().enumerate() {
-        let mut acc = [[V::splat(0.0); G]; 4];
-        for q in 0..4 {
-            let (w, b) = (V::load(&rows[q].w_ih), V::load(&rows[q].bias));
-            for g in 0..G {
-                acc[q][g] = w.mul_add(x[g], b);
-            }
-        }
-        if !FIRST {
-            let weights = &packed.feature_hh[u / BLOCK];
-            for j in 0..FEATURE_HIDDEN {
+        let weights = &packed.feature_hh[parity];
+        for j in 0..FEATURE_HIDDEN {
+            let table = h[j / UNITS_PER_VECTOR].permute(&packed.table_index[j % UNITS_PER_VECTOR]);
+            for half in 0..2 {
                 for q in 0..4 {
-                    let w = V::load(&weights[j][u % BLOCK][q]);
-                    for g in 0..G {
-                        acc[q][g] = w.mul_add(h[j][g], acc[q][g]);
-                    }
+                    acc[q][half] = V::load(&weights[half][j][q]).mul_add(table, acc[q][half]);
                 }
             }
         }
-        h_new[u] = cells::<V, G, FIRST>(acc, &mut c[u]);
     }
-    *h = h_new;
+    *h = cells::<V, 2, FIRST>(acc, c);
 }
 
-/// Hidden states of LSTM1 after its last two steps, `[vector][0 or 1][unit]`.
-type FeatureOutputs<const G: usize> = Aligned<[[[Lane; FEATURE_HIDDEN]; 2]; G]>;
+/// Hidden states of LSTM1 after its last two steps, `[group][0 or 1][half]` (lane pattern of
+/// [`group_step`]).
+type FeatureOutputs<const G: usize> = Aligned<[[[Lane; 2]; 2]; G]>;
 
-/// LSTM1 over `G` vectors of sequences (inputs `xs[vector][step]`).
+/// LSTM1 over `G` groups (inputs `xs[step][vector]`, lane `6 p + f` of the two vectors). The
+/// groups are independent: group after group within a step, so that the CPU overlaps one
+/// group's cells with the next group's multiply-adds.
 #[inline(always)]
 fn features<V: Vector, const G: usize>(
     packed: &Packed,
-    xs: &Aligned<[[Lane; HISTORY]; G]>,
+    xs: &Aligned<[[Lane; 2]; HISTORY]>,
 ) -> FeatureOutputs<G> {
-    let mut hs = Aligned([[[[0.0f32; LANES]; FEATURE_HIDDEN]; 2]; G]);
-    if G == 1 {
-        let mut h = [V::splat(0.0); FEATURE_HIDDEN];
-        let mut c = [V::splat(0.0); FEATURE_HIDDEN];
-        feature_step::<V, true>(packed, V::load(&xs[0][0]), &mut h, &mut c);
-        for t in 1..HISTORY {
-            feature_step::<V, false>(packed, V::load(&xs[0][t]), &mut h, &mut c);
-            if t + 2 >= HISTORY {
-                for u in 0..FEATURE_HIDDEN {
-                    h[u].store(&mut hs[0][t + 2 - HISTORY][u]);
-                }
+    let mut hs = Aligned([[[[0.0f32; LANES]; 2]; 2]; G]);
+    let mut h = [[V::splat(0.0); 2]; G];
+    let mut c = [[V::splat(0.0); 2]; G];
+    for t in 0..HISTORY {
+        let (lo, hi) = (V::load(&xs[t][0]), V::load(&xs[t][1]));
+        for g in 0..G {
+            let x = V::permute2(lo, hi, &packed.input_index[g]);
+            if t == 0 {
+                group_step::<V, true>(packed, g % GROUPS_PER_PATH, x, &mut h[g], &mut c[g]);
+            } else {
+                group_step::<V, false>(packed, g % GROUPS_PER_PATH, x, &mut h[g], &mut c[g]);
             }
-        }
-    } else {
-        let input = |t: usize| -> [V; G] { std::array::from_fn(|g| V::load(&xs[g][t])) };
-        let mut h = [[V::splat(0.0); G]; FEATURE_HIDDEN];
-        let mut c = [[V::splat(0.0); G]; FEATURE_HIDDEN];
-        feature_step_by_unit::<V, G, true>(packed, input(0), &mut h, &mut c);
-        for t in 1..HISTORY {
-            feature_step_by_unit::<V, G, false>(packed, input(t), &mut h, &mut c);
             if t + 2 >= HISTORY {
-                for u in 0..FEATURE_HIDDEN {
-                    for g in 0..G {
-                        h[u][g].store(&mut hs[g][t + 2 - HISTORY][u]);
-                    }
+                for half in 0..2 {
+                    h[g][half].store(&mut hs[g][t + 2 - HISTORY][half]);
                 }
             }
         }
@@ -465,63 +454,45 @@ fn features<V: Vector, const G: usize>(
     hs
 }
 
-/// LSTM1 over `P` paths (`G` vectors of two paths), then LSTM2 across them; writes LSTM2's
-/// final hidden state into `h_out[..24]`.
+/// LSTM1 over `P` paths (`G = 2 P` groups), then LSTM2 across them; writes LSTM2's final
+/// hidden state into `h_out[..24]`.
 #[inline(always)]
 fn across<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
     paths: &[[f32; FEATURES * HISTORY]],
     h_out: &mut [f32; 2 * LANES],
 ) {
-    // Inputs in the lane pattern: xs[g][t][8 p + f] = path (2g + p), feature f, step t.
-    let mut xs = Aligned([[[0.0f32; LANES]; HISTORY]; G]);
-    for (index, path) in paths.iter().take(P).enumerate() {
-        let group = &mut xs[index / PATHS_PER_GROUP];
-        let base = (index % PATHS_PER_GROUP) * HALF;
+    const { assert!(G == GROUPS_PER_PATH * P) };
+    // Inputs per step: xs[t][s / 16][s mod 16] = sequence s = 6 p + f at step t.
+    let mut xs = Aligned([[[0.0f32; LANES]; 2]; HISTORY]);
+    for (p, path) in paths.iter().take(P).enumerate() {
         for (f, series) in path.chunks_exact(HISTORY).enumerate() {
+            let s = FEATURES * p + f;
             for (t, &value) in series.iter().enumerate() {
-                group[t][base + f] = value;
+                xs[t][s / LANES][s % LANES] = value;
             }
         }
     }
     let hs_all = features::<V, G>(packed, &xs);
-    // LSTM2 input projection for every path in one sweep: pre[p] = b + W_ih x_p, with
-    // x_p[20 f + 10 s + u] = hs[p / 2][s][u][8 (p mod 2) + f].
-    let mut bias = [V::splat(0.0); ACROSS_VECTORS];
-    for v in 0..ACROSS_VECTORS {
-        bias[v] = V::load(&packed.across_bias[v]);
-    }
-    let mut pre = [bias; P];
-    for f in 0..FEATURES {
-        for s in 0..2 {
-            for u in 0..FEATURE_HIDDEN {
-                let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
-                let mut wv = [V::splat(0.0); ACROSS_VECTORS];
-                for v in 0..ACROSS_VECTORS {
-                    wv[v] = V::load(&w[v]);
-                }
-                for p in 0..P {
-                    let xv = V::splat(
-                        hs_all[p / PATHS_PER_GROUP][s][u][(p % PATHS_PER_GROUP) * HALF + f],
-                    );
-                    for v in 0..ACROSS_VECTORS {
-                        pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
-                    }
-                }
-            }
-        }
-    }
+    let mut pre = project::<V, G, P>(packed, &hs_all);
     // The recurrence across paths: h, c of 24 units as a 16-lane vector and the low half of
     // another (whose high lanes carry unused values).
     let mut c = [V::splat(0.0); 2];
     let mut h = Aligned([[0.0f32; LANES]; 2]);
     for (p, gates) in pre.iter_mut().enumerate() {
         if p > 0 {
-            for (j, w) in packed.across_hh.iter().enumerate() {
-                let hj = V::splat(h.as_flattened()[j]);
+            // Two interleaved partial sums (even and odd `j`): half the dependent chain.
+            let mut odd = [V::splat(0.0); ACROSS_VECTORS];
+            for (pair, w) in packed.across_hh.chunks_exact(2).enumerate() {
+                let h_even = V::splat(h.as_flattened()[2 * pair]);
+                let h_odd = V::splat(h.as_flattened()[2 * pair + 1]);
                 for v in 0..ACROSS_VECTORS {
-                    gates[v] = V::load(&w[v]).mul_add(hj, gates[v]);
+                    gates[v] = V::load(&w[0][v]).mul_add(h_even, gates[v]);
+                    odd[v] = V::load(&w[1][v]).mul_add(h_odd, odd[v]);
                 }
+            }
+            for v in 0..ACROSS_VECTORS {
+                gates[v] = gates[v].add(odd[v]);
             }
         }
         // Head (units 0–15) and tail (16–23 in the low lanes: [i | f] and [g | o] swapped
@@ -543,25 +514,88 @@ fn across<V: Vector, const G: usize, const P: usize>(
     h_out.copy_from_slice(h.as_flattened());
 }
 
-/// The core 27 → 128 → 32 → 2 (ReLU between layers).
+/// LSTM2's input projection for every path in one sweep: `pre[p] = b + W_ih x_p`.
 #[inline(always)]
-fn core<V: Vector>(packed: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
+fn project<V: Vector, const G: usize, const P: usize>(
+    packed: &Packed,
+    hs_all: &FeatureOutputs<G>,
+) -> [[V; ACROSS_VECTORS]; P] {
+    // LSTM2 input projection for every path in one sweep: pre[p] = b + W_ih x_p, with
+    // x_p[20 f + 10 s + u] = hs[2 p + f / 3][s][u / 5][5 (f mod 3) + u mod 5].
+    let mut bias = [V::splat(0.0); ACROSS_VECTORS];
+    for v in 0..ACROSS_VECTORS {
+        bias[v] = V::load(&packed.across_bias[v]);
+    }
+    let mut pre = [bias; P];
+    for f in 0..FEATURES {
+        for s in 0..2 {
+            for u in 0..FEATURE_HIDDEN {
+                let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
+                let mut wv = [V::splat(0.0); ACROSS_VECTORS];
+                for v in 0..ACROSS_VECTORS {
+                    wv[v] = V::load(&w[v]);
+                }
+                for p in 0..P {
+                    let group = &hs_all[GROUPS_PER_PATH * p + f / TRIPLE][s];
+                    let lane = UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR;
+                    let xv = V::splat(group[u / UNITS_PER_VECTOR][lane]);
+                    for v in 0..ACROSS_VECTORS {
+                        pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
+                    }
+                }
+            }
+        }
+    }
+    pre
+}
+
+/// The first core layer's bias plus its connection-feature columns (`M_t`).
+#[inline(always)]
+fn core_start<V: Vector>(
+    packed: &Packed,
+    connection: &[f32; CONNECTION_FEATURES],
+) -> [V; CORE_H1 / LANES] {
     let mut acc1 = [V::splat(0.0); CORE_H1 / LANES];
     for v in 0..CORE_H1 / LANES {
         acc1[v] = V::load(&packed.core1_bias[v]);
     }
-    for (x, w) in input.iter().zip(packed.core1.iter()) {
+    for (x, w) in connection.iter().zip(packed.core1.iter()) {
         let xv = V::splat(*x);
         for v in 0..CORE_H1 / LANES {
             acc1[v] = V::load(&w[v]).mul_add(xv, acc1[v]);
         }
+    }
+    acc1
+}
+
+/// The core 27 → 128 → 32 → 2 (ReLU between layers), from [`core_start`]'s partial first
+/// layer and LSTM2's 24 outputs.
+#[inline(always)]
+fn core<V: Vector>(
+    packed: &Packed,
+    start: [V; CORE_H1 / LANES],
+    across_h: &[f32; ACROSS_HIDDEN],
+) -> [f32; 2] {
+    // Two interleaved partial sums over the 24 inputs (even and odd), half the chain length.
+    let mut acc1 = start;
+    let mut odd = [V::splat(0.0); CORE_H1 / LANES];
+    let rows = &packed.core1[CONNECTION_FEATURES..];
+    for (x, w) in across_h.chunks_exact(2).zip(rows.chunks_exact(2)) {
+        let (even_x, odd_x) = (V::splat(x[0]), V::splat(x[1]));
+        for v in 0..CORE_H1 / LANES {
+            acc1[v] = V::load(&w[0][v]).mul_add(even_x, acc1[v]);
+            odd[v] = V::load(&w[1][v]).mul_add(odd_x, odd[v]);
+        }
+    }
+    for v in 0..CORE_H1 / LANES {
+        acc1[v] = acc1[v].add(odd[v]);
     }
     let mut h1 = Aligned([[0.0f32; LANES]; CORE_H1 / LANES]);
     for v in 0..CORE_H1 / LANES {
         acc1[v].relu().store(&mut h1[v]);
     }
     let h1 = h1.as_flattened();
-    // Four interleaved partial sums per output vector: input i goes to sum i mod 4.
+    // `SPLIT` interleaved partial sums per output vector: input i goes to sum i mod SPLIT.
     let mut acc2 = [[V::splat(0.0); CORE_H2 / LANES]; SPLIT];
     for v in 0..CORE_H2 / LANES {
         acc2[0][v] = V::load(&packed.core2_bias[v]);
@@ -576,10 +610,10 @@ fn core<V: Vector>(packed: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
     }
     let mut h2 = [V::splat(0.0); CORE_H2 / LANES];
     for v in 0..CORE_H2 / LANES {
-        h2[v] = acc2[0][v]
-            .add(acc2[1][v])
-            .add(acc2[2][v].add(acc2[3][v]))
-            .relu();
+        let a = &acc2;
+        let low = a[0][v].add(a[1][v]).add(a[2][v].add(a[3][v]));
+        let high = a[4][v].add(a[5][v]).add(a[6][v].add(a[7][v]));
+        h2[v] = low.add(high).relu();
     }
     let mut q = [0.0; 2];
     for (o, w) in packed.core3.iter().enumerate() {
@@ -590,4 +624,166 @@ fn core<V: Vector>(packed: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
             + packed.core3_bias[o];
     }
     q
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod cycles {
+    //! Throw-away stage timing (`cargo test --release -p braid-sched-core --lib
+    //! packed::cycles -- --ignored --nocapture`): TSC ticks per call, minimum and median of
+    //! batches, of the whole pass and of its stages, AVX-512 kernel, K = 2 and 4.
+    use super::*;
+    use crate::sched::edar::network::{EdarNetwork, SplitMix64};
+    use std::arch::x86_64::_rdtsc;
+    use std::hint::black_box;
+    type V = vector::avx512::V;
+
+    fn state(k: u8) -> EdarState {
+        let mut rng = SplitMix64(3);
+        let mut s = EdarState::EMPTY;
+        s.path_count = k;
+        s.connection = [1.0, 0.5, 0.3];
+        for p in s.paths.iter_mut() {
+            for v in p.iter_mut() {
+                *v = rng.unit() as f32;
+            }
+        }
+        s
+    }
+
+    fn time(name: &str, mut f: impl FnMut()) {
+        const BATCH: u64 = 20;
+        let mut samples = Vec::with_capacity(3000);
+        for _ in 0..3000 {
+            let t0 = unsafe { _rdtsc() };
+            for _ in 0..BATCH {
+                f();
+            }
+            samples.push((unsafe { _rdtsc() } - t0) / BATCH);
+        }
+        samples.sort_unstable();
+        println!(
+            "{name:<28} min {:>6} p10 {:>6} median {:>6} TSC ticks",
+            samples[0],
+            samples[samples.len() / 10],
+            samples[samples.len() / 2]
+        );
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn lstm1_k2(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<4> {
+        features::<V, 4>(p, xs)
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn lstm1_k4(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<8> {
+        features::<V, 8>(p, xs)
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn across_k2(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
+        let mut h = [0.0; 2 * LANES];
+        across::<V, 4, 2>(p, s.used_paths(), &mut h);
+        h
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn across_k4(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
+        let mut h = [0.0; 2 * LANES];
+        across::<V, 8, 4>(p, s.used_paths(), &mut h);
+        h
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn project_k2(p: &Packed, hs: &FeatureOutputs<4>) -> [f32; LANES] {
+        let pre = project::<V, 4, 2>(p, hs);
+        let mut out = [0.0; LANES];
+        let mut acc = V::splat(0.0);
+        for path in pre.iter() {
+            for v in path.iter() {
+                acc = acc.add(*v);
+            }
+        }
+        acc.store(&mut out);
+        out
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn project_k4(p: &Packed, hs: &FeatureOutputs<8>) -> [f32; LANES] {
+        let pre = project::<V, 8, 4>(p, hs);
+        let mut out = [0.0; LANES];
+        let mut acc = V::splat(0.0);
+        for path in pre.iter() {
+            for v in path.iter() {
+                acc = acc.add(*v);
+            }
+        }
+        acc.store(&mut out);
+        out
+    }
+    #[target_feature(enable = "avx512f,avx512dq")]
+    fn core_only(p: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
+        let mut connection = [0.0; CONNECTION_FEATURES];
+        connection.copy_from_slice(&input[..CONNECTION_FEATURES]);
+        let mut h = [0.0; ACROSS_HIDDEN];
+        h.copy_from_slice(&input[CONNECTION_FEATURES..]);
+        core::<V>(p, core_start::<V>(p, &connection), &h)
+    }
+
+    #[test]
+    #[ignore]
+    fn stage_cycles() {
+        if !(std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq"))
+        {
+            return;
+        }
+        let net = EdarNetwork::initial(1);
+        let packed = Packed::new(net.features(), net.across(), net.core());
+        let p = &packed;
+        let (s2, s4) = (state(2), state(4));
+        let xs1 = Aligned([[[0.5f32; LANES]; 2]; HISTORY]);
+        let xs2 = xs1;
+        let input = [0.3f32; CORE_IN];
+        let hs1 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 4]);
+        let hs2 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 8]);
+        let mut evict = vec![0u8; 256 * 1024];
+        let mut sweep = |e: &mut Vec<u8>| {
+            for i in (0..e.len()).step_by(64) {
+                e[i] = e[i].wrapping_add(1);
+            }
+        };
+        for _ in 0..2 {
+            time("LSTM2 projection K=2 warm", || unsafe {
+                black_box(project_k2(p, black_box(&hs1)));
+            });
+            time("LSTM2 projection K=4 warm", || unsafe {
+                black_box(project_k4(p, black_box(&hs2)));
+            });
+            time("evict only (256 KiB)", || sweep(black_box(&mut evict)));
+            time("evict + projection K=2", || unsafe {
+                sweep(black_box(&mut evict));
+                black_box(project_k2(p, black_box(&hs1)));
+            });
+            time("evict + LSTM1 K=2", || unsafe {
+                sweep(black_box(&mut evict));
+                black_box(lstm1_k2(p, black_box(&xs1)));
+            });
+            time("full K=2", || {
+                black_box(p.q_values(black_box(&s2)));
+            });
+            time("full K=4", || {
+                black_box(p.q_values(black_box(&s4)));
+            });
+            time("LSTM1 K=2", || unsafe {
+                black_box(lstm1_k2(p, black_box(&xs1)));
+            });
+            time("LSTM1+LSTM2 K=2", || unsafe {
+                black_box(across_k2(p, black_box(&s2)));
+            });
+            time("LSTM1 K=4", || unsafe {
+                black_box(lstm1_k4(p, black_box(&xs2)));
+            });
+            time("LSTM1+LSTM2 K=4", || unsafe {
+                black_box(across_k4(p, black_box(&s4)));
+            });
+            time("core", || unsafe {
+                black_box(core_only(p, black_box(&input)));
+            });
+        }
+    }
 }

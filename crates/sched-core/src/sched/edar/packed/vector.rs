@@ -74,6 +74,10 @@ pub(super) trait Vector: Copy {
     }
     /// Lanes 8–15 then 0–7.
     fn swap_halves(self) -> Self;
+    /// Lane `l` of the result is lane `index[l] mod 16` of `self`.
+    fn permute(self, index: &[u32; LANES]) -> Self;
+    /// Lane `l` of the result is lane `index[l] mod 32` of `lo` then `hi` (32 lanes).
+    fn permute2(lo: Self, hi: Self, index: &[u32; LANES]) -> Self;
     /// The sum of the lanes.
     fn sum(self) -> f32;
 }
@@ -170,6 +174,23 @@ impl<const FUSED: bool> Vector for Portable<FUSED> {
         let mut out = self;
         out.0[..8].copy_from_slice(&self.0[8..]);
         out.0[8..].copy_from_slice(&self.0[..8]);
+        out
+    }
+    #[inline(always)]
+    fn permute(self, index: &[u32; LANES]) -> Self {
+        let mut out = self;
+        for l in 0..LANES {
+            out.0[l] = self.0[index[l] as usize % LANES];
+        }
+        out
+    }
+    #[inline(always)]
+    fn permute2(lo: Self, hi: Self, index: &[u32; LANES]) -> Self {
+        let mut out = lo;
+        for l in 0..LANES {
+            let i = index[l] as usize % (2 * LANES);
+            out.0[l] = if i < LANES { lo.0[i] } else { hi.0[i - LANES] };
+        }
         out
     }
     #[inline(always)]
@@ -296,6 +317,20 @@ pub(super) mod avx512 {
         #[inline(always)]
         fn swap_halves(self) -> Self {
             V(unsafe { _mm512_shuffle_f32x4::<0b01_00_11_10>(self.0, self.0) })
+        }
+        #[inline(always)]
+        fn permute(self, index: &[u32; LANES]) -> Self {
+            unsafe {
+                let i = _mm512_loadu_si512(index.as_ptr().cast());
+                V(_mm512_permutexvar_ps(i, self.0))
+            }
+        }
+        #[inline(always)]
+        fn permute2(lo: Self, hi: Self, index: &[u32; LANES]) -> Self {
+            unsafe {
+                let i = _mm512_loadu_si512(index.as_ptr().cast());
+                V(_mm512_permutex2var_ps(lo.0, i, hi.0))
+            }
         }
         #[inline(always)]
         fn sum(self) -> f32 {
