@@ -209,7 +209,7 @@ fn goodput(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let (_server, client, target) = rt.block_on(async {
+    let (server, client, target) = rt.block_on(async {
         let (s, c) = braid_pair(2).await;
         (s, c, source().await)
     });
@@ -248,22 +248,46 @@ fn goodput(c: &mut Criterion) {
         })
     });
     group.finish();
-    let status = rt.block_on(client.status());
-    if let Some(s) = status.sessions.first() {
-        for p in &s.paths {
-            eprintln!(
-                "braid client path {} ({}): {} packets sent, {} received, {} lost, srtt {:.3} ms, cwnd {} B, max datagram {} B",
-                p.id,
-                p.name,
-                p.packets_sent,
-                p.packets_received,
-                p.packets_lost,
-                p.srtt_ms,
-                p.cwnd,
-                p.max_datagram_size
-            );
+    // Packet counts behind the CPU figures: session packets per path, and what each path's quinn
+    // connection put on the wire (UDP datagrams, send calls, QUIC ACK frames, DATAGRAM frames).
+    for (end, status) in [
+        ("client", rt.block_on(client.status())),
+        ("server", rt.block_on(server.status())),
+    ] {
+        for s in &status.sessions {
+            for p in &s.paths {
+                let q = &p.quic;
+                eprintln!(
+                    "braid {end} path {} ({}): {} packets sent, {} received, {} lost, srtt {:.3} ms, cwnd {} B, max datagram {} B; quinn: {} UDP sent in {} calls, {} received, {} ACK frames sent, {} received, {} DATAGRAM frames sent, {} received",
+                    p.id,
+                    p.name,
+                    p.packets_sent,
+                    p.packets_received,
+                    p.packets_lost,
+                    p.srtt_ms,
+                    p.cwnd,
+                    p.max_datagram_size,
+                    q.udp_sent,
+                    q.udp_send_calls,
+                    q.udp_received,
+                    q.acks_sent,
+                    q.acks_received,
+                    q.datagrams_sent,
+                    q.datagrams_received,
+                );
+            }
         }
     }
+    let q = conn.stats();
+    eprintln!(
+        "quinn_1conn client: {} UDP sent in {} calls, {} received in {} calls, {} ACK frames sent, {} received",
+        q.udp_tx.datagrams,
+        q.udp_tx.ios,
+        q.udp_rx.datagrams,
+        q.udp_rx.ios,
+        q.frame_tx.acks,
+        q.frame_rx.acks
+    );
 }
 
 /// Prints CPU seconds per GiB moved when `BRAID_BENCH_CPU` is set (long samples only).

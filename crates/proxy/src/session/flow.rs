@@ -184,6 +184,22 @@ impl Session {
     /// Reads in-order bytes. `Ok(Some(0))`: nothing yet; `Ok(None)`: the peer finished and
     /// everything was read.
     pub fn read(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
+        let mut at = 0;
+        self.read_with(id, out.len(), |part| {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        })
+    }
+
+    /// As [`Session::read`], but hands at most `max` in-order bytes to `sink` (in one or two
+    /// contiguous parts, in order) instead of copying them into a slice: the caller copies
+    /// them once, straight to where they go.
+    pub fn read_with(
+        &mut self,
+        id: FlowId,
+        max: usize,
+        sink: impl FnMut(&[u8]),
+    ) -> Result<Option<usize>, FlowError> {
         let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
         let Body::Stream { recv, .. } = &mut flow.body else {
             return Err(FlowError::WrongKind(id));
@@ -191,7 +207,7 @@ impl Session {
         if let Some(code) = recv.reset {
             return Err(FlowError::Reset { flow: id, code });
         }
-        let n = recv.read(out);
+        let n = recv.read_with(max, sink);
         flow.readable_signalled = false;
         let update = recv.window_update();
         let finished = recv.is_finished();

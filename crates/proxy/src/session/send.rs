@@ -20,7 +20,7 @@ use super::frame::{
 use super::path::Path;
 use super::sent::{Payload, SentPacket};
 use super::stream::Chunk;
-use super::varint::Writer;
+use super::varint::{Writer, varint_len};
 use super::{Session, SessionState, Transmit};
 
 /// Room left in every data packet for a piggybacked ACK.
@@ -214,13 +214,26 @@ impl Session {
             .map_or(0, chunk_limit)
     }
 
-    /// The stream chunk `chunk` grown to what path `p` carries, once the scheduler sent it
-    /// there alone: paths with larger datagrams than the smallest live one carry full packets.
+    /// The stream chunk `chunk` grown to fill the packet path `p` builds next, once the
+    /// scheduler sent it there alone. `max_chunk` holds room for the largest headers and an ACK
+    /// on the smallest live path (a chunk must fit whichever path is picked, and every copy of a
+    /// duplicated one); here the headers are the real ones of this packet (its packet number, the
+    /// flow id and the chunk's offset as encoded), and room for an ACK is kept only when the path
+    /// has one to piggyback. On the loopback paths of the `e2e` bench that is about 45 bytes more
+    /// per 1414-byte packet (3% fewer packets per byte).
     fn widen_chunk(&self, flow: FlowId, chunk: Chunk, p: PathId, max_chunk: usize) -> Chunk {
         let Some(path) = self.paths.get(p.index()).and_then(Option::as_ref) else {
             return chunk;
         };
-        let limit = chunk_limit(path.config.max_datagram_size);
+        let mds = usize::from(path.config.max_datagram_size);
+        let reserve = if path.ack_pending() { ACK_RESERVE } else { 0 };
+        let header = 1 + varint_len(path.next_pn);
+        // The length field is written for at most `mds` bytes, so its varint is no longer.
+        let stream_header = varint_len(frame::kind::STREAM_FIN)
+            + varint_len(flow.0)
+            + varint_len(chunk.offset)
+            + varint_len(mds as u64);
+        let limit = mds.saturating_sub(header + stream_header + reserve);
         if limit <= max_chunk {
             return chunk;
         }

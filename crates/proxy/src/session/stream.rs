@@ -551,10 +551,29 @@ impl RecvStream {
     }
 
     /// Copies readable bytes into `out`; returns how many.
+    #[cfg(test)]
     pub fn read(&mut self, out: &mut [u8]) -> usize {
-        let n = self.readable().min(out.len() as u64) as usize;
+        let mut at = 0;
+        self.read_with(out.len(), |part| {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        })
+    }
+
+    /// Hands at most `max` readable bytes to `sink`, in order, as the (at most two) contiguous
+    /// parts of the ring they occupy; returns how many. The caller copies them once, wherever
+    /// it wants them (the daemon: straight into the buffer it hands to the socket writer).
+    pub fn read_with(&mut self, max: usize, mut sink: impl FnMut(&[u8])) -> usize {
+        let n = self.readable().min(max as u64) as usize;
         if n > 0 {
-            self.ring.copy_out(self.read_offset, &mut out[..n]);
+            let ring = &self.ring.buf;
+            let cap = ring.len();
+            let start = (self.read_offset % cap as u64) as usize;
+            let first = n.min(cap - start);
+            sink(&ring[start..start + first]);
+            if first < n {
+                sink(&ring[..n - first]);
+            }
             self.read_offset += n as u64;
             self.received.remove_below(self.read_offset);
         }

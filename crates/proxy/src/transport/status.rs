@@ -42,6 +42,44 @@ pub struct PathReport {
     pub failures: u32,
     /// Largest datagram payload, bytes.
     pub max_datagram_size: u16,
+    /// What the path's quinn connection counted (packets per byte, ACK traffic).
+    #[serde(default)]
+    pub quic: QuicCounters,
+}
+
+/// A path connection's own counters, from quinn's connection statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicCounters {
+    /// UDP datagrams sent.
+    pub udp_sent: u64,
+    /// UDP send system calls (fewer than `udp_sent` with GSO).
+    pub udp_send_calls: u64,
+    /// UDP datagrams received.
+    pub udp_received: u64,
+    /// QUIC ACK frames sent.
+    pub acks_sent: u64,
+    /// QUIC ACK frames received.
+    pub acks_received: u64,
+    /// QUIC DATAGRAM frames (session packets) sent.
+    pub datagrams_sent: u64,
+    /// QUIC DATAGRAM frames received.
+    pub datagrams_received: u64,
+}
+
+impl QuicCounters {
+    /// The counters of `conn` now.
+    pub fn of(conn: &quinn::Connection) -> Self {
+        let s = conn.stats();
+        Self {
+            udp_sent: s.udp_tx.datagrams,
+            udp_send_calls: s.udp_tx.ios,
+            udp_received: s.udp_rx.datagrams,
+            acks_sent: s.frame_tx.acks,
+            acks_received: s.frame_rx.acks,
+            datagrams_sent: s.frame_tx.datagram,
+            datagrams_received: s.frame_rx.datagram,
+        }
+    }
 }
 
 /// Counters of one session.

@@ -5,7 +5,7 @@ use braid_sched_core::PathState;
 
 use super::Driver;
 use crate::session::Role;
-use crate::transport::status::{PathReport, SessionStatus};
+use crate::transport::status::{PathReport, QuicCounters, SessionStatus};
 
 impl Driver {
     pub(super) fn update_rates(&mut self) {
@@ -58,6 +58,7 @@ impl Driver {
                 packets_lost: s.stats.packets_lost,
                 failures: s.stats.failures,
                 max_datagram_size: v.max_datagram_size,
+                quic: QuicCounters::of(&p.conn),
             });
         }
         let mut counters = self.counters.clone();
