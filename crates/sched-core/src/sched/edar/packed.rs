@@ -122,6 +122,9 @@ fn aligned<T>(value: T) -> Box<Aligned<T>> {
     Box::new(Aligned(value))
 }
 
+/// LSTM1's `W_hh` of one group parity: `[half][hidden input j][gate]`.
+type FeatureHh = [[[Lane; 4]; FEATURE_HIDDEN]; 2];
+
 /// The network's weights in the layouts the kernel reads.
 #[derive(Clone, PartialEq)]
 pub(super) struct Packed {
@@ -129,7 +132,7 @@ pub(super) struct Packed {
     feature: Box<Aligned<[[[FeatureRow; 4]; 2]; GROUPS_PER_PATH]>>,
     /// LSTM1's `W_hh`: `[group parity][half][hidden input j][gate]`, lane pattern and scale
     /// as in [`FeatureRow`].
-    feature_hh: Box<Aligned<[[[[Lane; 4]; FEATURE_HIDDEN]; 2]; GROUPS_PER_PATH]>>,
+    feature_hh: Box<Aligned<[FeatureHh; GROUPS_PER_PATH]>>,
     /// Per group: the lanes of the step's inputs (`6 p + f` of two vectors) each lane reads.
     input_index: Aligned<[[u32; LANES]; MAX_GROUPS]>,
     /// Per `j mod 5`: the lanes of a hidden vector that broadcast `h_j` of each sequence over
@@ -742,7 +745,7 @@ mod cycles {
         let hs1 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 4]);
         let hs2 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 8]);
         let mut evict = vec![0u8; 256 * 1024];
-        let mut sweep = |e: &mut Vec<u8>| {
+        let sweep = |e: &mut Vec<u8>| {
             for i in (0..e.len()).step_by(64) {
                 e[i] = e[i].wrapping_add(1);
             }

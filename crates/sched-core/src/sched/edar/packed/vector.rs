@@ -10,9 +10,14 @@
 //! `2^t`: `t` is capped at [`POW2_MAX`] (above it the activations are 0 or ±1 to within 2⁻⁴⁰,
 //! and the products of up to three `1 + 2^t` the kernel forms stay finite); `t = n + f` with
 //! `n = ⌊t⌋` and `f ∈ [0, 1)`, `2^f` by a degree-5 polynomial (relative error 7.5e-8 in exact
-//! arithmetic, 1.5e-7 evaluated in `f32`), then scaled by `2^n`. The AVX-512 build splits `t`
-//! with `vreduceps` and scales with `vscalefps` (one instruction each); `1/x` is `vrcp14ps`
-//! (14 bits) plus one Newton step (about 1 ulp).
+//! arithmetic, 1.5e-7 evaluated in `f32`), then scaled by `2^n`. The AVX-512 build instead
+//! rounds `t` to a multiple of 1/32 by adding and subtracting 1.5 · 2^18 (`t = k + r`,
+//! `|r| ≤ 1/64`), reads `2^{frac(k)}` from a 32-entry table with one `vpermt2ps` indexed by the
+//! low bits of `t + 1.5 · 2^18`, multiplies it by `1 + r (c₁ + c₂ r)` (relative error 5.3e-8 in
+//! exact arithmetic) and scales by `2^⌊k⌋` with `vscalefps`: three operations on the FMA pipes
+//! plus `vscalefps` instead of five multiply-adds, `vreduceps` and `vscalefps` (the others run
+//! on the add and shuffle pipes). `1/x` is `vrcp14ps` (14 bits) plus one Newton step (about
+//! 1 ulp).
 
 /// Lanes per vector.
 pub(super) const LANES: usize = 16;
@@ -21,7 +26,7 @@ pub(super) type Lane = [f32; LANES];
 
 /// Largest exponent [`Vector::pow2`] uses.
 pub(super) const POW2_MAX: f32 = 40.0;
-/// Smallest exponent the portable [`Vector::pow2`] uses (`2^t` stays a normal `f32`; below it
+/// Smallest exponent [`Vector::pow2`] uses (`2^t` stays a normal `f32`; below it
 /// `1 + 2^t` is 1 to f32 precision).
 const POW2_MIN: f32 = -126.0;
 
@@ -214,8 +219,52 @@ pub(super) mod avx512 {
     //! `avx512f,avx512dq`, i.e. after the CPU was found to have both; the methods are
     //! `inline(always)` so that they compile into that function with its target features.
 
-    use super::{LANES, Lane, POW2_MAX, POW2_POLY, Vector, pow2_poly};
+    use super::{LANES, Lane, POW2_MAX, POW2_MIN, Vector};
     use std::arch::x86_64::*;
+
+    /// `2^{j/32}`, `j` = 0..31, rounded to `f32`.
+    #[repr(C, align(64))]
+    struct Table([f32; 2 * LANES]);
+    static POW2_TABLE: Table = Table([
+        1.0,
+        1.021_897_2,
+        1.044_273_8,
+        1.067_140_5,
+        1.090_507_7,
+        1.114_386_8,
+        1.138_788_6,
+        1.163_724_9,
+        1.189_207_1,
+        1.215_247_4,
+        1.241_857_8,
+        1.269_051,
+        1.296_839_6,
+        1.325_236_7,
+        1.354_255_6,
+        1.383_91,
+        std::f32::consts::SQRT_2,
+        1.445_180_8,
+        1.476_826_2,
+        1.509_164_5,
+        1.542_210_8,
+        1.575_981,
+        1.610_490_3,
+        1.645_755_5,
+        1.681_792_9,
+        1.718_619_3,
+        1.756_252_2,
+        1.794_709_1,
+        1.834_008_1,
+        1.874_167_7,
+        1.915_206_6,
+        1.957_144_1,
+    ]);
+    /// `t + SHIFTER` rounds `t` (|t| ≤ 150) to a multiple of 1/32, whose 32nds are the low five
+    /// mantissa bits of the sum.
+    const SHIFTER: f32 = 393_216.0;
+    /// `2^r ≈ 1 + r (C1 + C2 r)` for `|r| ≤ 1/64` (relative minimax).
+    const C1: f32 = 0.693_157_3;
+    const C2: f32 = 0.240_226_49;
 
     #[derive(Clone, Copy)]
     pub(in super::super) struct V(__m512);
@@ -258,13 +307,7 @@ pub(super) mod avx512 {
         }
         #[inline(always)]
         fn pow2(self) -> Self {
-            unsafe {
-                let t = _mm512_min_ps(self.0, _mm512_set1_ps(POW2_MAX));
-                // f = t − ⌊t⌋ (imm: round down, no fraction bits kept, no precision exception).
-                let f = V(_mm512_reduce_ps::<0x09>(t));
-                // p · 2^⌊t⌋; below −149 the result underflows to 0, as 2^t does.
-                V(_mm512_scalef_ps(pow2_poly(f).0, t))
-            }
+            Self::pow2_n([self])[0]
         }
         #[inline(always)]
         fn recip(self) -> Self {
@@ -277,24 +320,33 @@ pub(super) mod avx512 {
         #[inline(always)]
         fn pow2_n<const N: usize>(x: [Self; N]) -> [Self; N] {
             unsafe {
+                let lo = _mm512_load_ps(POW2_TABLE.0.as_ptr());
+                let hi = _mm512_load_ps(POW2_TABLE.0[LANES..].as_ptr());
+                let shifter = _mm512_set1_ps(SHIFTER);
                 let mut t = x;
                 for k in 0..N {
-                    t[k] = V(_mm512_min_ps(x[k].0, _mm512_set1_ps(POW2_MAX)));
+                    let capped = _mm512_min_ps(x[k].0, _mm512_set1_ps(POW2_MAX));
+                    t[k] = V(_mm512_max_ps(capped, _mm512_set1_ps(POW2_MIN)));
                 }
-                let mut f = t;
+                // u = t + 1.5 · 2^18 (rounded to 1/32), k = u − 1.5 · 2^18, r = t − k.
+                let mut u = t;
+                let mut whole = t;
+                let mut r = t;
                 for k in 0..N {
-                    f[k] = V(_mm512_reduce_ps::<0x09>(t[k].0));
+                    u[k] = t[k].add(V(shifter));
+                    whole[k] = u[k].sub(V(shifter));
+                    r[k] = t[k].sub(whole[k]);
                 }
-                let mut p = [V::splat(POW2_POLY[5]); N];
-                for c in (0..5).rev() {
-                    for k in 0..N {
-                        p[k] = p[k].mul_add(f[k], V::splat(POW2_POLY[c]));
-                    }
+                let mut y = t;
+                for k in 0..N {
+                    let table = _mm512_permutex2var_ps(lo, _mm512_castps_si512(u[k].0), hi);
+                    let q = V::splat(C2).mul_add(r[k], V::splat(C1)).mul(r[k]);
+                    y[k] = V(_mm512_fmadd_ps(table, q.0, table));
                 }
                 for k in 0..N {
-                    p[k] = V(_mm512_scalef_ps(p[k].0, t[k].0));
+                    y[k] = V(_mm512_scalef_ps(y[k].0, whole[k].0));
                 }
-                p
+                y
             }
         }
         #[inline(always)]
