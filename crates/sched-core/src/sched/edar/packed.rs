@@ -6,24 +6,29 @@
 //! tiny LSTM1 steps per path one after the other, each a 40 × 11 matrix-vector product followed
 //! by 50 activations, then LSTM2 and the core. Here:
 //!
-//! - **LSTM1, one SIMD lane per (path, feature) sequence.** The 6 × K sequences are independent
-//!   (each starts from a zero state), so they run side by side: lane `8 p + f` of a 16-lane
-//!   vector carries path `p` (two paths per vector) and feature `f` (lanes 6, 7, 14, 15 are
-//!   padding). Every weight is stored replicated into that pattern (lane `l` holds feature
-//!   `l mod 8`'s weight; loading 8 lanes into both halves with `vbroadcastf32x8` halves the bytes
-//!   but was 10 % slower), so one step is 40 × (1 + 10) lane-wise fused multiply-adds and the
-//!   cell updates for all twelve sequences at once: 6 steps instead of 36 × K, with no shuffles.
-//!   The first step skips the recurrent product (the state is zero) and the forget gate; the
-//!   input projection is rank 1 (one FMA per gate). With one vector (K ≤ 2) the gate sums run
-//!   five units at a time and then the ten cells stage by stage; with two (K = 3, 4), unit by
-//!   unit (twenty cells at once spill registers and were 45 % slower).
+//! - **LSTM1, one SIMD lane per (sequence, unit).** The 6 × K sequences (path `p`, feature `f`)
+//!   are independent (each starts from a zero state), so they run side by side in groups of
+//!   three sequences: a group is two 16-lane vectors, lane `5 s + u` of vector `half` carrying
+//!   sequence `s` of the three and unit `5 half + u` (lane 15 is padding, so 15 of 16 lanes do
+//!   work; K = 2 needs 4 groups, 8 vectors). Group `g` holds path `g / 2`, features
+//!   `3 (g mod 2)` to `3 (g mod 2) + 2`, so the weights exist in two lane patterns (group
+//!   parity), stored pre-expanded per lane. A step of a group is 8 × (1 + 10) fully used fused
+//!   multiply-adds: the recurrent product broadcasts `h_j` of each sequence over its five lanes
+//!   with one `vpermps` per `j` (`table_index`), the input over the lanes with one `vpermt2ps`
+//!   (`input_index`). The first step skips the recurrent product (the state is zero) and the
+//!   forget gate. Groups run one after the other within a step, so the CPU overlaps one group's
+//!   cells with the next group's multiply-adds. (Before: one lane per sequence, lane `8 p + f`,
+//!   ten unit vectors per step with 12 of 16 lanes used at K = 2 and 6 of 16 at K = 1.)
 //! - **LSTM2's input projection batched over paths.** `W_ih x_p` does not depend on the
 //!   recurrence, so it runs for all paths in one sweep over `W_ih` (each weight vector loaded
 //!   once, used K times); only the 96 × 24 recurrent product is sequential across paths. The 96
 //!   gate rows are permuted into six 16-lane vectors (`i₀…₁₅`, `f₀…₁₅`, `g₀…₁₅`, `o₀…₁₅`,
 //!   `[i₁₆…₂₃ f₁₆…₂₃]`, `[g₁₆…₂₃ o₁₆…₂₃]`) so that every gate lines up with its cell lane.
-//! - **Core** 27 → 128 → 32 → 2 over transposed weights, the 128-long sums split in four
-//!   interleaved partial sums so the fused multiply-adds do not wait on each other.
+//!   The recurrent product and the core's 24-long product run as two interleaved partial sums
+//!   (half the dependent chain).
+//! - **Core** 27 → 128 → 32 → 2 over transposed weights; the connection features' columns are
+//!   summed before LSTM1 starts (they do not depend on the paths), the 128-long sums split in
+//!   eight interleaved partial sums so the fused multiply-adds do not wait on each other.
 //!
 //! **Activations** (`vector` module): every gate row (weights and bias) is multiplied at load
 //! time by `−log₂ e` (by `−2 log₂ e` for the cell-input gate `g`), so that a gate's sum `t` is
@@ -37,7 +42,8 @@
 //! ```
 //!
 //! Exponents are capped at 40 (the products stay below 2¹²¹; the activations are then within
-//! 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 8 instructions each on AVX-512), two reciprocals (3 each)
+//! 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 10 instructions each on AVX-512, four of them on the FMA
+//! pipes: `vector` module), two reciprocals (3 each)
 //! and some 14 other operations per cell, against five separately evaluated sigmoids and tanh of
 //! about 19 dependent instructions each before.
 //!
@@ -771,6 +777,9 @@ mod cycles {
             });
             time("full K=4", || {
                 black_box(p.q_values(black_box(&s4)));
+            });
+            time("portable K=2", || {
+                black_box(p.q_values_portable(black_box(&s2)));
             });
             time("LSTM1 K=2", || unsafe {
                 black_box(lstm1_k2(p, black_box(&xs1)));
