@@ -23,6 +23,15 @@ fn unit(grid: bool) -> BoxedStrategy<f64> {
     }
 }
 
+/// A number in `[0, 1]`: continuous (`grid` 0), a multiple of 0.1 (1) or of 0.5 (2 and up).
+fn unit3(grid: u8) -> BoxedStrategy<f64> {
+    match grid {
+        0 => (0.0..=1.0f64).boxed(),
+        1 => (0u8..=10).prop_map(|t| f64::from(t) / 10.0).boxed(),
+        _ => (0u8..=2).prop_map(|t| f64::from(t) / 2.0).boxed(),
+    }
+}
+
 /// `(bandwidth, rtt, limit, choose)` with `2 <= K <= 16` and `1 <= L < K`.
 fn olms_instance() -> impl Strategy<Value = (Vec<f64>, Vec<f64>, f64, usize)> {
     (any::<bool>(), 2usize..=16).prop_flat_map(|(grid, k)| {
@@ -47,6 +56,20 @@ fn assert_in_chi(s: &Schedule, choose: usize) {
             "{v} outside [0, 1]"
         );
     }
+}
+
+/// The fast and the good_lp objectives agree within `OBJECTIVE_TOL` and the fast point is in χ.
+fn same_objective_in_chi(
+    fast: &Schedule,
+    reference: &Schedule,
+    choose: usize,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        (fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
+        "fast {fast:?} good_lp {reference:?}"
+    );
+    assert_in_chi(fast, choose);
+    Ok(())
 }
 
 fn both_infeasible<T: std::fmt::Debug>(fast: &Result<T, LpError>, reference: &Result<T, LpError>) {
@@ -127,11 +150,7 @@ fn max_rtt_instance(
     choose: std::ops::Range<usize>,
 ) -> impl Strategy<Value = (Vec<f64>, Vec<f64>, f64, usize)> {
     (0u8..3, 0u8..4, choose).prop_flat_map(move |(grid, limit, choose)| {
-        let unit = match grid {
-            0 => (0.0..=1.0f64).boxed(),
-            1 => (0u8..=10).prop_map(|t| f64::from(t) / 10.0).boxed(),
-            _ => (0u8..=2).prop_map(|t| f64::from(t) / 2.0).boxed(),
-        };
+        let unit = unit3(grid);
         (
             prop::collection::vec(unit.clone(), k),
             prop::collection::vec(unit.clone(), k),
@@ -160,11 +179,7 @@ fn check_max_rtt(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<(), 
     };
     match (p.solve(), p.solve_good_lp()) {
         (Ok(fast), Ok(reference)) => {
-            prop_assert!(
-                (fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
-                "fast {fast:?} good_lp {reference:?}"
-            );
-            assert_in_chi(&fast, choose);
+            same_objective_in_chi(&fast, &reference, choose)?;
             for (v, r) in fast.weights().iter().zip(r) {
                 prop_assert!(v * r <= limit + FEASIBILITY_TOL);
             }
@@ -176,23 +191,26 @@ fn check_max_rtt(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<(), 
     Ok(())
 }
 
-/// 10,000 instances of eq. (4) for each path count up to 8, every `L` from 1 to `K`: two paths
-/// take the unrolled greedy, 3-4 and 5-8 the greedy on 4 and 8 lanes.
-macro_rules! max_rtt_at {
-    ($($name:ident: $k:expr,)*) => {
+/// 10,000 instances for each path count `$k`, every `L` from 1 to `K`: each test draws from
+/// `$instance($k, 1..$k + 1)` and runs `$check` on it.
+macro_rules! paths_equal_good_lp {
+    ($instance:ident, $check:ident; $($name:ident: $k:expr,)*) => {
         proptest! {
             #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
             $(
                 #[test]
-                fn $name((b, r, limit, choose) in max_rtt_instance($k, 1..$k + 1)) {
-                    check_max_rtt(&b, &r, limit, choose)?;
+                fn $name((b, r, limit, choose) in $instance($k, 1..$k + 1)) {
+                    $check(&b, &r, limit, choose)?;
                 }
             )*
         }
     };
 }
 
-max_rtt_at! {
+// Eq. (4) for each path count up to 8: two paths take the unrolled greedy, 3-4 and 5-8 the
+// greedy on 4 and 8 lanes.
+paths_equal_good_lp! {
+    max_rtt_instance, check_max_rtt;
     olms_max_rtt_2_paths_equals_good_lp: 2,
     olms_max_rtt_3_paths_equals_good_lp: 3,
     olms_max_rtt_4_paths_equals_good_lp: 4,
@@ -211,11 +229,7 @@ fn bandwidth_instance(
     choose: std::ops::Range<usize>,
 ) -> impl Strategy<Value = (Vec<f64>, Vec<f64>, f64, usize)> {
     (0u8..3, 0u8..4, choose).prop_flat_map(move |(grid, budget, choose)| {
-        let unit = match grid {
-            0 => (0.0..=1.0f64).boxed(),
-            1 => (0u8..=10).prop_map(|t| f64::from(t) / 10.0).boxed(),
-            _ => (0u8..=2).prop_map(|t| f64::from(t) / 2.0).boxed(),
-        };
+        let unit = unit3(grid);
         (
             prop::collection::vec(unit.clone(), k),
             prop::collection::vec(unit.clone(), k),
@@ -246,11 +260,7 @@ fn check_bandwidth(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<()
     };
     match (p.solve(), p.solve_good_lp()) {
         (Ok(fast), Ok(reference)) => {
-            prop_assert!(
-                (fast.objective() - reference.objective()).abs() <= OBJECTIVE_TOL,
-                "fast {fast:?} good_lp {reference:?}"
-            );
-            assert_in_chi(&fast, choose);
+            same_objective_in_chi(&fast, &reference, choose)?;
             let spent: f64 = fast.weights().iter().zip(b).map(|(v, b)| v * b).sum();
             prop_assert!(spent <= limit + FEASIBILITY_TOL, "spent {spent} > {limit}");
             let level = fast
@@ -278,22 +288,9 @@ fn check_bandwidth(b: &[f64], r: &[f64], limit: f64, choose: usize) -> Result<()
     Ok(())
 }
 
-/// 10,000 instances of eq. (8) for each path count up to 8, every `L` from 1 to `K`.
-macro_rules! bandwidth_at {
-    ($($name:ident: $k:expr,)*) => {
-        proptest! {
-            #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
-            $(
-                #[test]
-                fn $name((b, r, limit, choose) in bandwidth_instance($k, 1..$k + 1)) {
-                    check_bandwidth(&b, &r, limit, choose)?;
-                }
-            )*
-        }
-    };
-}
-
-bandwidth_at! {
+// Eq. (8) for each path count up to 8.
+paths_equal_good_lp! {
+    bandwidth_instance, check_bandwidth;
     olms_bandwidth_2_paths_equals_good_lp: 2,
     olms_bandwidth_3_paths_equals_good_lp: 3,
     olms_bandwidth_4_paths_equals_good_lp: 4,
