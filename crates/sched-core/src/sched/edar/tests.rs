@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::path::PathState;
-use crate::slot::{experience_queue, weight_slot};
+use crate::slot::{ExperienceReceiver, experience_queue, weight_slot};
 
 fn two_paths() -> [PathView; 2] {
     [
@@ -14,6 +14,18 @@ fn two_paths() -> [PathView; 2] {
 
 fn pkt() -> PacketMeta {
     PacketMeta::bulk(1_200)
+}
+
+/// An EdAR scheduler under `policy` that sends its transitions to a queue of `capacity`, and
+/// the queue's receiving end.
+fn recording(policy: EdarPolicy, capacity: usize) -> (Edar, ExperienceReceiver<EdarTransition>) {
+    let (sender, receiver) = experience_queue::<EdarTransition>(capacity).unwrap();
+    let config = EdarConfig {
+        policy,
+        experience: Some(sender),
+        ..EdarConfig::default()
+    };
+    (Edar::new(&config), receiver)
 }
 
 /// A network whose core output is a constant: Q(normal) = `normal`, Q(redundant) = `redundant`
@@ -92,13 +104,7 @@ fn weights_choose_the_mode_and_hot_swap_takes_effect() {
 
 #[test]
 fn transitions_carry_state_action_and_reward() {
-    let (sender, mut receiver) = experience_queue::<EdarTransition>(16).unwrap();
-    let config = EdarConfig {
-        policy: EdarPolicy::Redundant,
-        experience: Some(sender),
-        ..EdarConfig::default()
-    };
-    let mut s = Edar::new(&config);
+    let (mut s, mut receiver) = recording(EdarPolicy::Redundant, 16);
     let p = two_paths();
     let mut now = Timestamp::from_millis(1);
     s.select(&p, &pkt(), now);
@@ -153,13 +159,7 @@ fn transitions_carry_state_action_and_reward() {
 
 #[test]
 fn reports_coarser_than_the_interval_are_split_over_the_intervals_they_cover() {
-    let (sender, mut receiver) = experience_queue::<EdarTransition>(64).unwrap();
-    let config = EdarConfig {
-        policy: EdarPolicy::Normal,
-        experience: Some(sender),
-        ..EdarConfig::default()
-    };
-    let mut s = Edar::new(&config);
+    let (mut s, mut receiver) = recording(EdarPolicy::Normal, 64);
     let p = two_paths();
     // TI = 50 ms; a report every 100 ms, covering the sends of [now − 150, now − 50) ms.
     // The first 100 ms of sends deliver at 10 Mbit/s, the next 100 ms at 5 Mbit/s.
@@ -194,13 +194,7 @@ fn reports_coarser_than_the_interval_are_split_over_the_intervals_they_cover() {
 
 #[test]
 fn an_interval_straddling_two_reports_gets_the_overlap_weighted_mix() {
-    let (sender, mut receiver) = experience_queue::<EdarTransition>(64).unwrap();
-    let config = EdarConfig {
-        policy: EdarPolicy::Normal,
-        experience: Some(sender),
-        ..EdarConfig::default()
-    };
-    let mut s = Edar::new(&config);
+    let (mut s, mut receiver) = recording(EdarPolicy::Normal, 64);
     // TI = 60 ms: intervals [0,60), [60,120), ...; reports of 100 ms at 10 then 0 Mbit/s.
     let p = [
         PathView::new(PathId(0), 60_000, 100_000),
