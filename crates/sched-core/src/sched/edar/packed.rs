@@ -678,42 +678,25 @@ mod cycles {
         );
     }
 
+    /// LSTM1 over `G` groups (two paths a group).
     #[target_feature(enable = "avx512f,avx512dq")]
-    fn lstm1_k2(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<4> {
-        features::<V, 4>(p, xs)
+    fn lstm1<const G: usize>(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<G> {
+        features::<V, G>(p, xs)
     }
+    /// LSTM1 and LSTM2 over `P` paths in `G` groups.
     #[target_feature(enable = "avx512f,avx512dq")]
-    fn lstm1_k4(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<8> {
-        features::<V, 8>(p, xs)
-    }
-    #[target_feature(enable = "avx512f,avx512dq")]
-    fn across_k2(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
+    fn lstm1_lstm2<const G: usize, const P: usize>(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
         let mut h = [0.0; 2 * LANES];
-        across::<V, 4, 2>(p, s.used_paths(), &mut h);
+        across::<V, G, P>(p, s.used_paths(), &mut h);
         h
     }
+    /// LSTM2's input projection of `P` paths in `G` groups, summed into one vector.
     #[target_feature(enable = "avx512f,avx512dq")]
-    fn across_k4(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
-        let mut h = [0.0; 2 * LANES];
-        across::<V, 8, 4>(p, s.used_paths(), &mut h);
-        h
-    }
-    #[target_feature(enable = "avx512f,avx512dq")]
-    fn project_k2(p: &Packed, hs: &FeatureOutputs<4>) -> [f32; LANES] {
-        let pre = project::<V, 4, 2>(p, hs);
-        let mut out = [0.0; LANES];
-        let mut acc = V::splat(0.0);
-        for path in pre.iter() {
-            for v in path.iter() {
-                acc = acc.add(*v);
-            }
-        }
-        acc.store(&mut out);
-        out
-    }
-    #[target_feature(enable = "avx512f,avx512dq")]
-    fn project_k4(p: &Packed, hs: &FeatureOutputs<8>) -> [f32; LANES] {
-        let pre = project::<V, 8, 4>(p, hs);
+    fn projection<const G: usize, const P: usize>(
+        p: &Packed,
+        hs: &FeatureOutputs<G>,
+    ) -> [f32; LANES] {
+        let pre = project::<V, G, P>(p, hs);
         let mut out = [0.0; LANES];
         let mut acc = V::splat(0.0);
         for path in pre.iter() {
@@ -758,19 +741,19 @@ mod cycles {
         };
         for _ in 0..2 {
             time("LSTM2 projection K=2 warm", || unsafe {
-                black_box(project_k2(p, black_box(&hs1)));
+                black_box(projection::<4, 2>(p, black_box(&hs1)));
             });
             time("LSTM2 projection K=4 warm", || unsafe {
-                black_box(project_k4(p, black_box(&hs2)));
+                black_box(projection::<8, 4>(p, black_box(&hs2)));
             });
             time("evict only (256 KiB)", || sweep(black_box(&mut evict)));
             time("evict + projection K=2", || unsafe {
                 sweep(black_box(&mut evict));
-                black_box(project_k2(p, black_box(&hs1)));
+                black_box(projection::<4, 2>(p, black_box(&hs1)));
             });
             time("evict + LSTM1 K=2", || unsafe {
                 sweep(black_box(&mut evict));
-                black_box(lstm1_k2(p, black_box(&xs1)));
+                black_box(lstm1::<4>(p, black_box(&xs1)));
             });
             time("full K=2", || {
                 black_box(p.q_values(black_box(&s2)));
@@ -782,16 +765,16 @@ mod cycles {
                 black_box(p.q_values_portable(black_box(&s2)));
             });
             time("LSTM1 K=2", || unsafe {
-                black_box(lstm1_k2(p, black_box(&xs1)));
+                black_box(lstm1::<4>(p, black_box(&xs1)));
             });
             time("LSTM1+LSTM2 K=2", || unsafe {
-                black_box(across_k2(p, black_box(&s2)));
+                black_box(lstm1_lstm2::<4, 2>(p, black_box(&s2)));
             });
             time("LSTM1 K=4", || unsafe {
-                black_box(lstm1_k4(p, black_box(&xs2)));
+                black_box(lstm1::<8>(p, black_box(&xs2)));
             });
             time("LSTM1+LSTM2 K=4", || unsafe {
-                black_box(across_k4(p, black_box(&s4)));
+                black_box(lstm1_lstm2::<8, 4>(p, black_box(&s4)));
             });
             time("core", || unsafe {
                 black_box(core_only(p, black_box(&input)));
