@@ -4,7 +4,7 @@
 use super::*;
 use crate::nn::{Activation, Linear, Mlp};
 use crate::path::PathState;
-use crate::slot::experience_queue;
+use crate::slot::{ExperienceReceiver, SlotWriter, experience_queue};
 
 fn paths() -> [PathView; 3] {
     [
@@ -12,6 +12,23 @@ fn paths() -> [PathView; 3] {
         PathView::new(PathId(1), 10_000, 20_000),
         PathView::new(PathId(2), 20_000, 20_000),
     ]
+}
+
+/// A FALCON scheduler under `config` with a learner attached: minRTT weights in the slot and an
+/// experience queue of 4096. The slot's writer and the queue's receiver are returned so that
+/// they live as long as the caller keeps them.
+fn with_learner(
+    config: &FalconConfig,
+) -> (
+    Falcon,
+    SlotWriter<FalconWeights>,
+    ExperienceReceiver<FalconTransition>,
+) {
+    let (writer, reader) = weight_slot(FalconWeights::minrtt());
+    let (sender, receiver) = experience_queue(1 << 12).unwrap();
+    let mut falcon = Falcon::new(config);
+    falcon.attach_learner(reader, sender);
+    (falcon, writer, receiver)
 }
 
 /// A network of FALCON's shape whose Q-value is `bias[slot]` whatever the input.
@@ -132,15 +149,11 @@ fn hot_swapped_weights_are_used_at_the_next_decision() {
 
 #[test]
 fn exploration_only_with_a_learner_and_stays_sendable() {
-    let (_writer, reader) = weight_slot(FalconWeights::minrtt());
-    let (sender, _receiver) = experience_queue(1 << 12).unwrap();
-    let config = FalconConfig {
+    let (mut falcon, _writer, _receiver) = with_learner(&FalconConfig {
         epsilon: 0.5,
         seed: 9,
         ..FalconConfig::default()
-    };
-    let mut falcon = Falcon::new(&config);
-    falcon.attach_learner(reader, sender);
+    });
     let mut p = paths();
     p[0].bytes_in_flight = p[0].cwnd;
     let packet = PacketMeta::bulk(1_200);
@@ -322,16 +335,12 @@ fn choose_congested_waits_for_the_appointed_path_while_it_has_packets_in_flight(
 
 #[test]
 fn exploration_with_choose_congested_also_appoints_full_paths() {
-    let (_writer, reader) = weight_slot(FalconWeights::minrtt());
-    let (sender, _receiver) = experience_queue(1 << 12).unwrap();
-    let config = FalconConfig {
+    let (mut falcon, _writer, _receiver) = with_learner(&FalconConfig {
         epsilon: 1.0,
         seed: 3,
         choose_congested: true,
         ..FalconConfig::default()
-    };
-    let mut falcon = Falcon::new(&config);
-    falcon.attach_learner(reader, sender);
+    });
     let mut p = paths();
     p[0].bytes_in_flight = p[0].cwnd;
     let packet = PacketMeta::bulk(1_200);
