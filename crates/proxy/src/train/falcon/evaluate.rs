@@ -377,6 +377,22 @@ fn setup(
     Ok((config, learning))
 }
 
+/// [`setup`], with `reference` (the offline-trained policy) published into DQN-Off's learner.
+fn setup_with_reference(
+    variant: Variant,
+    seed: u64,
+    params: &[(String, f64)],
+    reference: &FalconWeights,
+) -> Result<(SchedulerConfig, Option<Shared>), TrainError> {
+    let (scheduler, learning) = setup(variant, seed, params)?;
+    if let Some(l) = &learning
+        && variant == Variant::DqnOff
+    {
+        l.borrow_mut().writer.publish(reference.clone());
+    }
+    Ok((scheduler, learning))
+}
+
 /// The parameter that sets the learners' discount γ rather than a scheduler's.
 const GAMMA_PARAM: &str = "gamma";
 
@@ -764,12 +780,8 @@ fn convergence(
         let mut published = 0;
         for r in 0..runs {
             let learner_seed = options.seed.wrapping_add(u64::from(r));
-            let (scheduler, learning) = setup(variant, learner_seed, params)?;
-            if let Some(l) = &learning
-                && variant == Variant::DqnOff
-            {
-                l.borrow_mut().writer.publish(reference.clone());
-            }
+            let (scheduler, learning) =
+                setup_with_reference(variant, learner_seed, params, &reference)?;
             let mut list = Vec::new();
             for d in 0..CONVERGENCE_DOWNLOADS {
                 let seed = options
@@ -963,12 +975,8 @@ fn window(
         let mut counters: Option<[u64; 4]> = None;
         for r in 0..runs {
             let learner_seed = options.seed.wrapping_add(u64::from(r));
-            let (scheduler, learning) = setup(variant, learner_seed, params)?;
-            if let Some(l) = &learning
-                && variant == Variant::DqnOff
-            {
-                l.borrow_mut().writer.publish(reference.clone());
-            }
+            let (scheduler, learning) =
+                setup_with_reference(variant, learner_seed, params, &reference)?;
             let seed = options.seed.wrapping_add(1_000 * u64::from(r));
             let mut scenario = file
                 .resolve(seed)
