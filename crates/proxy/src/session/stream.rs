@@ -139,7 +139,18 @@ impl Ring {
     }
 
     fn copy_out(&self, offset: u64, out: &mut [u8]) {
-        ring_copy_out(&self.buf, offset, out);
+        let (first, second) = self.parts(offset, out.len());
+        out[..first.len()].copy_from_slice(first);
+        out[first.len()..].copy_from_slice(second);
+    }
+
+    /// The `n` bytes from stream offset `offset` on, as the (at most two) contiguous parts of
+    /// the ring they occupy, in order; the second is empty unless they wrap around.
+    fn parts(&self, offset: u64, n: usize) -> (&[u8], &[u8]) {
+        let cap = self.buf.len();
+        let start = (offset % cap as u64) as usize;
+        let first = n.min(cap - start);
+        (&self.buf[start..start + first], &self.buf[..n - first])
     }
 
     fn capacity(&self) -> usize {
@@ -163,15 +174,6 @@ fn ring_copy_in(ring: &mut [u8], offset: u64, data: &[u8]) {
     let first = data.len().min(cap - start);
     ring[start..start + first].copy_from_slice(&data[..first]);
     ring[..data.len() - first].copy_from_slice(&data[first..]);
-}
-
-fn ring_copy_out(ring: &[u8], offset: u64, out: &mut [u8]) {
-    let cap = ring.len();
-    let start = (offset % cap as u64) as usize;
-    let first = out.len().min(cap - start);
-    let n = out.len();
-    out[..first].copy_from_slice(&ring[start..start + first]);
-    out[first..].copy_from_slice(&ring[..n - first]);
 }
 
 /// A chunk of a stream chosen for transmission.
@@ -566,13 +568,10 @@ impl RecvStream {
     pub fn read_with(&mut self, max: usize, mut sink: impl FnMut(&[u8])) -> usize {
         let n = self.readable().min(max as u64) as usize;
         if n > 0 {
-            let ring = &self.ring.buf;
-            let cap = ring.len();
-            let start = (self.read_offset % cap as u64) as usize;
-            let first = n.min(cap - start);
-            sink(&ring[start..start + first]);
-            if first < n {
-                sink(&ring[..n - first]);
+            let (first, second) = self.ring.parts(self.read_offset, n);
+            sink(first);
+            if !second.is_empty() {
+                sink(second);
             }
             self.read_offset += n as u64;
             self.received.remove_below(self.read_offset);
