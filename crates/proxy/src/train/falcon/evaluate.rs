@@ -63,6 +63,9 @@ const QUEUE_CAPACITY: usize = 1 << 16;
 const EPSILON: f64 = 0.1;
 /// The relative score adaptation waits for (§VI-B1).
 const THRESHOLD: f64 = 0.9;
+/// The most runs per scenario and variant `--evaluate` accepts (window mode needs a few
+/// hundred for the score of a window to be known within ±0.1).
+const MAX_RUNS: u32 = 1_000;
 
 /// A run's learner, shared by the endpoints and the harness.
 type Shared = Rc<RefCell<Learning>>;
@@ -940,6 +943,9 @@ pub struct EvalConfig {
     /// Static conditions: score chunks of one long-lived connection per run (window mode)
     /// instead of 2 MB downloads on fresh connections.
     pub window: bool,
+    /// Window mode: the variants to run besides DQN-Off (the reference always runs first);
+    /// empty: every variant.
+    pub variants: Vec<Variant>,
 }
 
 /// Per variant (window mode): the curve `(mean server packets sent before the chunk, score)`
@@ -964,12 +970,18 @@ fn window(
     runs: u32,
     started: Instant,
     params: &[(String, f64)],
+    variants: &[Variant],
 ) -> Result<(WindowCurves, Vec<(f64, f64)>), TrainError> {
     let reference = dqn_off(&options.out, file, 0.0, params)?;
     let chunks = (WINDOW_BYTES / WINDOW_CHUNK) as usize;
     // Per variant: per run, per chunk (time s, packets before).
     let mut measured: WindowRuns = Vec::new();
-    for variant in DOWNLOAD_VARIANTS {
+    // Every run's raw chunk marks, for statistics outside (bootstrap intervals).
+    let mut raw = String::from("variant,run,chunk,us,packets_before\n");
+    let chosen = DOWNLOAD_VARIANTS
+        .into_iter()
+        .filter(|v| *v == Variant::DqnOff || variants.is_empty() || variants.contains(v));
+    for variant in chosen {
         let mut per_run = Vec::new();
         let mut published = 0;
         let mut counters: Option<[u64; 4]> = None;
@@ -1000,6 +1012,9 @@ fn window(
                 std::mem::take(&mut t.marks)
             });
             result?;
+            for (c, (us, before)) in marks.iter().enumerate() {
+                let _ = writeln!(raw, "{},{r},{c},{us},{before}", variant.name());
+            }
             per_run.push(window_times(
                 &marks,
                 chunks,
@@ -1022,6 +1037,8 @@ fn window(
         );
         measured.push((variant, per_run, published, counters));
     }
+    let raw_path = options.out.join(format!("window-runs-{}.csv", file.name()));
+    std::fs::write(&raw_path, raw).map_err(|e| runtime(format!("{}: {e}", raw_path.display())))?;
     let chunk_median = |per_run: &[Vec<(f64, f64)>], k: usize| {
         median(&per_run.iter().map(|r| r[k].0).collect::<Vec<_>>())
     };
@@ -1160,9 +1177,9 @@ pub fn run_with(
     eval: &EvalConfig,
 ) -> Result<String, TrainError> {
     let params = eval.params.as_slice();
-    if runs == 0 || runs > 100 {
+    if runs == 0 || runs > MAX_RUNS {
         return Err(TrainError::Usage(format!(
-            "--runs {runs}: expected 1..=100"
+            "--runs {runs}: expected 1..={MAX_RUNS}"
         )));
     }
     // Small steps, one thread: the measurement must not depend on the machine's cores.
@@ -1220,7 +1237,7 @@ pub fn run_with(
             )));
         }
         if change_times(&probe).is_empty() && eval.window {
-            let (curves, noise) = window(options, &file, runs, started, params)?;
+            let (curves, noise) = window(options, &file, runs, started, params, &eval.variants)?;
             let noise = (runs >= 2).then_some(noise.as_slice());
             window_rows(
                 file.name(),
@@ -1589,6 +1606,17 @@ mod tests {
         let eval = EvalConfig {
             params,
             window: std::env::var_os("BRAID_EVAL_WINDOW").is_some(),
+            variants: std::env::var("BRAID_EVAL_VARIANTS")
+                .unwrap_or_default()
+                .split(',')
+                .filter(|v| !v.is_empty())
+                .map(|v| {
+                    Variant::ALL
+                        .into_iter()
+                        .find(|k| k.name() == v)
+                        .expect("BRAID_EVAL_VARIANTS: variant names, comma-separated")
+                })
+                .collect(),
         };
         let report = run_with(&options, runs, &eval).unwrap();
         println!("{report}");
