@@ -763,6 +763,14 @@ fn packets_to_threshold(curve: &[(f64, f64)]) -> Option<f64> {
 /// The variants the download tests compare (DQN-Off first: the reference).
 const DOWNLOAD_VARIANTS: [Variant; 7] = Variant::ALL;
 
+/// DQN-Off (the reference, first) and `variants` in [`DOWNLOAD_VARIANTS`]' order; every
+/// variant when `variants` is empty.
+fn chosen(variants: &[Variant]) -> impl Iterator<Item = Variant> + '_ {
+    DOWNLOAD_VARIANTS
+        .into_iter()
+        .filter(|v| *v == Variant::DqnOff || variants.is_empty() || variants.contains(v))
+}
+
 /// §VI-B1 convergence test on one static condition: for each variant and run, a sequence of
 /// [`CONVERGENCE_DOWNLOADS`] downloads (a fresh connection each, as the paper resets the
 /// transport before each request) with the learner carried over; per point of
@@ -849,6 +857,7 @@ fn stress(
     runs: u32,
     started: Instant,
     params: &[(String, f64)],
+    variants: &[Variant],
 ) -> Result<(f64, StressTimes), TrainError> {
     let probe = file
         .resolve(options.seed)
@@ -866,7 +875,7 @@ fn stress(
         .map(|&t| dqn_off(&options.out, file, t, params))
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
-    for variant in DOWNLOAD_VARIANTS {
+    for variant in chosen(variants) {
         let mut fcts = Vec::new();
         let mut published = 0;
         for r in 0..runs {
@@ -943,8 +952,8 @@ pub struct EvalConfig {
     /// Static conditions: score chunks of one long-lived connection per run (window mode)
     /// instead of 2 MB downloads on fresh connections.
     pub window: bool,
-    /// Window mode: the variants to run besides DQN-Off (the reference always runs first);
-    /// empty: every variant.
+    /// Window mode and stress test: the variants to run besides DQN-Off (the reference
+    /// always runs first); empty: every variant.
     pub variants: Vec<Variant>,
 }
 
@@ -978,10 +987,7 @@ fn window(
     let mut measured: WindowRuns = Vec::new();
     // Every run's raw chunk marks, for statistics outside (bootstrap intervals).
     let mut raw = String::from("variant,run,chunk,us,packets_before\n");
-    let chosen = DOWNLOAD_VARIANTS
-        .into_iter()
-        .filter(|v| *v == Variant::DqnOff || variants.is_empty() || variants.contains(v));
-    for variant in chosen {
+    for variant in chosen(variants) {
         let mut per_run = Vec::new();
         let mut published = 0;
         let mut counters: Option<[u64; 4]> = None;
@@ -1268,7 +1274,8 @@ pub fn run_with(
             }
             static_curves.push(curves);
         } else {
-            let (interval, results) = stress(options, &file, runs, started, params)?;
+            let (interval, results) =
+                stress(options, &file, runs, started, params, &eval.variants)?;
             let reference = median(&results[0].1);
             for (variant, fcts, published) in &results {
                 let m = median(fcts);
