@@ -132,3 +132,77 @@ fn rings_start_small_and_grow_without_losing_bytes() {
     assert_eq!(&all[..], &data[..100_000]);
     assert!(f.is_finished());
 }
+
+#[test]
+fn send_stream_keeps_written_bytes_and_reads_across_them() {
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let mut s = SendStream::new(8_000, 1 << 20);
+    let chunk = bytes::Bytes::copy_from_slice(&data[..3000]);
+    assert_eq!(s.write_bytes(&chunk), 3000);
+    assert_eq!(s.write(&data[3000..3100]), 100);
+    let rest = bytes::Bytes::copy_from_slice(&data[3100..]);
+    assert_eq!(s.write_bytes(&rest), 4900, "bounded by the buffer");
+    let mut out = vec![0u8; 5000];
+    s.read_chunk(2500, &mut out);
+    assert_eq!(&out[..], &data[2500..7500]);
+    // Acknowledging frees whole segments only; what is left still reads back.
+    s.on_acked(0..3050, false);
+    assert_eq!(s.writable(), 3050);
+    let mut tail = vec![0u8; 4950];
+    s.read_chunk(3050, &mut tail);
+    assert_eq!(&tail[..], &data[3050..8000]);
+    assert!(s.allocated() < 16_000);
+}
+
+#[test]
+fn recv_stream_keeps_in_order_slices_and_settles_them() {
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let packet = |r: std::ops::Range<usize>| bytes::Bytes::copy_from_slice(&data[r]);
+    let mut r = RecvStream::new(1 << 20);
+    // In order: kept as slices, nothing copied into the ring.
+    let a = packet(0..1000);
+    r.on_data_from(0, &a, Some(&a), false).unwrap();
+    let b = packet(1000..2000);
+    r.on_data_from(1000, &b[..500], Some(&b), false).unwrap();
+    assert_eq!(r.queued(), 1500);
+    // Out of order: the ring; and a frame filling the hole goes to the ring too.
+    let c = packet(3000..4000);
+    let got = r.on_data_from(3000, &c, Some(&c), false).unwrap();
+    assert!(got.out_of_order);
+    let d = packet(1500..3000);
+    r.on_data_from(1500, &d, Some(&d), false).unwrap();
+    assert_eq!(r.queued(), 1500);
+    assert_eq!(r.readable(), 4000);
+    let mut out = vec![0u8; 1200];
+    assert_eq!(r.read(&mut out), 1200);
+    assert_eq!(&out[..], &data[..1200]);
+    // Reading past the queue and through the ring.
+    let mut out = vec![0u8; 2800];
+    assert_eq!(r.read(&mut out), 2800);
+    assert_eq!(&out[..], &data[1200..4000]);
+    assert_eq!(r.queued(), 0);
+    // Nothing held: in-order bytes are queued again, then settled into the ring.
+    let e = packet(4000..9000);
+    r.on_data_from(4000, &e, Some(&e), false).unwrap();
+    assert_eq!(r.queued(), 5000);
+    r.settle();
+    assert_eq!(r.queued(), 0);
+    let f = packet(9000..10_000);
+    r.on_data_from(9000, &f, Some(&f), false).unwrap();
+    assert_eq!(
+        r.queued(),
+        0,
+        "the ring holds bytes: no slices until it is drained"
+    );
+    let mut out = vec![0u8; 6000];
+    assert_eq!(r.read(&mut out), 6000);
+    assert_eq!(&out[..], &data[4000..10_000]);
+    // A duplicate of queued bytes changes nothing.
+    let g = packet(10_000..12_000);
+    r.on_data_from(10_000, &g, Some(&g), false).unwrap();
+    let dup = r.on_data_from(10_000, &g[..1000], Some(&g), false).unwrap();
+    assert_eq!((dup.new_bytes, dup.duplicate_bytes), (0, 1000));
+    let mut out = vec![0u8; 2000];
+    assert_eq!(r.read(&mut out), 2000);
+    assert_eq!(&out[..], &data[10_000..12_000]);
+}
