@@ -875,6 +875,8 @@ fn stress(
         .map(|&t| dqn_off(&options.out, file, t, params))
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
+    // Every download, for statistics outside (bootstrap intervals).
+    let mut raw = String::from("variant,run,download,start_s,fct_s\n");
     for variant in chosen(variants) {
         let mut fcts = Vec::new();
         let mut published = 0;
@@ -909,6 +911,7 @@ fn stress(
                         .collect();
                 }
                 let done = download(&scenario, &scheduler, learning.as_ref())?;
+                let _ = writeln!(raw, "{},{r},{d},{t:.6},{:.6}", variant.name(), done.fct);
                 fcts.push(done.fct);
                 t += done.fct.max(1e-3);
                 d += 1;
@@ -924,6 +927,8 @@ fn stress(
         );
         out.push((variant, fcts, published));
     }
+    let raw_path = options.out.join(format!("stress-runs-{}.csv", file.name()));
+    std::fs::write(&raw_path, raw).map_err(|e| runtime(format!("{}: {e}", raw_path.display())))?;
     Ok((interval, out))
 }
 
