@@ -310,6 +310,29 @@ impl Packed {
     pub(super) fn q_values_portable(&self, state: &EdarState) -> [f32; 2] {
         run::<Portable<false>>(self, state)
     }
+
+    /// Every kernel this CPU can run, by name (portable always; AVX2+FMA and AVX-512 where the
+    /// CPU has them), so that tests check each build, not only the one `q_values` picks.
+    #[cfg(test)]
+    pub(super) fn q_values_every_kernel(&self, state: &EdarState) -> Vec<(&'static str, [f32; 2])> {
+        let mut out = vec![("portable", run::<Portable<false>>(self, state))];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                out.push(("avx2", unsafe { run_avx2_fma(self, state) }));
+            }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+            {
+                // SAFETY: the CPU has AVX-512F and DQ (checked just above).
+                out.push(("avx512", unsafe { run_avx512(self, state) }));
+            }
+        }
+        out
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -345,19 +368,24 @@ fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
 
 /// `N` LSTM cells from their gate sums `t[q][k]` (gate `q` = i, f, g, o, pre-scaled so that
 /// `Eq = 2^{t_q}`, module docs) and cell states `c` (updated in place); returns the hidden
-/// states. `FIRST`: `c = 0` (the forget gate drops out). Each stage runs over all `N` cells
-/// before the next, so that the CPU has `N` independent chains to work on.
+/// states. The cell states are kept pre-scaled, `c = TANH_SCALE · c_true`, so that `tanh(c)`'s
+/// exponent needs no multiplication. `FIRST`: `c = 0` (the forget gate drops out). Each stage
+/// runs over all `N` cells before the next, so that the CPU has `N` independent chains to work
+/// on. Products `(1 + a)(1 + b)` are formed as `a (1 + b) + (1 + b)`, one fused multiply-add.
 #[inline(always)]
 fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [V; N]) -> [V; N] {
     let one = V::splat(1.0);
+    let scale = V::splat(TANH_SCALE);
     let ei = V::pow2_n(t[0]);
     let eg = V::pow2_n(t[2]);
     let eo = V::pow2_n(t[3]);
     let mut ab = ei;
     let mut not_g = eg;
     for k in 0..N {
-        ab[k] = one.add(ei[k]).mul(one.add(eg[k]));
-        not_g[k] = one.sub(eg[k]);
+        let b = one.add(eg[k]);
+        ab[k] = ei[k].mul_add(b, b);
+        // TANH_SCALE · (1 − Eg).
+        not_g[k] = eg[k].mul_add(V::splat(-TANH_SCALE), scale);
     }
     if FIRST {
         let r = V::recip_n(ab);
@@ -378,14 +406,11 @@ fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [
             c[k] = num[k].mul(r[k]);
         }
     }
-    let mut scaled = *c;
-    for k in 0..N {
-        scaled[k] = c[k].mul(V::splat(TANH_SCALE));
-    }
-    let ec = V::pow2_n(scaled);
+    let ec = V::pow2_n(*c);
     let mut den = ec;
     for k in 0..N {
-        den[k] = one.add(eo[k]).mul(one.add(ec[k]));
+        let d = one.add(ec[k]);
+        den[k] = eo[k].mul_add(d, d);
     }
     let r = V::recip_n(den);
     let mut h = r;
@@ -395,83 +420,114 @@ fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [
     h
 }
 
-/// One LSTM1 step of one group (three sequences, two vectors of five units each): input `x`
-/// (lane `5 s + u`: sequence `s`'s value), states `h`, `c` updated in place. The recurrent
-/// product broadcasts each `h_j` of a sequence over that sequence's lanes with one permute
-/// (`table_index`), so every multiply-add is full (15 of 16 lanes).
+/// One LSTM1 step of the `M` groups `groups` (three sequences each, two vectors of five units;
+/// all of the same parity, so the same weights: each weight vector is loaded once for the `M`
+/// groups; `N = 2 M` vectors): inputs `lo`, `hi` (lane `6 p + f`), states `h[g]`, `c[g]`
+/// updated in place. The recurrent product broadcasts each `h_j` of a sequence over that
+/// sequence's lanes with one permute (`table_index`), so every multiply-add is full (15 of 16
+/// lanes), and the `N` cells run interleaved ([`cells`]).
 #[inline(always)]
-fn group_step<V: Vector, const FIRST: bool>(
+fn groups_step<V: Vector, const G: usize, const M: usize, const N: usize, const FIRST: bool>(
     packed: &Packed,
-    parity: usize,
-    x: V,
-    h: &mut [V; 2],
-    c: &mut [V; 2],
+    groups: [usize; M],
+    (lo, hi): (V, V),
+    h: &mut [[V; 2]; G],
+    c: &mut [[V; 2]; G],
 ) {
+    const { assert!(N == 2 * M) };
+    let parity = groups[0] % GROUPS_PER_PATH;
+    debug_assert!(groups.iter().all(|g| g % GROUPS_PER_PATH == parity));
     let rows = &packed.feature[parity];
-    let mut acc = [[V::splat(0.0); 2]; 4];
-    for half in 0..2 {
-        for q in 0..4 {
-            let row = &rows[half][q];
-            acc[q][half] = V::load(&row.w_ih).mul_add(x, V::load(&row.bias));
+    let mut acc = [[V::splat(0.0); N]; 4];
+    for m in 0..M {
+        let x = V::permute2(lo, hi, &packed.input_index[groups[m]]);
+        for half in 0..2 {
+            for q in 0..4 {
+                let row = &rows[half][q];
+                acc[q][2 * m + half] = V::load(&row.w_ih).mul_add(x, V::load(&row.bias));
+            }
         }
     }
     if !FIRST {
         let weights = &packed.feature_hh[parity];
         for j in 0..FEATURE_HIDDEN {
-            let table = h[j / UNITS_PER_VECTOR].permute(&packed.table_index[j % UNITS_PER_VECTOR]);
+            let mut table = [V::splat(0.0); M];
+            for m in 0..M {
+                let hj = h[groups[m]][j / UNITS_PER_VECTOR];
+                table[m] = hj.permute(&packed.table_index[j % UNITS_PER_VECTOR]);
+            }
             for half in 0..2 {
                 for q in 0..4 {
-                    acc[q][half] = V::load(&weights[half][j][q]).mul_add(table, acc[q][half]);
+                    let w = V::load(&weights[half][j][q]);
+                    for m in 0..M {
+                        acc[q][2 * m + half] = w.mul_add(table[m], acc[q][2 * m + half]);
+                    }
                 }
             }
         }
     }
-    *h = cells::<V, 2, FIRST>(acc, c);
+    let mut cs = [V::splat(0.0); N];
+    for m in 0..M {
+        cs[2 * m] = c[groups[m]][0];
+        cs[2 * m + 1] = c[groups[m]][1];
+    }
+    let hs = cells::<V, N, FIRST>(acc, &mut cs);
+    for m in 0..M {
+        c[groups[m]] = [cs[2 * m], cs[2 * m + 1]];
+        h[groups[m]] = [hs[2 * m], hs[2 * m + 1]];
+    }
 }
 
-/// Hidden states of LSTM1 after its last two steps, `[group][0 or 1][half]` (lane pattern of
-/// [`group_step`]).
-type FeatureOutputs<const G: usize> = Aligned<[[[Lane; 2]; 2]; G]>;
-
-/// LSTM1 over `G` groups (inputs `xs[step][vector]`, lane `6 p + f` of the two vectors). The
-/// groups are independent: group after group within a step, so that the CPU overlaps one
-/// group's cells with the next group's multiply-adds.
+/// One LSTM1 step of every group: same-parity pairs `(4 i + parity, 4 i + 2 + parity)` (two
+/// paths sharing the weights), and the last two groups alone when `G mod 4 = 2`. With
+/// `project_first`, the first half of LSTM2's projection (`pre = b + W_ih x` over step 4's
+/// states `step4`) runs after the first pair: independent work that overlaps this step.
 #[inline(always)]
-fn features<V: Vector, const G: usize>(
+fn lstm1_step<V: Vector, const G: usize, const P: usize, const FIRST: bool>(
     packed: &Packed,
-    xs: &Aligned<[[Lane; 2]; HISTORY]>,
-) -> FeatureOutputs<G> {
-    let mut hs = Aligned([[[[0.0f32; LANES]; 2]; 2]; G]);
-    let mut h = [[V::splat(0.0); 2]; G];
-    let mut c = [[V::splat(0.0); 2]; G];
-    for t in 0..HISTORY {
-        let (lo, hi) = (V::load(&xs[t][0]), V::load(&xs[t][1]));
-        for g in 0..G {
-            let x = V::permute2(lo, hi, &packed.input_index[g]);
-            if t == 0 {
-                group_step::<V, true>(packed, g % GROUPS_PER_PATH, x, &mut h[g], &mut c[g]);
-            } else {
-                group_step::<V, false>(packed, g % GROUPS_PER_PATH, x, &mut h[g], &mut c[g]);
-            }
-            if t + 2 >= HISTORY {
-                for half in 0..2 {
-                    h[g][half].store(&mut hs[g][t + 2 - HISTORY][half]);
-                }
+    x: (V, V),
+    h: &mut [[V; 2]; G],
+    c: &mut [[V; 2]; G],
+    project_first: Option<ProjectStart<'_, V, P>>,
+) {
+    let mut project_first = project_first;
+    let mut first = true;
+    for i in 0..G / 4 {
+        for parity in 0..GROUPS_PER_PATH {
+            let groups = [4 * i + parity, 4 * i + 2 + parity];
+            groups_step::<V, G, 2, 4, FIRST>(packed, groups, x, h, c);
+            if first {
+                project_start::<V, P>(packed, project_first.take());
+                first = false;
             }
         }
     }
-    hs
+    if G % 4 == 2 {
+        for g in G - 2..G {
+            groups_step::<V, G, 1, 2, FIRST>(packed, [g], x, h, c);
+            if first {
+                project_start::<V, P>(packed, project_first.take());
+                first = false;
+            }
+        }
+    }
 }
 
-/// LSTM1 over `P` paths (`G = 2 P` groups), then LSTM2 across them; writes LSTM2's final
-/// hidden state into `h_out[..24]`.
+/// LSTM1 over `P` paths (`G = 2 P` groups, a pair of groups per path), then LSTM2 across
+/// them; writes LSTM2's final hidden state into `h_out[..24]`.
+///
+/// LSTM2's input projection `W_ih x_p` is split by the LSTM1 step it reads (`x_p` holds each
+/// feature's last two hidden states) and placed where the out-of-order core can overlap it with
+/// dependent work: the half over step 4's states runs inside LSTM1's last step, after each
+/// pair's step (beside that pair's cells), the half over step 5's states of path `p` just before
+/// LSTM2's step `p`, so that it overlaps LSTM2's cells of path `p − 1`.
 #[inline(always)]
 fn across<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
     paths: &[[f32; FEATURES * HISTORY]],
     h_out: &mut [f32; 2 * LANES],
 ) {
-    const { assert!(G == GROUPS_PER_PATH * P) };
+    const { assert!(G == GROUPS_PER_PATH * P && GROUPS_PER_PATH == 2) };
     // Inputs per step: xs[t][s / 16][s mod 16] = sequence s = 6 p + f at step t.
     let mut xs = Aligned([[[0.0f32; LANES]; 2]; HISTORY]);
     for (p, path) in paths.iter().take(P).enumerate() {
@@ -482,19 +538,39 @@ fn across<V: Vector, const G: usize, const P: usize>(
             }
         }
     }
-    let hs_all = features::<V, G>(packed, &xs);
-    let mut pre = project::<V, G, P>(packed, &hs_all);
+    // LSTM1 (`lstm1_step`); the projection's first half (step 4's states of every path, one
+    // sweep over its weights) runs inside the last step, after its first pair.
+    let mut h = [[V::splat(0.0); 2]; G];
+    let mut c = [[V::splat(0.0); 2]; G];
+    let mut pre = [[V::splat(0.0); ACROSS_VECTORS]; P];
+    let mut step4 = Aligned([[[0.0f32; LANES]; 4]; P]);
+    let mut step5 = Aligned([[[0.0f32; LANES]; 4]; P]);
+    for t in 0..HISTORY {
+        let x = (V::load(&xs[t][0]), V::load(&xs[t][1]));
+        if t == 0 {
+            lstm1_step::<V, G, P, true>(packed, x, &mut h, &mut c, None);
+        } else if t + 1 < HISTORY {
+            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+        } else {
+            snapshot::<V, G, P>(&h, &mut step4);
+            let project_first = Some((&step4, &mut pre));
+            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, project_first);
+        }
+    }
+    snapshot::<V, G, P>(&h, &mut step5);
+    project::<V, P>(packed, 1, &step5, &mut pre);
     // The recurrence across paths: h, c of 24 units as a 16-lane vector and the low half of
     // another (whose high lanes carry unused values).
-    let mut c = [V::splat(0.0); 2];
-    let mut h = Aligned([[0.0f32; LANES]; 2]);
-    for (p, gates) in pre.iter_mut().enumerate() {
+    let mut c2 = [V::splat(0.0); 2];
+    let mut h2 = Aligned([[0.0f32; LANES]; 2]);
+    for p in 0..P {
+        let gates = &mut pre[p];
         if p > 0 {
             // Two interleaved partial sums (even and odd `j`): half the dependent chain.
             let mut odd = [V::splat(0.0); ACROSS_VECTORS];
             for (pair, w) in packed.across_hh.chunks_exact(2).enumerate() {
-                let h_even = V::splat(h.as_flattened()[2 * pair]);
-                let h_odd = V::splat(h.as_flattened()[2 * pair + 1]);
+                let h_even = V::splat(h2.as_flattened()[2 * pair]);
+                let h_odd = V::splat(h2.as_flattened()[2 * pair + 1]);
                 for v in 0..ACROSS_VECTORS {
                     gates[v] = V::load(&w[0][v]).mul_add(h_even, gates[v]);
                     odd[v] = V::load(&w[1][v]).mul_add(h_odd, odd[v]);
@@ -513,49 +589,77 @@ fn across<V: Vector, const G: usize, const P: usize>(
             [gates[3], gates[5].swap_halves()],
         ];
         let [h0, h1] = if p == 0 {
-            cells::<V, 2, true>(t, &mut c)
+            cells::<V, 2, true>(t, &mut c2)
         } else {
-            cells::<V, 2, false>(t, &mut c)
+            cells::<V, 2, false>(t, &mut c2)
         };
-        h0.store(&mut h[0]);
-        h1.store(&mut h[1]);
+        h0.store(&mut h2[0]);
+        h1.store(&mut h2[1]);
     }
-    h_out.copy_from_slice(h.as_flattened());
+    h_out.copy_from_slice(h2.as_flattened());
 }
 
-/// LSTM2's input projection for every path in one sweep: `pre[p] = b + W_ih x_p`.
+/// LSTM1's hidden states after one step, by path: `[path][2 m + half]` (group `2 p + m`).
+type PathStates<const P: usize> = Aligned<[[Lane; 4]; P]>;
+
+/// The projection's first half to run inside LSTM1's last step: step 4's states and the
+/// per-path gate sums to start.
+type ProjectStart<'a, V, const P: usize> = (&'a PathStates<P>, &'a mut [[V; ACROSS_VECTORS]; P]);
+
+/// `pre = b + W_ih x` over step 4's states (the projection's first half), if asked for.
 #[inline(always)]
-fn project<V: Vector, const G: usize, const P: usize>(
-    packed: &Packed,
-    hs_all: &FeatureOutputs<G>,
-) -> [[V; ACROSS_VECTORS]; P] {
-    // LSTM2 input projection for every path in one sweep: pre[p] = b + W_ih x_p, with
-    // x_p[20 f + 10 s + u] = hs[2 p + f / 3][s][u / 5][5 (f mod 3) + u mod 5].
-    let mut bias = [V::splat(0.0); ACROSS_VECTORS];
-    for v in 0..ACROSS_VECTORS {
-        bias[v] = V::load(&packed.across_bias[v]);
+fn project_start<V: Vector, const P: usize>(packed: &Packed, work: Option<ProjectStart<'_, V, P>>) {
+    if let Some((step4, pre)) = work {
+        for q in 0..P {
+            for v in 0..ACROSS_VECTORS {
+                pre[q][v] = V::load(&packed.across_bias[v]);
+            }
+        }
+        project::<V, P>(packed, 0, step4, pre);
     }
-    let mut pre = [bias; P];
+}
+
+/// LSTM1's hidden states by path: `out[p][2 m + half]` = group `2 p + m`, vector `half`.
+#[inline(always)]
+fn snapshot<V: Vector, const G: usize, const P: usize>(
+    h: &[[V; 2]; G],
+    out: &mut Aligned<[[Lane; 4]; P]>,
+) {
+    for g in 0..G {
+        for half in 0..2 {
+            h[g][half].store(&mut out[g / GROUPS_PER_PATH][2 * (g % 2) + half]);
+        }
+    }
+}
+
+/// Half of LSTM2's input projection for every path in one sweep over its weights:
+/// `pre[p] += W_ih[:, 20 f + 10 s + u] x_p`, `x_p` = path `p`'s LSTM1 hidden states after step
+/// `HISTORY − 2 + s` (`hs[p][2 m + half]`, lane `5 (f mod 3) + u mod 5` of group `m = f / 3`,
+/// half `u / 5`); each weight vector is loaded once and used `P` times.
+#[inline(always)]
+fn project<V: Vector, const P: usize>(
+    packed: &Packed,
+    s: usize,
+    hs: &Aligned<[[Lane; 4]; P]>,
+    pre: &mut [[V; ACROSS_VECTORS]; P],
+) {
     for f in 0..FEATURES {
-        for s in 0..2 {
-            for u in 0..FEATURE_HIDDEN {
-                let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
-                let mut wv = [V::splat(0.0); ACROSS_VECTORS];
+        for u in 0..FEATURE_HIDDEN {
+            let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
+            let mut wv = [V::splat(0.0); ACROSS_VECTORS];
+            for v in 0..ACROSS_VECTORS {
+                wv[v] = V::load(&w[v]);
+            }
+            let k = 2 * (f / TRIPLE) + u / UNITS_PER_VECTOR;
+            let lane = UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR;
+            for p in 0..P {
+                let xv = V::splat(hs[p][k][lane]);
                 for v in 0..ACROSS_VECTORS {
-                    wv[v] = V::load(&w[v]);
-                }
-                for p in 0..P {
-                    let group = &hs_all[GROUPS_PER_PATH * p + f / TRIPLE][s];
-                    let lane = UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR;
-                    let xv = V::splat(group[u / UNITS_PER_VECTOR][lane]);
-                    for v in 0..ACROSS_VECTORS {
-                        pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
-                    }
+                    pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
                 }
             }
         }
     }
-    pre
 }
 
 /// The first core layer's bias plus its connection-feature columns (`M_t`).
@@ -678,34 +782,12 @@ mod cycles {
         );
     }
 
-    /// LSTM1 over `G` groups (two paths a group).
-    #[target_feature(enable = "avx512f,avx512dq")]
-    fn lstm1<const G: usize>(p: &Packed, xs: &Aligned<[[Lane; 2]; HISTORY]>) -> FeatureOutputs<G> {
-        features::<V, G>(p, xs)
-    }
     /// LSTM1 and LSTM2 over `P` paths in `G` groups.
     #[target_feature(enable = "avx512f,avx512dq")]
     fn lstm1_lstm2<const G: usize, const P: usize>(p: &Packed, s: &EdarState) -> [f32; 2 * LANES] {
         let mut h = [0.0; 2 * LANES];
         across::<V, G, P>(p, s.used_paths(), &mut h);
         h
-    }
-    /// LSTM2's input projection of `P` paths in `G` groups, summed into one vector.
-    #[target_feature(enable = "avx512f,avx512dq")]
-    fn projection<const G: usize, const P: usize>(
-        p: &Packed,
-        hs: &FeatureOutputs<G>,
-    ) -> [f32; LANES] {
-        let pre = project::<V, G, P>(p, hs);
-        let mut out = [0.0; LANES];
-        let mut acc = V::splat(0.0);
-        for path in pre.iter() {
-            for v in path.iter() {
-                acc = acc.add(*v);
-            }
-        }
-        acc.store(&mut out);
-        out
     }
     #[target_feature(enable = "avx512f,avx512dq")]
     fn core_only(p: &Packed, input: &[f32; CORE_IN]) -> [f32; 2] {
@@ -714,6 +796,36 @@ mod cycles {
         let mut h = [0.0; ACROSS_HIDDEN];
         h.copy_from_slice(&input[CONNECTION_FEATURES..]);
         core::<V>(p, core_start::<V>(p, &connection), &h)
+    }
+
+    /// A fixed number of whole passes for `perf stat -e cycles:u,instructions:u` (load-robust:
+    /// counts only this thread's cycles): `BRAID_EDAR_LOOP_K` paths (2), `BRAID_EDAR_LOOP_N`
+    /// calls (1,000,000), kernel `BRAID_EDAR_LOOP_KERNEL` = `best` (default) or `portable`.
+    #[test]
+    #[ignore]
+    fn pass_loop() {
+        let var = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let k = var("BRAID_EDAR_LOOP_K", 2) as u8;
+        let n = var("BRAID_EDAR_LOOP_N", 1_000_000);
+        let portable = std::env::var("BRAID_EDAR_LOOP_KERNEL").is_ok_and(|v| v == "portable");
+        let net = EdarNetwork::initial(1);
+        let packed = Packed::new(net.features(), net.across(), net.core());
+        let s = state(k);
+        let mut sum = 0.0f32;
+        for _ in 0..n {
+            let q = if portable {
+                packed.q_values_portable(black_box(&s))
+            } else {
+                packed.q_values(black_box(&s))
+            };
+            sum += q[0];
+        }
+        println!("K={k} n={n} portable={portable} sum={sum}");
     }
 
     #[test]
@@ -728,33 +840,8 @@ mod cycles {
         let packed = Packed::new(net.features(), net.across(), net.core());
         let p = &packed;
         let (s2, s4) = (state(2), state(4));
-        let xs1 = Aligned([[[0.5f32; LANES]; 2]; HISTORY]);
-        let xs2 = xs1;
         let input = [0.3f32; CORE_IN];
-        let hs1 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 4]);
-        let hs2 = Aligned([[[[0.1f32; LANES]; 2]; 2]; 8]);
-        let mut evict = vec![0u8; 256 * 1024];
-        let sweep = |e: &mut Vec<u8>| {
-            for i in (0..e.len()).step_by(64) {
-                e[i] = e[i].wrapping_add(1);
-            }
-        };
         for _ in 0..2 {
-            time("LSTM2 projection K=2 warm", || unsafe {
-                black_box(projection::<4, 2>(p, black_box(&hs1)));
-            });
-            time("LSTM2 projection K=4 warm", || unsafe {
-                black_box(projection::<8, 4>(p, black_box(&hs2)));
-            });
-            time("evict only (256 KiB)", || sweep(black_box(&mut evict)));
-            time("evict + projection K=2", || unsafe {
-                sweep(black_box(&mut evict));
-                black_box(projection::<4, 2>(p, black_box(&hs1)));
-            });
-            time("evict + LSTM1 K=2", || unsafe {
-                sweep(black_box(&mut evict));
-                black_box(lstm1::<4>(p, black_box(&xs1)));
-            });
             time("full K=2", || {
                 black_box(p.q_values(black_box(&s2)));
             });
@@ -764,14 +851,8 @@ mod cycles {
             time("portable K=2", || {
                 black_box(p.q_values_portable(black_box(&s2)));
             });
-            time("LSTM1 K=2", || unsafe {
-                black_box(lstm1::<4>(p, black_box(&xs1)));
-            });
             time("LSTM1+LSTM2 K=2", || unsafe {
                 black_box(lstm1_lstm2::<4, 2>(p, black_box(&s2)));
-            });
-            time("LSTM1 K=4", || unsafe {
-                black_box(lstm1::<8>(p, black_box(&xs2)));
             });
             time("LSTM1+LSTM2 K=4", || unsafe {
                 black_box(lstm1_lstm2::<8, 4>(p, black_box(&s4)));

@@ -26,9 +26,9 @@ pub(super) type Lane = [f32; LANES];
 
 /// Largest exponent [`Vector::pow2`] uses.
 pub(super) const POW2_MAX: f32 = 40.0;
-/// Smallest exponent [`Vector::pow2`] uses (`2^t` stays a normal `f32`; below it
-/// `1 + 2^t` is 1 to f32 precision).
-const POW2_MIN: f32 = -126.0;
+/// Smallest exponent [`Vector::pow2`] uses (below it `1 + 2^t` is 1 to f32 precision and
+/// `2^t` is within 2⁻⁴⁰ of 0, like the products above [`POW2_MAX`]).
+const POW2_MIN: f32 = -POW2_MAX;
 
 /// `2^f ≈ Σ POW2_POLY[k] f^k` on `[0, 1)` (relative minimax, degree 5).
 const POW2_POLY: [f32; 6] = [
@@ -219,7 +219,7 @@ pub(super) mod avx512 {
     //! `avx512f,avx512dq`, i.e. after the CPU was found to have both; the methods are
     //! `inline(always)` so that they compile into that function with its target features.
 
-    use super::{LANES, Lane, POW2_MAX, POW2_MIN, Vector};
+    use super::{LANES, Lane, POW2_MAX, Vector};
     use std::arch::x86_64::*;
 
     /// `2^{j/32}`, `j` = 0..31, rounded to `f32`.
@@ -262,6 +262,9 @@ pub(super) mod avx512 {
     /// `t + SHIFTER` rounds `t` (|t| ≤ 150) to a multiple of 1/32, whose 32nds are the low five
     /// mantissa bits of the sum.
     const SHIFTER: f32 = 393_216.0;
+    /// `vreduceps` immediate: keep 5 fraction bits (M = 5), round to nearest even, no
+    /// precision exception: `t − round(32 t) / 32`.
+    const REDUCE_32NDS: i32 = 0x58;
     /// `2^r ≈ 1 + r (C1 + C2 r)` for `|r| ≤ 1/64` (relative minimax).
     const C1: f32 = 0.693_157_3;
     const C2: f32 = 0.240_226_49;
@@ -325,17 +328,18 @@ pub(super) mod avx512 {
                 let shifter = _mm512_set1_ps(SHIFTER);
                 let mut t = x;
                 for k in 0..N {
-                    let capped = _mm512_min_ps(x[k].0, _mm512_set1_ps(POW2_MAX));
-                    t[k] = V(_mm512_max_ps(capped, _mm512_set1_ps(POW2_MIN)));
+                    // sign(x) · min(|x|, 40): the clamp to [−40, 40] in one `vrangeps`.
+                    t[k] = V(_mm512_range_ps::<0b0010>(x[k].0, _mm512_set1_ps(POW2_MAX)));
                 }
-                // u = t + 1.5 · 2^18 (rounded to 1/32), k = u − 1.5 · 2^18, r = t − k.
+                // u = t + 1.5 · 2^18 (rounded to 1/32, the 32nds in its low bits),
+                // k = u − 1.5 · 2^18, r = t − k (`vreduceps`, the same rounding).
                 let mut u = t;
                 let mut whole = t;
                 let mut r = t;
                 for k in 0..N {
                     u[k] = t[k].add(V(shifter));
+                    r[k] = V(_mm512_reduce_ps::<REDUCE_32NDS>(t[k].0));
                     whole[k] = u[k].sub(V(shifter));
-                    r[k] = t[k].sub(whole[k]);
                 }
                 let mut y = t;
                 for k in 0..N {
@@ -417,7 +421,7 @@ mod tests {
                 v.store(o);
             }
             for l in 0..LANES {
-                let want = 2f64.powf(f64::from(lanes[l].min(POW2_MAX)));
+                let want = 2f64.powf(f64::from(lanes[l].clamp(POW2_MIN, POW2_MAX)));
                 let err = (f64::from(out[l]) / want - 1.0).abs();
                 *worst_pow2 = worst_pow2.max(err);
                 assert_eq!(
