@@ -9,7 +9,6 @@
 use std::collections::VecDeque;
 
 use braid_sched_core::{FlowId, Timestamp};
-use bytes::Bytes;
 
 use super::datagram::QueuedDatagram;
 use super::error::FlowError;
@@ -155,21 +154,6 @@ impl Session {
     /// Buffers as much of `data` as the flow's send buffer takes; returns how much (0 when
     /// full: a [`Event::FlowWritable`] follows when space frees up).
     pub fn write(&mut self, id: FlowId, data: &[u8]) -> Result<usize, FlowError> {
-        self.write_with(id, data.len(), |send| send.write(data))
-    }
-
-    /// As [`Session::write`], but keeps a slice of `data` itself (no copy) until its bytes are
-    /// acknowledged.
-    pub fn write_bytes(&mut self, id: FlowId, data: &Bytes) -> Result<usize, FlowError> {
-        self.write_with(id, data.len(), |send| send.write_bytes(data))
-    }
-
-    fn write_with(
-        &mut self,
-        id: FlowId,
-        len: usize,
-        write: impl FnOnce(&mut SendStream) -> usize,
-    ) -> Result<usize, FlowError> {
         let flow = self.flow_mut(id)?;
         if flow.local_reset.is_some() {
             return Err(FlowError::ClosedForWriting(id));
@@ -180,26 +164,13 @@ impl Session {
         if send.is_finished() {
             return Err(FlowError::ClosedForWriting(id));
         }
-        let n = write(send);
-        flow.write_blocked = n < len;
+        let n = send.write(data);
+        flow.write_blocked = n < data.len();
         self.unsent_bytes += n as u64;
         if n > 0 {
             self.enqueue_send(id);
         }
         Ok(n)
-    }
-
-    /// Copies the stream bytes of flow `id` that are kept as slices of received datagrams
-    /// (see [`Session::handle_datagram_bytes`]) into its receive buffer, so they keep no
-    /// datagram alive: for a reader that will not read them soon. Unknown flows are ignored.
-    pub fn settle_received(&mut self, id: FlowId) {
-        if let Some(Flow {
-            body: Body::Stream { recv, .. },
-            ..
-        }) = self.flows.get_mut(&id)
-        {
-            recv.settle();
-        }
     }
 
     /// Bytes `write` would accept now.

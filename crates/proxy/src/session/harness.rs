@@ -11,7 +11,6 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use braid_sched_core::{AnyScheduler, PathId, SchedulerKind, Timestamp};
-use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -152,7 +151,7 @@ struct InFlight {
     seq: u64,
     to: usize,
     path: u8,
-    data: Bytes,
+    data: Vec<u8>,
 }
 
 /// Index of the client in [`Harness::endpoints`].
@@ -287,7 +286,7 @@ impl Harness {
                         seq: self.seq,
                         to: 1 - side,
                         path: t.path.0,
-                        data: Bytes::copy_from_slice(&self.buf[..t.len]),
+                        data: self.buf[..t.len].to_vec(),
                     }));
                 }
             }
@@ -328,16 +327,7 @@ impl Harness {
             let Some(Reverse(p)) = self.in_flight.pop() else {
                 break;
             };
-            // Most packets as `Bytes` (the daemon's way: in-order stream bytes kept as slices of
-            // them), every third as a plain slice (the simulator's way), so both receive paths
-            // and their mix are exercised.
-            let session = &mut self.endpoints[p.to];
-            let handled = if p.seq % 3 == 0 {
-                session.handle_datagram(PathId(p.path), &p.data, self.now)
-            } else {
-                session.handle_datagram_bytes(PathId(p.path), &p.data, self.now)
-            };
-            match handled {
+            match self.endpoints[p.to].handle_datagram(PathId(p.path), &p.data, self.now) {
                 // The path left while the packet was on the wire (the daemon would have closed
                 // its connection): dropped, not a protocol error.
                 Ok(()) | Err(SessionError::UnknownPath(_)) => {}

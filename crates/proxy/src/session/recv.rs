@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use braid_sched_core::{AckInfo, FlowId, PathId, Scheduler, Timestamp};
-use bytes::Bytes;
 
 use super::error::{FLOW_REFUSED_CODE, SessionError};
 use super::flow::{Body, Flow};
@@ -23,28 +22,6 @@ impl Session {
         &mut self,
         path: PathId,
         data: &[u8],
-        now: Timestamp,
-    ) -> Result<(), SessionError> {
-        self.handle_datagram_from(path, data, None, now)
-    }
-
-    /// As [`Session::handle_datagram`], for a datagram held as `Bytes`: in-order stream bytes
-    /// are kept as slices of it until read instead of being copied (see
-    /// [`Session::settle_received`] for readers that fall behind).
-    pub fn handle_datagram_bytes(
-        &mut self,
-        path: PathId,
-        data: &Bytes,
-        now: Timestamp,
-    ) -> Result<(), SessionError> {
-        self.handle_datagram_from(path, data, Some(data), now)
-    }
-
-    fn handle_datagram_from(
-        &mut self,
-        path: PathId,
-        data: &[u8],
-        source: Option<&Bytes>,
         now: Timestamp,
     ) -> Result<(), SessionError> {
         if self.state == SessionState::Closed {
@@ -68,7 +45,7 @@ impl Session {
         let mut ack_eliciting = false;
         for frame in frames.flatten() {
             ack_eliciting |= !matches!(frame, Frame::Ack(_) | Frame::Close { .. });
-            self.on_frame(path, frame, source, now)?;
+            self.on_frame(path, frame, now)?;
         }
         if ack_eliciting && let Some(p) = self.paths[path.index()].as_mut() {
             p.on_ack_eliciting(now, self.config.max_ack_delay);
@@ -80,7 +57,6 @@ impl Session {
         &mut self,
         path: PathId,
         frame: Frame<'_>,
-        source: Option<&Bytes>,
         now: Timestamp,
     ) -> Result<(), SessionError> {
         match frame {
@@ -91,7 +67,7 @@ impl Session {
                 offset,
                 fin,
                 data,
-            } => self.on_stream_frame(flow, offset, fin, data, source)?,
+            } => self.on_stream_frame(flow, offset, fin, data)?,
             Frame::Datagram {
                 flow,
                 deadline,
@@ -315,7 +291,6 @@ impl Session {
         offset: u64,
         fin: bool,
         data: &[u8],
-        source: Option<&Bytes>,
     ) -> Result<(), SessionError> {
         let Some(flow) = self.flows.get_mut(&id) else {
             return Ok(());
@@ -324,7 +299,7 @@ impl Session {
             return Err(SessionError::WrongFlowKind(id));
         };
         let got = recv
-            .on_data_from(offset, data, source, fin)
+            .on_data(offset, data, fin)
             .map_err(|v| violation(id, v))?;
         self.received_total += got.highest_growth;
         if self.received_total > self.local_max_data {

@@ -1,24 +1,17 @@
-//! The two halves of a reliable stream flow: [`SendStream`] (the written bytes kept until
+//! The two halves of a reliable stream flow: [`SendStream`] (a ring of written bytes kept until
 //! acknowledged, with the ranges lost and waiting for retransmission) and [`RecvStream`] (a ring
-//! of at most the flow-control window that doubles as the reorder buffer).
-//!
-//! The send side keeps the bytes written as `Bytes` as they are ([`SendStream::write_bytes`]: the
-//! daemon's relay chunks, not copied; a packet copies its slice once and a retransmission slices
-//! the same bytes); [`SendStream::write`] copies into a ring. Both sides' rings are allocated
-//! at their first use, sized to what they hold (at least [`MIN_RING`] bytes), and grow
-//! ([`RING_GROWTH`]-fold) up to their configured size when more must be held: a flow that carries a few kilobytes never touches a window-sized buffer, and a ring
-//! stops growing once it holds what the flow keeps outstanding, so nothing here allocates per
-//! packet. A ring given up (outgrown, or its flow dropped) goes to a small per-thread pool
-//! ([`POOL_MAX_BYTES`]) that the next ring of a fitting size takes instead of fresh memory, so
-//! short flows and back-to-back sessions (the simulator's runs) do not fault in and zero new
-//! pages every time. A reused ring holds stale bytes; only offsets written into the ring are ever
-//! read back.
+//! of at most the flow-control window that doubles as the reorder buffer). Both rings are
+//! allocated at their first use, sized to what they hold (at least [`MIN_RING`] bytes), and grow
+//! ([`RING_GROWTH`]-fold) up to their configured size when more must be held: a flow that
+//! carries a few kilobytes never touches a window-sized buffer, and a ring stops growing once it
+//! holds what the flow keeps outstanding, so nothing here allocates per packet. A ring given up
+//! (outgrown, or its flow dropped) goes to a small per-thread pool ([`POOL_MAX_BYTES`]) that the
+//! next ring of a fitting size takes instead of fresh memory, so short flows and back-to-back
+//! sessions (the simulator's runs) do not fault in and zero new pages every time. A reused ring
+//! holds stale bytes; only offsets written into the ring are ever read back.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::ops::Range;
-
-use bytes::Bytes;
 
 use super::ranges::RangeSet;
 
@@ -145,6 +138,12 @@ impl Ring {
         ring_copy_in(&mut self.buf, offset, data);
     }
 
+    fn copy_out(&self, offset: u64, out: &mut [u8]) {
+        let (first, second) = self.parts(offset, out.len());
+        out[..first.len()].copy_from_slice(first);
+        out[first.len()..].copy_from_slice(second);
+    }
+
     /// The `n` bytes from stream offset `offset` on, as the (at most two) contiguous parts of
     /// the ring they occupy, in order; the second is empty unless they wrap around.
     fn parts(&self, offset: u64, n: usize) -> (&[u8], &[u8]) {
@@ -186,91 +185,10 @@ pub(crate) struct Chunk {
     pub retransmit: bool,
 }
 
-/// The written and not yet acknowledged bytes of a send stream: copied writes in a ring (as the
-/// receive side's), and the `Bytes` written as such ([`SendStream::write_bytes`], the daemon's
-/// relay chunks) kept as they are (no copy on write; a packet copies its slice once). The ring
-/// holds `[lo, ring_end)` (`lo` the lowest unacknowledged offset), the segments the bytes from
-/// `ring_end` on; a copied write goes to the ring only while no segment follows it, else it
-/// becomes a segment of its own.
-#[derive(Debug, Default)]
-struct SendBuf {
-    ring: Ring,
-    ring_end: u64,
-    /// Contiguous segments in stream order from `ring_end` on, each with its first offset.
-    segments: VecDeque<(u64, Bytes)>,
-}
-
-impl SendBuf {
-    fn push(&mut self, offset: u64, data: Bytes) {
-        if !data.is_empty() {
-            self.segments.push_back((offset, data));
-        }
-    }
-
-    /// Copies `data` in at `offset` (the end of what is held); `lo` is the lowest offset held,
-    /// `limit` the most bytes held.
-    fn push_copy(&mut self, lo: u64, offset: u64, data: &[u8], limit: u64) {
-        if !self.segments.is_empty() {
-            self.push(offset, Bytes::copy_from_slice(data));
-            return;
-        }
-        let end = offset + data.len() as u64;
-        self.ring.reserve(lo, offset, end, limit);
-        self.ring.copy_in(offset, data);
-        self.ring_end = end;
-    }
-
-    /// Copies the bytes from stream offset `offset` on into `out` (all must be held).
-    fn copy_out(&self, offset: u64, out: &mut [u8]) {
-        let mut at = 0;
-        if offset < self.ring_end {
-            let n = ((self.ring_end - offset) as usize).min(out.len());
-            let (first, second) = self.ring.parts(offset, n);
-            out[..first.len()].copy_from_slice(first);
-            out[first.len()..n].copy_from_slice(second);
-            at = n;
-        }
-        let mut i = self
-            .segments
-            .partition_point(|(start, b)| start + b.len() as u64 <= offset + at as u64);
-        while at < out.len() {
-            let Some((start, b)) = self.segments.get(i) else {
-                debug_assert!(false, "send bytes at {offset} not held");
-                return;
-            };
-            let skip = (offset + at as u64).saturating_sub(*start) as usize;
-            let take = b.len().saturating_sub(skip).min(out.len() - at);
-            out[at..at + take].copy_from_slice(&b[skip..skip + take]);
-            at += take;
-            i += 1;
-        }
-    }
-
-    /// Drops the segments wholly below `offset`.
-    fn free_below(&mut self, offset: u64) {
-        while let Some((start, b)) = self.segments.front() {
-            if start + b.len() as u64 > offset {
-                break;
-            }
-            self.segments.pop_front();
-        }
-    }
-
-    fn allocated(&self) -> usize {
-        let held: usize = self.segments.iter().map(|(_, b)| b.len()).sum();
-        self.ring.capacity() + held + self.segments.capacity() * std::mem::size_of::<(u64, Bytes)>()
-    }
-
-    fn clear(&mut self) {
-        self.segments.clear();
-        self.ring.release();
-    }
-}
-
 /// The sending half of a stream flow.
 #[derive(Debug)]
 pub(crate) struct SendStream {
-    buf: SendBuf,
+    ring: Ring,
     capacity: u64,
     /// Every byte below is acknowledged and freed.
     acked_below: u64,
@@ -296,7 +214,7 @@ pub(crate) struct SendStream {
 impl SendStream {
     pub fn new(capacity: u64, peer_window: u64) -> Self {
         SendStream {
-            buf: SendBuf::default(),
+            ring: Ring::default(),
             capacity: capacity.max(1),
             acked_below: 0,
             write_offset: 0,
@@ -320,30 +238,16 @@ impl SendStream {
         self.capacity - (self.write_offset - self.acked_below)
     }
 
-    /// Buffers (copies) as much of `data` as fits; returns how much.
+    /// Buffers as much of `data` as fits; returns how much.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = (self.writable().min(data.len() as u64)) as usize;
         if n == 0 {
             return 0;
         }
-        self.buf.push_copy(
-            self.acked_below,
-            self.write_offset,
-            &data[..n],
-            self.capacity,
-        );
-        self.write_offset += n as u64;
-        n
-    }
-
-    /// Buffers as much of `data` as fits without copying it (keeps a slice of it until the
-    /// bytes are acknowledged); returns how much.
-    pub fn write_bytes(&mut self, data: &Bytes) -> usize {
-        let n = (self.writable().min(data.len() as u64)) as usize;
-        if n == 0 {
-            return 0;
-        }
-        self.buf.push(self.write_offset, data.slice(..n));
+        let end = self.write_offset + n as u64;
+        self.ring
+            .reserve(self.acked_below, self.write_offset, end, self.capacity);
+        self.ring.copy_in(self.write_offset, &data[..n]);
         self.write_offset += n as u64;
         n
     }
@@ -372,7 +276,7 @@ impl SendStream {
     }
 
     pub fn allocated(&self) -> u64 {
-        (self.buf.allocated() + self.acked.capacity_bytes() + self.lost.capacity_bytes()) as u64
+        (self.ring.capacity() + self.acked.capacity_bytes() + self.lost.capacity_bytes()) as u64
     }
 
     /// True when retransmissions are waiting.
@@ -446,7 +350,7 @@ impl SendStream {
     /// Copies the bytes of `chunk` into `out` (`out.len() == chunk.len`).
     pub fn read_chunk(&self, offset: u64, out: &mut [u8]) {
         if !out.is_empty() {
-            self.buf.copy_out(offset, out);
+            self.ring.copy_out(offset, out);
         }
     }
 
@@ -463,7 +367,6 @@ impl SendStream {
             {
                 self.acked_below = first.end;
                 self.acked.remove_below(self.acked_below);
-                self.buf.free_below(self.acked_below);
             }
         }
         if fin {
@@ -516,7 +419,6 @@ impl SendStream {
     pub fn reset(&mut self) -> u64 {
         self.reset = true;
         self.lost.clear();
-        self.buf.clear();
         self.sent_below
     }
 }
@@ -541,23 +443,10 @@ pub(crate) enum RecvViolation {
     FinalSize { offset: u64, final_size: u64 },
 }
 
-/// Most bytes a receive stream keeps as slices of received datagrams (see [`RecvStream`]).
-const QUEUE_MAX: u64 = 256 * 1024;
-
 /// The receiving half of a stream flow.
-///
-/// In-order bytes that arrive while nothing waits out of order, from a datagram handed over as
-/// `Bytes` ([`RecvStream::on_data_from`]), are kept as slices of that datagram (`queue`, at most
-/// [`QUEUE_MAX`] bytes) instead of being copied into the ring: a read copies them once. Everything
-/// else (out-of-order bytes, what follows them, and all bytes once the queue is full) goes
-/// through the ring. The queue always holds `[read_offset, read_offset + queued)`; the ring the
-/// bytes beyond. [`RecvStream::settle`] moves the queue into the ring, so slices of datagrams
-/// (which keep their whole receive buffer alive) are not held while the reader is slow.
 #[derive(Debug)]
 pub(crate) struct RecvStream {
     ring: Ring,
-    queue: VecDeque<Bytes>,
-    queued: u64,
     window: u64,
     read_offset: u64,
     /// Ranges received at or above `read_offset`.
@@ -576,8 +465,6 @@ impl RecvStream {
     pub fn new(window: u64) -> Self {
         RecvStream {
             ring: Ring::default(),
-            queue: VecDeque::new(),
-            queued: 0,
             window: window.max(1),
             read_offset: 0,
             received: RangeSet::with_capacity(RANGE_CAPACITY),
@@ -589,24 +476,11 @@ impl RecvStream {
         }
     }
 
-    /// Stores a STREAM frame's bytes (copied).
-    #[cfg(test)]
+    /// Stores a STREAM frame's bytes.
     pub fn on_data(
         &mut self,
         offset: u64,
         data: &[u8],
-        fin: bool,
-    ) -> Result<Received, RecvViolation> {
-        self.on_data_from(offset, data, None, fin)
-    }
-
-    /// Stores a STREAM frame's bytes; `source`, when given, is the received datagram `data` is a
-    /// part of, so in-order bytes can be kept as a slice of it instead of copied.
-    pub fn on_data_from(
-        &mut self,
-        offset: u64,
-        data: &[u8],
-        source: Option<&Bytes>,
         fin: bool,
     ) -> Result<Received, RecvViolation> {
         let end = offset + data.len() as u64;
@@ -652,27 +526,6 @@ impl RecvStream {
         let start = offset.max(self.read_offset);
         out.duplicate_bytes = data.len() as u64 - end.saturating_sub(start);
         if start < end {
-            // Queued as a slice when it extends the queue and nothing else is held: the received
-            // ranges are exactly the queue's.
-            let queue_end = self.read_offset + self.queued;
-            let only_queue = match self.received.range_count() {
-                0 => self.queued == 0,
-                1 => self.received.first() == Some(self.read_offset..queue_end),
-                _ => false,
-            };
-            if let Some(source) = source
-                && start == queue_end
-                && only_queue
-                && self.queued + (end - start) <= QUEUE_MAX
-            {
-                let new = self.received.insert(start..end);
-                debug_assert_eq!(new, end - start);
-                out.new_bytes = new;
-                let skip = (start - offset) as usize;
-                self.queue.push_back(source.slice_ref(&data[skip..]));
-                self.queued += end - start;
-                return Ok(out);
-            }
             let new = self.received.insert(start..end);
             out.new_bytes = new;
             out.duplicate_bytes += (end - start) - new;
@@ -709,69 +562,21 @@ impl RecvStream {
         })
     }
 
-    /// Hands at most `max` readable bytes to `sink`, in order, as the contiguous parts they
-    /// occupy (queued datagram slices, then at most two parts of the ring); returns how many.
-    /// The caller copies them once, wherever it wants them (the daemon: straight into the buffer
-    /// it hands to the socket writer).
+    /// Hands at most `max` readable bytes to `sink`, in order, as the (at most two) contiguous
+    /// parts of the ring they occupy; returns how many. The caller copies them once, wherever
+    /// it wants them (the daemon: straight into the buffer it hands to the socket writer).
     pub fn read_with(&mut self, max: usize, mut sink: impl FnMut(&[u8])) -> usize {
         let n = self.readable().min(max as u64) as usize;
-        let mut left = n;
-        while left > 0 {
-            let Some(front) = self.queue.front_mut() else {
-                break;
-            };
-            if front.len() > left {
-                sink(&front[..left]);
-                let _ = front.split_to(left);
-                self.queued -= left as u64;
-                self.read_offset += left as u64;
-                left = 0;
-                break;
-            }
-            sink(front);
-            let len = front.len();
-            self.queue.pop_front();
-            self.queued -= len as u64;
-            self.read_offset += len as u64;
-            left -= len;
-        }
-        if left > 0 {
-            let (first, second) = self.ring.parts(self.read_offset, left);
+        if n > 0 {
+            let (first, second) = self.ring.parts(self.read_offset, n);
             sink(first);
             if !second.is_empty() {
                 sink(second);
             }
-            self.read_offset += left as u64;
-        }
-        if n > 0 {
+            self.read_offset += n as u64;
             self.received.remove_below(self.read_offset);
         }
         n
-    }
-
-    /// Moves the bytes kept as datagram slices into the ring (copying them), so that no
-    /// received datagram is kept alive by them.
-    pub fn settle(&mut self) {
-        if self.queue.is_empty() {
-            return;
-        }
-        self.ring.reserve(
-            self.read_offset,
-            self.highest.max(self.read_offset),
-            self.read_offset + self.queued,
-            self.window,
-        );
-        let mut at = self.read_offset;
-        for part in self.queue.drain(..) {
-            self.ring.copy_in(at, &part);
-            at += part.len() as u64;
-        }
-        self.queued = 0;
-    }
-
-    /// Bytes kept as slices of received datagrams.
-    pub fn queued(&self) -> u64 {
-        self.queued
     }
 
     /// Every byte up to the FIN was read.
@@ -791,8 +596,6 @@ impl RecvStream {
 
     pub fn allocated(&self) -> u64 {
         (self.ring.capacity() + self.received.capacity_bytes()) as u64
-            + self.queued
-            + (self.queue.capacity() * std::mem::size_of::<Bytes>()) as u64
     }
 
     /// A new MAX_FLOW_DATA to advertise once `window / CREDIT_UPDATE_FRACTION` was read, else
@@ -829,8 +632,6 @@ impl RecvStream {
         self.final_size = Some(final_size);
         self.reset = Some(code);
         self.received.clear();
-        self.queue.clear();
-        self.queued = 0;
         self.ring.release();
         Ok(growth)
     }
@@ -840,8 +641,6 @@ impl RecvStream {
         let released = self.highest - self.read_offset;
         self.read_offset = self.highest;
         self.received.clear();
-        self.queue.clear();
-        self.queued = 0;
         self.discarding = true;
         released
     }

@@ -11,9 +11,6 @@ use tokio::net::TcpStream;
 
 use super::flow::{CHUNK, FlowMsg, FlowReader, FlowWriter};
 
-/// Reads shorter than this are copied out of the read buffer (see `relay_tcp`).
-const SMALL_READ: usize = 4096;
-
 /// Reset code when the relay fails on this end (a socket error).
 pub const RELAY_ERROR_CODE: u64 = 0x5301;
 
@@ -52,28 +49,16 @@ pub async fn relay_tcp(
         }
         let mut buf = BytesMut::with_capacity(CHUNK);
         loop {
-            // Reads fill one shared buffer one after another until too little of it is left;
-            // the session keeps the chunks themselves until the peer acknowledges them.
-            if buf.capacity() < CHUNK / 4 {
-                buf = BytesMut::with_capacity(CHUNK);
-            }
+            buf.reserve(CHUNK);
             match rd.read_buf(&mut buf).await {
                 Ok(0) => {
                     writer.finish().await.map_err(|_| RelayError::Gone)?;
                     return Ok(());
                 }
-                Ok(_) => {
-                    let chunk = if buf.len() < SMALL_READ {
-                        // A small read is copied and its room reused: a few bytes held
-                        // unacknowledged must not keep a whole buffer alive each.
-                        let copy = Bytes::copy_from_slice(&buf);
-                        buf.clear();
-                        copy
-                    } else {
-                        buf.split().freeze()
-                    };
-                    writer.write(chunk).await.map_err(|_| RelayError::Gone)?
-                }
+                Ok(_) => writer
+                    .write(buf.split().freeze())
+                    .await
+                    .map_err(|_| RelayError::Gone)?,
                 Err(e) => {
                     let _ = writer.reset(RELAY_ERROR_CODE).await;
                     return Err(RelayError::Io(e));

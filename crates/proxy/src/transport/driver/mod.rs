@@ -132,8 +132,6 @@ struct FlowEntry {
     credit: Arc<Semaphore>,
     finish_pending: bool,
     done_reading: bool,
-    /// Listed in `Driver::stalled`.
-    stalled: bool,
 }
 
 struct Driver {
@@ -144,9 +142,6 @@ struct Driver {
     paths: [Option<LivePath>; MAX_PATHS],
     generation: u64,
     flows: HashMap<FlowId, FlowEntry>,
-    /// Flows whose reader holds its whole chunk budget: their received bytes are settled into
-    /// the session's receive buffer after each batch of datagrams (see `settle_stalled`).
-    stalled: Vec<FlowId>,
     commands_tx: mpsc::Sender<Command>,
     readers: Vec<PathReader>,
     acceptor: Option<FlowAcceptor>,
@@ -170,7 +165,6 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         paths: std::array::from_fn(|_| None),
         generation: 0,
         flows: HashMap::new(),
-        stalled: Vec::new(),
         commands_tx: commands_tx.clone(),
         readers: Vec::with_capacity(MAX_PATHS),
         acceptor: setup.acceptor,
@@ -228,7 +222,6 @@ impl Driver {
                     for input in batch.drain(..) {
                         self.on_path_input(input);
                     }
-                    self.settle_stalled();
                 }
                 cmd = commands.recv() => {
                     let Some(cmd) = cmd else { break };
@@ -268,7 +261,7 @@ impl Driver {
                     return;
                 }
                 p.recv_bytes += data.len() as u64;
-                if let Err(e) = self.session.handle_datagram_bytes(id, &data, now) {
+                if let Err(e) = self.session.handle_datagram(id, &data, now) {
                     self.counters.bad_packets += 1;
                     debug!(session = %self.label, path = id.0, error = %e, "packet rejected");
                 }
@@ -350,7 +343,6 @@ impl Driver {
                 credit: credit.clone(),
                 finish_pending: false,
                 done_reading: false,
-                stalled: false,
             },
         );
         FlowHandle {
@@ -443,8 +435,7 @@ impl Driver {
             return;
         };
         while let Some(front) = entry.pending.front_mut() {
-            // The session keeps a slice of the chunk itself: no copy until a packet is built.
-            match self.session.write_bytes(flow, front) {
+            match self.session.write(flow, front) {
                 Ok(n) => {
                     entry.credit.add_permits(n);
                     self.counters.bytes_written += n as u64;
@@ -513,27 +504,6 @@ impl Driver {
                 Err(_) => return,
             }
         }
-        if entry.in_app >= READ_CHUNKS_IN_FLIGHT && !entry.done_reading && !entry.stalled {
-            entry.stalled = true;
-            self.stalled.push(flow);
-        }
-    }
-
-    /// In-order bytes are kept as slices of the received datagrams until the driver hands them
-    /// to the flow's reader (one copy instead of two); for a reader that holds its whole
-    /// budget, they are copied into the session's receive buffer instead, so slow readers keep
-    /// no receive buffers of quinn alive.
-    fn settle_stalled(&mut self) {
-        let flows = &mut self.flows;
-        let session = &mut self.session;
-        self.stalled.retain(|&id| {
-            let Some(entry) = flows.get_mut(&id) else {
-                return false;
-            };
-            session.settle_received(id);
-            entry.stalled = entry.in_app >= READ_CHUNKS_IN_FLIGHT && !entry.done_reading;
-            entry.stalled
-        });
     }
 
     fn process_events(&mut self) {
