@@ -16,12 +16,17 @@
 //!   multiply-adds: the recurrent product broadcasts `h_j` of each sequence over its five lanes
 //!   with one `vpermps` per `j` (`table_index`), the input over the lanes with one `vpermt2ps`
 //!   (`input_index`). The first step skips the recurrent product (the state is zero) and the
-//!   forget gate. Groups run one after the other within a step, so the CPU overlaps one group's
-//!   cells with the next group's multiply-adds. (Before: one lane per sequence, lane `8 p + f`,
+//!   forget gate. Groups run in pairs of the same parity (groups `g` and `g + 2`: the same
+//!   features of two paths, so each weight vector is loaded once for both), the pair's four cell
+//!   vectors interleaved; pairs run one after the other within a step, so the CPU overlaps one
+//!   pair's cells with the next pair's multiply-adds (K = 1 and the last path of K = 3 run
+//!   their groups alone). (Before: one lane per sequence, lane `8 p + f`,
 //!   ten unit vectors per step with 12 of 16 lanes used at K = 2 and 6 of 16 at K = 1.)
 //! - **LSTM2's input projection batched over paths.** `W_ih x_p` does not depend on the
 //!   recurrence, so it runs for all paths in one sweep over `W_ih` (each weight vector loaded
-//!   once, used K times); only the 96 × 24 recurrent product is sequential across paths. The 96
+//!   once, used K times); only the 96 × 24 recurrent product is sequential across paths. The
+//!   sweep is split by the LSTM1 step it reads (`x_p` is each feature's hidden state after steps
+//!   4 and 5): the first half runs inside LSTM1's last step, after its first pair. The 96
 //!   gate rows are permuted into six 16-lane vectors (`i₀…₁₅`, `f₀…₁₅`, `g₀…₁₅`, `o₀…₁₅`,
 //!   `[i₁₆…₂₃ f₁₆…₂₃]`, `[g₁₆…₂₃ o₁₆…₂₃]`) so that every gate lines up with its cell lane.
 //!   The recurrent product and the core's 24-long product run as two interleaved partial sums
@@ -41,8 +46,10 @@
 //! h' = σ(o) tanh(c')        = (1−Ec) / ((1+Eo)(1+Ec)),   Ec = 2^{−2 log₂e · c'}
 //! ```
 //!
-//! Exponents are capped at 40 (the products stay below 2¹²¹; the activations are then within
-//! 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 10 instructions each on AVX-512, four of them on the FMA
+//! The cell state is kept multiplied by `−2 log₂ e` (its `tanh` exponent; the numerator's
+//! `1 − Eg` term carries the factor), and `(1 + a)(1 + b)` is formed as `a (1 + b) + (1 + b)`.
+//! Exponents are clamped to [−40, 40] (the products stay below 2¹²¹; the activations are then
+//! within 2⁻⁴⁰ of 0 or ±1). Five `2^t` (about 10 instructions each on AVX-512, four of them on the FMA
 //! pipes: `vector` module), two reciprocals (3 each)
 //! and some 14 other operations per cell, against five separately evaluated sigmoids and tanh of
 //! about 19 dependent instructions each before.

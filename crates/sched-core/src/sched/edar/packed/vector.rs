@@ -7,16 +7,16 @@
 //! `−log₂ e` (and `−2 log₂ e` for the cell-input gate), so that a gate's accumulated value `t` is
 //! already the exponent: `σ(x) = 1 / (1 + 2^t)` and `tanh(x) = (1 − 2^t) / (1 + 2^t)`.
 //!
-//! `2^t`: `t` is capped at [`POW2_MAX`] (above it the activations are 0 or ±1 to within 2⁻⁴⁰,
+//! `2^t`: `t` is clamped to [−[`POW2_MAX`], `POW2_MAX`] (beyond it the activations are 0 or ±1 to within 2⁻⁴⁰,
 //! and the products of up to three `1 + 2^t` the kernel forms stay finite); `t = n + f` with
 //! `n = ⌊t⌋` and `f ∈ [0, 1)`, `2^f` by a degree-5 polynomial (relative error 7.5e-8 in exact
 //! arithmetic, 1.5e-7 evaluated in `f32`), then scaled by `2^n`. The AVX-512 build instead
-//! rounds `t` to a multiple of 1/32 by adding and subtracting 1.5 · 2^18 (`t = k + r`,
-//! `|r| ≤ 1/64`), reads `2^{frac(k)}` from a 32-entry table with one `vpermt2ps` indexed by the
-//! low bits of `t + 1.5 · 2^18`, multiplies it by `1 + r (c₁ + c₂ r)` (relative error 5.3e-8 in
-//! exact arithmetic) and scales by `2^⌊k⌋` with `vscalefps`: three operations on the FMA pipes
-//! plus `vscalefps` instead of five multiply-adds, `vreduceps` and `vscalefps` (the others run
-//! on the add and shuffle pipes). `1/x` is `vrcp14ps` (14 bits) plus one Newton step (about
+//! clamps `t` with one `vrangeps` (`sign(t) · min(|t|, 40)`), rounds it to a multiple of 1/32
+//! by adding 1.5 · 2^18 (`t = k + r`, `|r| ≤ 1/64`, `r` from `vreduceps` with the same
+//! rounding), reads `2^{frac(k)}` from a 32-entry table with one `vpermt2ps` indexed by the low
+//! bits of `t + 1.5 · 2^18`, multiplies it by `1 + r (c₁ + c₂ r)` (relative error 5.3e-8 in
+//! exact arithmetic) and scales by `2^⌊k⌋` with `vscalefps`: nine operations, three of them
+//! multiply-adds (before 3444bde: ten, with `vminps`/`vmaxps` and a subtraction for `r`). `1/x` is `vrcp14ps` (14 bits) plus one Newton step (about
 //! 1 ulp).
 
 /// Lanes per vector.
