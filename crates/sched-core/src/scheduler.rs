@@ -134,6 +134,15 @@ pub trait Scheduler {
 
     /// The receiver's periodic report arrived.
     fn on_report(&mut self, _report: &ReceiverReport, _now: Timestamp) {}
+
+    /// True while the scheduler wants the session's redundant buffer linked (EdAR's redundant
+    /// mode, §IV-A): whenever a path has window room, before new data, the session sends on it a
+    /// copy of the oldest stream packet still in flight on another path and not yet copied onto
+    /// it (each packet at most once per path; copies are never copied). The session asks before
+    /// each packet it builds; the answer may change at any call. Default: never.
+    fn link_redundant_buffer(&self) -> bool {
+        false
+    }
 }
 
 /// One tunable parameter of a scheduler, for `braid schedulers` and config validation.
@@ -566,6 +575,11 @@ impl Scheduler for AnyScheduler {
 
     fn on_report(&mut self, report: &ReceiverReport, now: Timestamp) {
         dispatch!(self, s => s.on_report(report, now))
+    }
+
+    #[inline]
+    fn link_redundant_buffer(&self) -> bool {
+        dispatch!(self, s => s.link_redundant_buffer())
     }
 }
 

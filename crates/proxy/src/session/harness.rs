@@ -10,7 +10,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use braid_sched_core::{AnyScheduler, PathId, SchedulerKind, Timestamp};
+use braid_sched_core::{PathId, SchedulerConfig, SchedulerKind, Timestamp};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -187,19 +187,21 @@ impl Harness {
         links: &[LinkConfig],
         path: PathConfig,
     ) -> Self {
+        Harness::with_scheduler(seed, config, &SchedulerConfig::new(scheduler), links, path)
+    }
+
+    /// As [`Harness::new`], each side scheduling with a scheduler built from `scheduler` (e.g.
+    /// with parameters set).
+    pub fn with_scheduler(
+        seed: u64,
+        config: SessionConfig,
+        scheduler: &SchedulerConfig,
+        links: &[LinkConfig],
+        path: PathConfig,
+    ) -> Self {
         let now = Timestamp::ZERO;
-        let mut client = Session::new(
-            config.clone(),
-            Role::Client,
-            AnyScheduler::with_defaults(scheduler),
-            now,
-        );
-        let mut server = Session::new(
-            config,
-            Role::Server,
-            AnyScheduler::with_defaults(scheduler),
-            now,
-        );
+        let mut client = Session::new(config.clone(), Role::Client, scheduler.build(), now);
+        let mut server = Session::new(config, Role::Server, scheduler.build(), now);
         for i in 0..links.len() {
             let id = PathId(i as u8);
             // Paths beyond MAX_PATHS or with a bad config are left out; tests pass valid ones.

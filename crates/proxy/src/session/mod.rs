@@ -19,8 +19,10 @@
 //! one path and bypass it. Each path has one congestion controller ([`congestion`]); loss
 //! detection follows RFC 9002 §6 per path, and a lost packet's bytes may be retransmitted on any
 //! path. A failed path's packets in flight are all reinjected, and so are the stream bytes in
-//! flight on a path whose probe timer fires. The wire format is in [`frame`]
-//! and `docs/protocol.md`. Nothing on the send path allocates once buffers are warm.
+//! flight on a path whose probe timer fires. While the scheduler links the redundant buffer
+//! ([`braid_sched_core::Scheduler::link_redundant_buffer`], EdAR's redundant mode), a path with
+//! window room first carries copies of stream packets in flight on the other paths. The wire
+//! format is in [`frame`] and `docs/protocol.md`. Nothing on the send path allocates once buffers are warm.
 
 pub mod config;
 pub mod congestion;
@@ -173,6 +175,11 @@ pub struct Session {
     controls: VecDeque<Control>,
     datagrams: DatagramQueue,
     pending_copy: Option<PendingCopy>,
+    /// The redundant buffer's cursors: `copy_from[q][p]` is the lowest packet number on path `p`
+    /// not yet considered for a copy onto path `q` (see `transmit_redundant`).
+    copy_from: [[u64; MAX_PATHS]; MAX_PATHS],
+    /// When a paced path may take the next redundant copy.
+    copy_wakeup: Option<Timestamp>,
     events: VecDeque<Event>,
     // Session-wide flow control.
     peer_max_data: u64,
@@ -224,6 +231,8 @@ impl Session {
             controls: VecDeque::with_capacity(controls_cap),
             datagrams: DatagramQueue::new(&config),
             pending_copy: None,
+            copy_from: [[0; MAX_PATHS]; MAX_PATHS],
+            copy_wakeup: None,
             events: VecDeque::with_capacity(4 * flows_cap + 2 * MAX_PATHS),
             peer_max_data: config.session_receive_window,
             sent_total: 0,
@@ -293,6 +302,11 @@ impl Session {
         let path = Path::new(id, config, &self.config, now);
         let state = path.state;
         *slot = Some(path);
+        // Packet numbers start again at 0 on a (re)joined path.
+        self.copy_from[id.index()] = [0; MAX_PATHS];
+        for row in &mut self.copy_from {
+            row[id.index()] = 0;
+        }
         self.path_end = self.path_end.max(id.index() + 1);
         self.all_failed_since = None;
         self.scheduler.on_path_state(id, state, now);
@@ -447,6 +461,9 @@ impl Session {
         {
             take(w);
         }
+        if let Some(w) = self.copy_wakeup {
+            take(w);
+        }
         t
     }
 
@@ -457,6 +474,9 @@ impl Session {
         }
         if self.pacing_wakeup.is_some_and(|w| w <= now) {
             self.pacing_wakeup = None;
+        }
+        if self.copy_wakeup.is_some_and(|w| w <= now) {
+            self.copy_wakeup = None;
         }
         let mut lost = std::mem::take(&mut self.scratch_lost);
         // The ACK table is empty between ACK frames: it holds the probe-timeout reinjections.

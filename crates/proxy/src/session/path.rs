@@ -103,6 +103,8 @@ pub struct PathStats {
     pub packets_lost: u64,
     /// Times the path was declared failed.
     pub failures: u32,
+    /// Packets sent as copies from the redundant buffer (counted in `packets_sent` too).
+    pub redundant_copies: u64,
 }
 
 impl Path {
@@ -229,6 +231,7 @@ impl Path {
         self.next_pn = packet.pn + 1;
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += u64::from(packet.size);
+        self.stats.redundant_copies += u64::from(packet.copy);
         if !packet.ack_eliciting {
             return;
         }
@@ -567,6 +570,26 @@ impl Path {
                 reinject.push(*p);
             }
         }
+    }
+
+    /// The redundant buffer's next candidate on this path: the oldest packet numbered `from` or
+    /// later that is in flight (neither acknowledged nor declared lost), carries stream bytes,
+    /// is not itself a copy and was not reinjected (its bytes are queued again already).
+    pub fn next_to_copy(&self, from: u64) -> Option<SentPacket> {
+        if self.is_failed() {
+            return None;
+        }
+        let start = self.sent.partition_point(|p| p.pn < from);
+        self.sent
+            .range(start..)
+            .find(|p| {
+                !p.done
+                    && p.in_flight
+                    && !p.copy
+                    && !p.reinjected
+                    && matches!(p.payload, Payload::Stream { .. })
+            })
+            .copied()
     }
 
     /// Declares the path failed; everything in flight on it goes to `lost` for reinjection.

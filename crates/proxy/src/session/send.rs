@@ -1,12 +1,13 @@
 //! The send path: [`Session::poll_transmit`] builds one packet per call straight into the
 //! caller's buffer. Order: a pending CLOSE; path-bound packets (ACKs that are due, probes and
 //! heartbeats, which belong to one path and bypass the scheduler); copies left over from a
-//! `Duplicate` decision; then the next data item (retransmissions, datagrams, new stream bytes
+//! `Duplicate` decision; while the scheduler links the redundant buffer, a copy of a stream packet
+//! in flight on another path ([`Session::transmit_redundant`]); then the next data item (retransmissions, datagrams, new stream bytes
 //! round-robin over flows, control frames), placed by one call to
 //! [`braid_sched_core::Scheduler::select`]. Nothing here allocates.
 
 use braid_sched_core::{
-    Decision, FlowId, PacketMeta, PathId, PathSet, Scheduler, Timestamp, TrafficClass,
+    Decision, FlowId, PacketMeta, PathId, PathSet, PathState, Scheduler, Timestamp, TrafficClass,
 };
 
 use super::config::MIN_DATAGRAM_SIZE;
@@ -58,9 +59,17 @@ enum DatagramRoute {
 /// The next thing to send, chosen before the scheduler places it.
 #[derive(Clone, Copy, Debug)]
 enum Item {
-    Stream { flow: FlowId, chunk: Chunk },
+    Stream {
+        flow: FlowId,
+        chunk: Chunk,
+    },
     Datagram,
     Control,
+    /// A redundant-buffer copy of stream bytes already sent (never chosen by `next_item`).
+    Copy {
+        flow: FlowId,
+        chunk: Chunk,
+    },
 }
 
 /// Copies still to send after a `Duplicate` decision.
@@ -87,6 +96,7 @@ impl Session {
             SessionState::Open => self
                 .transmit_path_bound(now, buf)
                 .or_else(|| self.transmit_copy(now, buf))
+                .or_else(|| self.transmit_redundant(now, buf))
                 .or_else(|| self.transmit_scheduled(now, buf)),
         }
     }
@@ -182,6 +192,115 @@ impl Session {
                 return Some(t);
             }
         }
+    }
+
+    /// The redundant buffer (EdAR's redundant mode, §IV-A), while the scheduler links it
+    /// ([`Scheduler::link_redundant_buffer`]) and no lost bytes wait for retransmission: the
+    /// first live primary path with window room for it gets a copy of the oldest stream packet
+    /// in flight on another path (sent, neither acknowledged nor declared lost) that was not yet
+    /// copied onto it. The copy re-reads the bytes by offset from the send buffer, as a
+    /// retransmission does; it is an ordinary ack-eliciting packet with its own packet number on
+    /// its path, under that path's congestion control and pacing. Each packet is copied at most
+    /// once per path (a cursor per pair of paths), copies and reinjected packets are never copied,
+    /// and a packet with any acknowledged byte is skipped. A copy's loss queues nothing: the
+    /// original answers for its bytes (the copy is marked `reinjected`).
+    fn transmit_redundant(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.scheduler.link_redundant_buffer() || self.lost_bytes > 0 {
+            return None;
+        }
+        self.copy_wakeup = None;
+        for q in 0..self.path_end {
+            let Some((p, original)) = self.oldest_to_copy(q, buf.len()) else {
+                continue;
+            };
+            let Payload::Stream { flow, chunk } = original.payload else {
+                continue;
+            };
+            let Some(target) = self.paths[q].as_mut() else {
+                continue;
+            };
+            let id = target.id;
+            let mut wake = None;
+            let view = target.view(now, &mut wake);
+            let room = view.state == PathState::Active && view.can_send(u32::from(original.size));
+            let held = match wake {
+                Some(at) => Some(at),
+                None if room => target.pacing_delay(now),
+                None => None,
+            };
+            if let Some(at) = held {
+                self.copy_wakeup = Some(self.copy_wakeup.map_or(at, |w| w.min(at)));
+                continue;
+            }
+            if !room {
+                continue;
+            }
+            self.copy_from[q][p] = original.pn + 1;
+            let item = Item::Copy { flow, chunk };
+            let meta = self.meta_for(item);
+            if let Some(t) = self.emit(now, buf, id, Some((item, PathSet::EMPTY)), &meta) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// The redundant buffer's candidate for path slot `q`: the oldest (by send time) packet to
+    /// copy on any other path, with that path's slot. Candidates that can never be copied onto
+    /// `q` (an acknowledged byte, a closed flow, too large for `q`) move the cursor past them.
+    fn oldest_to_copy(&mut self, q: usize, buf_len: usize) -> Option<(usize, SentPacket)> {
+        let target = self.paths.get(q)?.as_ref()?;
+        if target.is_failed() {
+            return None;
+        }
+        let mds = usize::from(target.config.max_datagram_size).min(buf_len);
+        let header = 1 + varint_len(target.next_pn);
+        let mut best: Option<(usize, SentPacket)> = None;
+        for p in 0..self.path_end {
+            if p == q {
+                continue;
+            }
+            let Some(source) = self.paths[p].as_ref() else {
+                continue;
+            };
+            while let Some(cand) = source.next_to_copy(self.copy_from[q][p]) {
+                if self.copyable(&cand, mds.saturating_sub(header)) {
+                    self.copy_from[q][p] = cand.pn;
+                    if best.is_none_or(|(_, b)| cand.time_sent < b.time_sent) {
+                        best = Some((p, cand));
+                    }
+                    break;
+                }
+                self.copy_from[q][p] = cand.pn + 1;
+            }
+        }
+        best
+    }
+
+    /// True when `packet`'s stream bytes are all unacknowledged and their frames fit `room`
+    /// bytes (a packet less its header).
+    fn copyable(&self, packet: &SentPacket, room: usize) -> bool {
+        let Payload::Stream { flow, chunk } = packet.payload else {
+            return false;
+        };
+        let Some(f) = self.flows.get(&flow) else {
+            return false;
+        };
+        let Body::Stream { send, .. } = &f.body else {
+            return false;
+        };
+        let open = if f.open_acked {
+            0
+        } else {
+            frame::open_len(flow, f.target.as_ref())
+        };
+        let stream_header = varint_len(frame::kind::STREAM_FIN)
+            + varint_len(flow.0)
+            + varint_len(chunk.offset)
+            + varint_len(u64::from(chunk.len));
+        chunk.len > 0
+            && !send.any_acked(chunk.offset..chunk.offset + u64::from(chunk.len))
+            && open + stream_header + chunk.len as usize <= room
     }
 
     /// True when `p`'s pacer holds the next packet back; the release time becomes a timer.
@@ -363,7 +482,7 @@ impl Session {
             ..PacketMeta::default()
         };
         match item {
-            Item::Stream { flow, chunk } => {
+            Item::Stream { flow, chunk } | Item::Copy { flow, chunk } => {
                 meta.flow = flow;
                 meta.len = chunk.len + (MAX_HEADER_LEN + MAX_STREAM_HEADER_LEN) as u32 / 2;
                 meta.class = TrafficClass::Bulk;
@@ -410,7 +529,9 @@ impl Session {
             match decision {
                 Decision::Send(p) if self.path_usable(p) => {
                     let (p, item) = match item {
-                        Item::Stream { flow, chunk } => {
+                        // Not widened while the redundant buffer is linked: a copy must fit the
+                        // packet of any path, whose packet number may be longer.
+                        Item::Stream { flow, chunk } if !self.scheduler.link_redundant_buffer() => {
                             let chunk = self.widen_chunk(flow, chunk, p, max_chunk);
                             (p, Item::Stream { flow, chunk })
                         }
@@ -422,7 +543,7 @@ impl Session {
                                 continue;
                             }
                         },
-                        Item::Control => (p, item),
+                        Item::Stream { .. } | Item::Control | Item::Copy { .. } => (p, item),
                     };
                     if self.paced(p, now) {
                         return None;
@@ -547,6 +668,11 @@ impl Session {
                 }
             }
             Some((Item::Control, _)) => {}
+            Some((Item::Copy { flow, chunk }, _)) => {
+                self.write_stream(w, flow, chunk, sent, false)?;
+                sent.copy = true;
+                sent.reinjected = true;
+            }
             None => match self.pending_copy.as_ref().map(|c| &c.what) {
                 Some(CopyOf::Stream { flow, chunk }) => {
                     let (flow, chunk) = (*flow, *chunk);

@@ -50,6 +50,9 @@ pub(crate) struct SentPacket {
     /// Its stream bytes and control frames were queued again after a probe timeout while it
     /// stayed in flight (so a later loss does not queue them a second time).
     pub reinjected: bool,
+    /// A copy from the redundant buffer (see `Session::transmit_redundant`): never copied again.
+    /// Its bytes are answered for by the original (it is sent `reinjected`).
+    pub copy: bool,
     pub payload: Payload,
     /// The packet also carried the OPEN of the payload's flow.
     pub carried_open: bool,
@@ -66,6 +69,7 @@ impl SentPacket {
             in_flight: true,
             done: false,
             reinjected: false,
+            copy: false,
             payload,
             carried_open: false,
             controls: [None; MAX_CONTROLS],

@@ -410,6 +410,11 @@ impl SendStream {
         !self.reset && offset >= self.acked_below
     }
 
+    /// True when some byte of `range` was acknowledged (or the flow was reset).
+    pub fn any_acked(&self, range: Range<u64>) -> bool {
+        self.reset || range.start < self.acked_below || self.acked.overlap(range) > 0
+    }
+
     /// Every byte and the FIN were acknowledged.
     pub fn is_done(&self) -> bool {
         self.reset || (self.finished && self.fin_acked && self.acked_below == self.write_offset)

@@ -16,6 +16,14 @@ fn pkt() -> PacketMeta {
     PacketMeta::bulk(1_200)
 }
 
+/// A datagram (copied at placement in redundant mode: the redundant buffer holds stream data).
+fn datagram() -> PacketMeta {
+    PacketMeta {
+        class: TrafficClass::Realtime,
+        ..PacketMeta::bulk(1_200)
+    }
+}
+
 /// An EdAR scheduler under `policy` that sends its transitions to a queue of `capacity`, and
 /// the queue's receiving end.
 fn recording(policy: EdarPolicy, capacity: usize) -> (Edar, ExperienceReceiver<EdarTransition>) {
@@ -62,21 +70,22 @@ fn first_interval_is_redundant_then_normal_without_weights() {
     let mut s = Edar::new(&EdarConfig::default());
     let p = two_paths();
     let t0 = Timestamp::from_millis(1);
+    assert!(!s.link_redundant_buffer());
+    // Redundant: stream data goes to the lowest-RTT path and the redundant buffer is linked
+    // (the session copies it); a datagram is copied at placement.
+    assert_eq!(s.select(&p, &pkt(), t0), Decision::Send(PathId(0)));
+    assert!(s.link_redundant_buffer());
     assert_eq!(
-        s.select(&p, &pkt(), t0),
+        s.select(&p, &datagram(), t0 + Duration::from_millis(49)),
         Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
     );
+    assert!(s.link_redundant_buffer());
     // TI = min srtt = 50 ms; after it the default (no weights) policy is normal = minRTT.
     assert_eq!(
-        s.select(&p, &pkt(), t0 + Duration::from_millis(49))
-            .paths()
-            .len(),
-        2
-    );
-    assert_eq!(
-        s.select(&p, &pkt(), t0 + Duration::from_millis(50)),
+        s.select(&p, &datagram(), t0 + Duration::from_millis(50)),
         Decision::Send(PathId(0))
     );
+    assert!(!s.link_redundant_buffer());
     assert_eq!(s.decisions(), (1, 0));
 }
 
@@ -297,15 +306,18 @@ fn redundant_mode_honours_tiers_and_failures() {
     p[2].state = PathState::Backup;
     let now = Timestamp::from_millis(1);
     assert_eq!(
-        s.select(&p, &pkt(), now),
+        s.select(&p, &datagram(), now),
         Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
     );
-    p[1].state = PathState::Failed;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
+    assert!(s.link_redundant_buffer());
+    p[1].state = PathState::Failed;
+    assert_eq!(s.select(&p, &datagram(), now), Decision::Send(PathId(0)));
     p[0].bytes_in_flight = 100_000;
+    assert_eq!(s.select(&p, &datagram(), now), Decision::Send(PathId(2)));
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
     p[2].rate_limited = true;
-    assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
+    assert_eq!(s.select(&p, &datagram(), now), Decision::Wait);
 }
 
 #[test]
