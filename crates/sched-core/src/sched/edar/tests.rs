@@ -70,7 +70,7 @@ fn first_interval_is_redundant_then_normal_without_weights() {
     let mut s = Edar::new(&EdarConfig::default());
     let p = two_paths();
     let t0 = Timestamp::from_millis(1);
-    assert!(!s.link_redundant_buffer());
+    assert!(s.link_redundant_buffer());
     // Redundant: stream data goes to the lowest-RTT path and the redundant buffer is linked
     // (the session copies it); a datagram is copied at placement.
     assert_eq!(s.select(&p, &pkt(), t0), Decision::Send(PathId(0)));
@@ -106,9 +106,12 @@ fn weights_choose_the_mode_and_hot_swap_takes_effect() {
     assert_eq!(writer.publish(constant_network(0.0, 1.0)), 1);
     // Picked up at the next call; the mode changes at the next interval.
     now += Duration::from_millis(60);
-    assert!(s.select(&p, &pkt(), now).paths().len() == 2);
+    assert!(!s.link_redundant_buffer());
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
+    assert!(s.select(&p, &datagram(), now).paths().len() == 2);
     assert_eq!(s.weights_version(), Some(1));
     assert_eq!(s.mode(), EdarAction::Redundant);
+    assert!(s.link_redundant_buffer());
 }
 
 #[test]
