@@ -263,7 +263,13 @@ impl Session {
             let Some(source) = self.paths[p].as_ref() else {
                 continue;
             };
-            while let Some(cand) = source.next_to_copy(self.copy_from[q][p]) {
+            loop {
+                let Some(cand) = source.next_to_copy(self.copy_from[q][p]) else {
+                    // Nothing up to the newest packet can ever be copied onto `q`: the
+                    // packets skipped were settled, copies, reinjected or not stream data.
+                    self.copy_from[q][p] = source.next_pn;
+                    break;
+                };
                 if self.copyable(&cand, mds.saturating_sub(header)) {
                     self.copy_from[q][p] = cand.pn;
                     if best.is_none_or(|(_, b)| cand.time_sent < b.time_sent) {
