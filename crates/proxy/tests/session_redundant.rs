@@ -19,10 +19,12 @@ fn config() -> SessionConfig {
     }
 }
 
-/// EdAR with a fixed policy: 1 always normal (buffer never linked), 2 always redundant.
+/// EdAR with the redundant buffer and a fixed policy: 1 always normal (buffer never linked), 2
+/// always redundant.
 fn edar(policy: f64) -> SchedulerConfig {
     let mut c = SchedulerConfig::new(SchedulerKind::Edar);
     c.set("policy", policy).unwrap();
+    c.set("redundant_buffer", 1.0).unwrap();
     c
 }
 

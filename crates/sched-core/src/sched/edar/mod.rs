@@ -5,25 +5,30 @@
 //! Q(s, normal) and Q(s, redundant), and transmits in that mode until the next interval:
 //!
 //! - **normal** (§IV-A): every packet once, on the lowest-RTT path with window room (minRTT);
-//! - **redundant** (§IV-A): new packets are placed as in normal mode, and the session's
-//!   redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns true): whenever a
-//!   path has window room, before new data, the session sends on it a copy of the oldest stream
-//!   packet still in flight (sent, neither acknowledged nor declared lost) on another path and
-//!   not yet copied onto this one. That is the paper's buffer of sent-but-unacknowledged packets
-//!   ("once a subflow is available to send a packet, EdAR first checks the redundant buffer"),
-//!   with the per-path congestion control bounding the copies.
+//! - **redundant** (§IV-A), two implementations chosen by `redundant_buffer`:
+//!   - `1`, the paper's redundant buffer: new packets are placed as in normal mode, and the
+//!     session's redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns true):
+//!     whenever a path has window room, before new data, the session sends on it a copy of the
+//!     oldest stream packet still in flight (sent, neither acknowledged nor declared lost) on
+//!     another path and not yet copied onto this one ("once a subflow is available to send a
+//!     packet, EdAR first checks the redundant buffer"), the per-path congestion control
+//!     bounding the copies;
+//!   - `0` (the default), copies at placement: a packet goes to the lowest-RTT path with room
+//!     and a copy to every other admitted path with room, as a `Decision::Duplicate`.
 //!
-//! braid's deviations: (1) the buffer is the session's table of packets in flight, so a packet
-//! leaves it when acknowledged or declared lost (the paper removes it once it has been sent on
-//! another subflow; with two paths that is the same), a copy is made at most once per path and
-//! copies are never copied; (2) it holds stream data only: a datagram (unreliable, not kept after
-//! it is sent) is still copied when it is placed, onto every other admitted path with room, as a
-//! `Decision::Duplicate`; (3) a retransmission of lost bytes goes before the copies. Before issue
-//! #7 braid had no buffer and copied stream packets at placement too, onto the paths that had room
-//! at that instant, which in a bulk transfer almost never covered the lossy path's packets (0.009
-//! Mbit/s of copies against 0.355 Mbit/s of new data at risk on the handing-off path); the shipped
-//! weights were trained with those semantics. The placement-time copy of stream packets is
-//! dropped: with the buffer linked it would put a second copy of the same packet on each path.
+//! The buffer's deviations from the paper: (1) it is the session's table of packets in flight,
+//! so a packet leaves it when acknowledged or declared lost (the paper removes it once it has
+//! been sent on another subflow; with two paths that is the same), a copy is made at most once
+//! per path and copies are never copied; (2) it holds stream data only: a datagram (unreliable,
+//! not kept after it is sent) is still copied when it is placed; (3) a retransmission of lost
+//! bytes goes before the copies. Copies at placement almost never cover a window-limited lossy
+//! path's packets in a bulk transfer (0.009 Mbit/s of copies against 0.355 Mbit/s of new data at
+//! risk on the handing-off path of `edar-table3-handoff-gradual`), so redundant mode costs almost
+//! nothing there, and the shipped weights, trained with it, are in redundant mode in 88-100 % of
+//! the intervals of some scenarios (the OLMS ones). With the buffer each of those intervals
+//! spends the windows on copies (edar's goodput fell by 36-55 % in the nine OLMS scenarios), so
+//! the buffer stays off by default until weights trained with it ship (docs/results.md,
+//! observation 8).
 //!
 //! Learning (§V): every interval becomes a transition `(s_t, a_t, r_t, s_{t+1})` whose reward
 //! ([`reward`]) is what the receiver observed of the data sent in that interval (intervals in
@@ -153,6 +158,10 @@ pub struct EdarConfig {
     pub seed: u64,
     /// Learned or one of the fixed policies.
     pub policy: EdarPolicy,
+    /// Redundant mode through the session's redundant buffer (§IV-A) instead of copies made
+    /// when a packet is placed; off by default until weights trained with it ship (see the
+    /// module doc).
+    pub redundant_buffer: bool,
     /// Where the weights come from; `None`: no network, the learned policy is normal.
     pub weights: Option<SlotReader<EdarNetwork>>,
     /// Where transitions go; `None`: not recorded.
@@ -169,6 +178,7 @@ impl Default for EdarConfig {
             goodput_scale_mbps: 10.0,
             seed: 0,
             policy: EdarPolicy::Learned,
+            redundant_buffer: false,
             weights: None,
             experience: None,
         }
@@ -186,6 +196,7 @@ impl PartialEq for EdarConfig {
             && self.goodput_scale_mbps == other.goodput_scale_mbps
             && self.seed == other.seed
             && self.policy == other.policy
+            && self.redundant_buffer == other.redundant_buffer
             && self.weights.as_ref().map(SlotReader::version)
                 == other.weights.as_ref().map(SlotReader::version)
             && self.experience.is_some() == other.experience.is_some()
@@ -233,6 +244,20 @@ impl EdarConfig {
                             value,
                             expected: "0 (learned), 1 (always normal), 2 (always redundant) or 3 \
                                        (random per interval)",
+                        });
+                    }
+                };
+            }
+            "redundant_buffer" => {
+                self.redundant_buffer = match value {
+                    0.0 => false,
+                    1.0 => true,
+                    _ => {
+                        return Err(ParamError::OutOfRange {
+                            name: "redundant_buffer",
+                            value,
+                            expected: "0 (copies when a packet is placed) or 1 (the session's \
+                                       redundant buffer)",
                         });
                     }
                 };
@@ -414,6 +439,12 @@ impl Edar {
                 default: 0.0,
                 description: "0 learned, 1 always normal, 2 always redundant, 3 random per \
                               interval (data collection)",
+            },
+            ParamInfo {
+                name: "redundant_buffer",
+                default: 0.0,
+                description: "redundant mode: 0 copies at placement, 1 the session's redundant \
+                              buffer (paper §IV-A; the shipped weights were trained with 0)",
             },
             ParamInfo {
                 name: "seed",
@@ -680,9 +711,11 @@ impl Scheduler for Edar {
             self.decide(paths, now);
         }
         match self.mode {
-            // Stream bytes in redundant mode are placed as in normal mode: their copies come from
-            // the session's redundant buffer (`link_redundant_buffer`).
-            EdarAction::Redundant if packet.class == TrafficClass::Realtime => {
+            // With the redundant buffer, stream bytes in redundant mode are placed as in normal
+            // mode: their copies come from the session's buffer (`link_redundant_buffer`).
+            EdarAction::Redundant
+                if !self.config.redundant_buffer || packet.class == TrafficClass::Realtime =>
+            {
                 Edar::redundant(paths, packet.len)
             }
             _ => match lowest_rtt_with_room(paths, packet.len) {
@@ -693,7 +726,7 @@ impl Scheduler for Edar {
     }
 
     fn link_redundant_buffer(&self) -> bool {
-        self.mode == EdarAction::Redundant
+        self.config.redundant_buffer && self.mode == EdarAction::Redundant
     }
 
     fn on_ack(&mut self, path: PathId, ack: &AckInfo, _now: Timestamp) {

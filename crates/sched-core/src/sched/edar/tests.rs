@@ -65,9 +65,44 @@ fn action_indices_round_trip() {
     assert_eq!(EdarAction::from_index(7), EdarAction::Normal);
 }
 
+/// EdAR with the session's redundant buffer (`redundant_buffer = 1`).
+fn with_buffer() -> EdarConfig {
+    EdarConfig {
+        redundant_buffer: true,
+        ..EdarConfig::default()
+    }
+}
+
 #[test]
 fn first_interval_is_redundant_then_normal_without_weights() {
+    // The default: redundant mode copies at placement, the buffer is never linked.
     let mut s = Edar::new(&EdarConfig::default());
+    let p = two_paths();
+    let t0 = Timestamp::from_millis(1);
+    assert!(!s.link_redundant_buffer());
+    assert_eq!(
+        s.select(&p, &pkt(), t0),
+        Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
+    );
+    assert!(!s.link_redundant_buffer());
+    // TI = min srtt = 50 ms; after it the default (no weights) policy is normal = minRTT.
+    assert_eq!(
+        s.select(&p, &pkt(), t0 + Duration::from_millis(49))
+            .paths()
+            .len(),
+        2
+    );
+    assert_eq!(
+        s.select(&p, &pkt(), t0 + Duration::from_millis(50)),
+        Decision::Send(PathId(0))
+    );
+    assert!(!s.link_redundant_buffer());
+    assert_eq!(s.decisions(), (1, 0));
+}
+
+#[test]
+fn first_interval_links_the_buffer_when_configured() {
+    let mut s = Edar::new(&with_buffer());
     let p = two_paths();
     let t0 = Timestamp::from_millis(1);
     assert!(s.link_redundant_buffer());
@@ -94,7 +129,7 @@ fn weights_choose_the_mode_and_hot_swap_takes_effect() {
     let (mut writer, reader) = weight_slot(constant_network(1.0, 0.0));
     let config = EdarConfig {
         weights: Some(reader),
-        ..EdarConfig::default()
+        ..with_buffer()
     };
     let mut s = Edar::new(&config);
     let p = two_paths();
@@ -297,9 +332,36 @@ fn fixed_policies_and_epsilon_are_deterministic() {
 
 #[test]
 fn redundant_mode_honours_tiers_and_failures() {
+    // The default: copies at placement.
     let mut s = Edar::new(&EdarConfig {
         policy: EdarPolicy::Redundant,
         ..EdarConfig::default()
+    });
+    let mut p = [
+        PathView::new(PathId(0), 50_000, 100_000),
+        PathView::new(PathId(1), 100_000, 100_000),
+        PathView::new(PathId(2), 20_000, 100_000),
+    ];
+    p[2].state = PathState::Backup;
+    let now = Timestamp::from_millis(1);
+    assert_eq!(
+        s.select(&p, &pkt(), now),
+        Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
+    );
+    assert!(!s.link_redundant_buffer());
+    p[1].state = PathState::Failed;
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
+    p[0].bytes_in_flight = 100_000;
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
+    p[2].rate_limited = true;
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
+}
+
+#[test]
+fn redundant_mode_with_the_buffer_honours_tiers_and_failures() {
+    let mut s = Edar::new(&EdarConfig {
+        policy: EdarPolicy::Redundant,
+        ..with_buffer()
     });
     let mut p = [
         PathView::new(PathId(0), 50_000, 100_000),
@@ -330,6 +392,10 @@ fn parameters_are_validated() {
     assert!(c.set("epsilon", 1.5).is_err());
     assert!(c.set("policy", 2.0).unwrap());
     assert_eq!(c.policy, EdarPolicy::Redundant);
+    assert!(!c.redundant_buffer);
+    assert!(c.set("redundant_buffer", 1.0).unwrap());
+    assert!(c.redundant_buffer);
+    assert!(c.set("redundant_buffer", 0.5).is_err());
     assert!(c.set("policy", 3.0).unwrap());
     assert_eq!(c.policy, EdarPolicy::Switching);
     let e = c.set("policy", 4.0).unwrap_err();
