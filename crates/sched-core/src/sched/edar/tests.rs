@@ -330,6 +330,17 @@ fn fixed_policies_and_epsilon_are_deterministic() {
     assert!((25..=80).contains(&redundant), "{redundant}");
 }
 
+/// Paths 0 and 1 primary (srtt 50 and 100 ms), path 2 a backup (20 ms).
+fn tiered_paths() -> [PathView; 3] {
+    let mut p = [
+        PathView::new(PathId(0), 50_000, 100_000),
+        PathView::new(PathId(1), 100_000, 100_000),
+        PathView::new(PathId(2), 20_000, 100_000),
+    ];
+    p[2].state = PathState::Backup;
+    p
+}
+
 #[test]
 fn redundant_mode_honours_tiers_and_failures() {
     // The default: copies at placement.
@@ -337,12 +348,7 @@ fn redundant_mode_honours_tiers_and_failures() {
         policy: EdarPolicy::Redundant,
         ..EdarConfig::default()
     });
-    let mut p = [
-        PathView::new(PathId(0), 50_000, 100_000),
-        PathView::new(PathId(1), 100_000, 100_000),
-        PathView::new(PathId(2), 20_000, 100_000),
-    ];
-    p[2].state = PathState::Backup;
+    let mut p = tiered_paths();
     let now = Timestamp::from_millis(1);
     assert_eq!(
         s.select(&p, &pkt(), now),
@@ -363,12 +369,7 @@ fn redundant_mode_with_the_buffer_honours_tiers_and_failures() {
         policy: EdarPolicy::Redundant,
         ..with_buffer()
     });
-    let mut p = [
-        PathView::new(PathId(0), 50_000, 100_000),
-        PathView::new(PathId(1), 100_000, 100_000),
-        PathView::new(PathId(2), 20_000, 100_000),
-    ];
-    p[2].state = PathState::Backup;
+    let mut p = tiered_paths();
     let now = Timestamp::from_millis(1);
     assert_eq!(
         s.select(&p, &datagram(), now),
