@@ -4,26 +4,17 @@
 
 mod session_common;
 
+use braid_proxy::session::PathConfig;
 use braid_proxy::session::harness::{CLIENT, Harness, LinkConfig};
-use braid_proxy::session::{PathConfig, SessionConfig};
 use braid_sched_core::{SchedulerKind, Timestamp};
-use session_common::{Bulk, Driver};
-
-fn config() -> SessionConfig {
-    SessionConfig {
-        flow_send_buffer: 4 << 20,
-        flow_receive_window: 4 << 20,
-        session_receive_window: 8 << 20,
-        ..SessionConfig::default()
-    }
-}
+use session_common::{Bulk, Driver, bulk_config};
 
 #[test]
 fn session_two_paths_reach_ninety_percent_of_fifty_mbits() {
     let links = [LinkConfig::new(30.0, 10.0), LinkConfig::new(20.0, 15.0)];
     let mut h = Harness::new(
         1,
-        config(),
+        bulk_config(),
         SchedulerKind::MinRtt,
         &links,
         PathConfig::default(),
@@ -57,7 +48,7 @@ fn session_survives_a_five_second_outage_and_reuses_the_path() {
     let links = [wifi, LinkConfig::new(20.0, 15.0)];
     let mut h = Harness::new(
         2,
-        config(),
+        bulk_config(),
         SchedulerKind::MinRtt,
         &links,
         PathConfig::default(),

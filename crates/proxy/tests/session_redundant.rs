@@ -5,19 +5,10 @@
 
 mod session_common;
 
+use braid_proxy::session::PathConfig;
 use braid_proxy::session::harness::{CLIENT, Harness, LinkConfig};
-use braid_proxy::session::{PathConfig, SessionConfig};
 use braid_sched_core::{SchedulerConfig, SchedulerKind, Timestamp};
-use session_common::{Bulk, Driver};
-
-fn config() -> SessionConfig {
-    SessionConfig {
-        flow_send_buffer: 4 << 20,
-        flow_receive_window: 4 << 20,
-        session_receive_window: 8 << 20,
-        ..SessionConfig::default()
-    }
-}
+use session_common::{Bulk, Driver, bulk_config};
 
 /// EdAR with the redundant buffer and a fixed policy: 1 always normal (buffer never linked), 2
 /// always redundant.
@@ -46,7 +37,8 @@ fn transfer(
     seed: u64,
     watch_from: f64,
 ) -> Run {
-    let mut h = Harness::with_scheduler(seed, config(), scheduler, links, PathConfig::default());
+    let mut h =
+        Harness::with_scheduler(seed, bulk_config(), scheduler, links, PathConfig::default());
     let mut d = Driver::new(vec![Bulk::new(0, CLIENT, len)]);
     let (mut last, mut last_at, mut stall) = (0u64, watch_from, 0.0f64);
     h.run_until(Timestamp::from_secs_f64(60.0), |h| {

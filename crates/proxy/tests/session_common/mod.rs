@@ -3,8 +3,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use braid_proxy::session::harness::{CLIENT, Harness, SERVER};
-use braid_proxy::session::{Event, FlowKind, Session, Target};
+use braid_proxy::session::{Event, FlowKind, Session, SessionConfig, Target};
 use braid_sched_core::{FlowId, Timestamp};
+
+/// Send buffers and receive windows (4 MiB per flow, 8 MiB per session) large enough that
+/// a bulk transfer over the test paths is limited by the paths, not by flow control.
+pub fn bulk_config() -> SessionConfig {
+    SessionConfig {
+        flow_send_buffer: 4 << 20,
+        flow_receive_window: 4 << 20,
+        session_receive_window: 8 << 20,
+        ..SessionConfig::default()
+    }
+}
 
 /// The byte at offset `i` of transfer `n` (position-dependent, so misplaced bytes are caught).
 pub fn pattern(n: usize, i: u64) -> u8 {
