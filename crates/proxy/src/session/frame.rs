@@ -578,6 +578,12 @@ pub fn open_len(flow: FlowId, target: TargetRef<'_>) -> usize {
         }
 }
 
+/// Bytes a STREAM frame's header takes (type, flow id, offset and a length of `len`), the
+/// longest type byte counted.
+pub fn stream_header_len(flow: FlowId, offset: u64, len: u64) -> usize {
+    varint_len(kind::STREAM_FIN) + varint_len(flow.0) + varint_len(offset) + varint_len(len)
+}
+
 #[cfg(test)]
 #[path = "frame_tests.rs"]
 mod tests;

@@ -300,10 +300,7 @@ impl Session {
         } else {
             frame::open_len(flow, f.target.as_ref())
         };
-        let stream_header = varint_len(frame::kind::STREAM_FIN)
-            + varint_len(flow.0)
-            + varint_len(chunk.offset)
-            + varint_len(u64::from(chunk.len));
+        let stream_header = frame::stream_header_len(flow, chunk.offset, u64::from(chunk.len));
         chunk.len > 0
             && !send.any_acked(chunk.offset..chunk.offset + u64::from(chunk.len))
             && open + stream_header + chunk.len as usize <= room
@@ -377,10 +374,7 @@ impl Session {
             reserve += CONTROL_ROOM;
         }
         // The length field is written for at most `mds` bytes, so its varint is no longer.
-        let stream_header = varint_len(frame::kind::STREAM_FIN)
-            + varint_len(flow.0)
-            + varint_len(chunk.offset)
-            + varint_len(mds as u64);
+        let stream_header = frame::stream_header_len(flow, chunk.offset, mds as u64);
         let limit = mds.saturating_sub(header + stream_header + reserve);
         if limit <= max_chunk {
             return chunk;
