@@ -224,8 +224,8 @@ mod tests {
     /// (the simulator sets the `seed` parameter: client 2·seed, server 2·seed + 1), so runs
     /// with different seeds draw differently even where the links draw nothing: on loss- and
     /// jitter-free links minRTT gives the same run for seeds 1 and 2 and OLMS does not; with
-    /// OLMS's seed pinned to its default in every run ([`PinnedSeed`]), its two runs are
-    /// identical too.
+    /// OLMS's seed kept at its default in every run ([`sim::run_keeping_scheduler_seed`]), its
+    /// two runs are identical too.
     #[test]
     fn seeded_schedulers_follow_the_run_seed() {
         let text = r#"
@@ -279,107 +279,20 @@ paths_per_decision = 2
             "a run is deterministic"
         );
         assert_ne!(one, two, "OLMS's draws must follow the run seed");
-        // The same runs with OLMS's seed pinned to its default on both ends (what `braid sim`
+        // The same runs with OLMS's seed kept at its default on both ends (what `braid sim`
         // would run without the simulator's seeding) are identical: the difference above is
         // the scheduler's seed, nothing else.
         let pinned = |seed: u64| {
             let options = SimOptions {
                 scheduler: scheduler_for(SchedulerKind::Olms, objective.as_ref()).unwrap(),
             };
+            let scenario = file.resolve(seed).unwrap();
             let mut result =
-                sim::run::<PinnedSeed>(&file.resolve(seed).unwrap(), &options).unwrap();
+                sim::run_keeping_scheduler_seed::<Session>(&scenario, &options).unwrap();
             result.seed = 0;
             result
         };
         assert_eq!(pinned(1), pinned(2));
-    }
-
-    /// The session with its scheduler's `seed` set back to the default, whatever the
-    /// simulator set it to.
-    struct PinnedSeed(Session);
-
-    impl sim::Endpoint for PinnedSeed {
-        fn create(setup: &sim::EndpointSetup) -> Result<Self, sim::EndpointError> {
-            let mut setup = setup.clone();
-            let default = setup
-                .scheduler
-                .kind()
-                .info()
-                .params
-                .iter()
-                .find(|p| p.name == "seed")
-                .map(|p| p.default);
-            if let Some(default) = default {
-                setup.scheduler.set("seed", default).unwrap();
-            }
-            Ok(PinnedSeed(<Session as sim::Endpoint>::create(&setup)?))
-        }
-        fn handle_datagram(
-            &mut self,
-            path: braid_sched_core::PathId,
-            data: &[u8],
-            now: braid_sched_core::Timestamp,
-        ) -> Result<(), sim::EndpointError> {
-            sim::Endpoint::handle_datagram(&mut self.0, path, data, now)
-        }
-        fn poll_transmit(
-            &mut self,
-            now: braid_sched_core::Timestamp,
-            buf: &mut [u8],
-        ) -> Option<(braid_sched_core::PathId, usize)> {
-            sim::Endpoint::poll_transmit(&mut self.0, now, buf)
-        }
-        fn poll_timeout(&self) -> Option<braid_sched_core::Timestamp> {
-            sim::Endpoint::poll_timeout(&self.0)
-        }
-        fn handle_timeout(&mut self, now: braid_sched_core::Timestamp) {
-            sim::Endpoint::handle_timeout(&mut self.0, now)
-        }
-        fn poll_event(&mut self) -> Option<sim::EndpointEvent> {
-            sim::Endpoint::poll_event(&mut self.0)
-        }
-        fn open_flow(
-            &mut self,
-            datagram: bool,
-        ) -> Result<braid_sched_core::FlowId, sim::EndpointError> {
-            sim::Endpoint::open_flow(&mut self.0, datagram)
-        }
-        fn write(
-            &mut self,
-            flow: braid_sched_core::FlowId,
-            data: &[u8],
-        ) -> Result<usize, sim::EndpointError> {
-            sim::Endpoint::write(&mut self.0, flow, data)
-        }
-        fn finish(&mut self, flow: braid_sched_core::FlowId) -> Result<(), sim::EndpointError> {
-            sim::Endpoint::finish(&mut self.0, flow)
-        }
-        fn read(
-            &mut self,
-            flow: braid_sched_core::FlowId,
-            out: &mut [u8],
-        ) -> Result<Option<usize>, sim::EndpointError> {
-            sim::Endpoint::read(&mut self.0, flow, out)
-        }
-        fn send_datagram(
-            &mut self,
-            flow: braid_sched_core::FlowId,
-            data: &[u8],
-            budget_us: Option<u32>,
-            now: braid_sched_core::Timestamp,
-        ) -> Result<(), sim::EndpointError> {
-            sim::Endpoint::send_datagram(&mut self.0, flow, data, budget_us, now)
-        }
-        fn recv_datagram(
-            &mut self,
-            flow: braid_sched_core::FlowId,
-            out: &mut [u8],
-        ) -> Result<Option<usize>, sim::EndpointError> {
-            sim::Endpoint::recv_datagram(&mut self.0, flow, out)
-        }
-        fn inspect(packet: &[u8], visit: impl FnMut(sim::DataFrame)) {
-            <Session as sim::Endpoint>::inspect(packet, visit);
-        }
     }
 
     #[test]

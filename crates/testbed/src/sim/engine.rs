@@ -103,8 +103,27 @@ fn window_hint(scenario: &Scenario) -> u64 {
         .min(largest_stream.saturating_add(64 << 10))
 }
 
-/// Runs `scenario` (already resolved with the run's seed) with `options`.
+/// Runs `scenario` (already resolved with the run's seed) with `options`; the schedulers'
+/// `seed` parameter, where they have one, is set from the run's seed (see the module's
+/// conventions).
 pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<RunResult, SimError> {
+    run_seeding::<E>(scenario, options, true)
+}
+
+/// [`run`], but both ends keep the scheduler's `seed` parameter as `options` sets it instead of
+/// drawing it from the run's seed: the control for tests of that seeding.
+pub fn run_keeping_scheduler_seed<E: Endpoint>(
+    scenario: &Scenario,
+    options: &SimOptions,
+) -> Result<RunResult, SimError> {
+    run_seeding::<E>(scenario, options, false)
+}
+
+fn run_seeding<E: Endpoint>(
+    scenario: &Scenario,
+    options: &SimOptions,
+    seed_schedulers: bool,
+) -> Result<RunResult, SimError> {
     let name = options.scheduler.kind().name();
     let endpoint_err = |source| SimError::Endpoint {
         scheduler: name,
@@ -122,7 +141,11 @@ pub fn run<E: Endpoint>(scenario: &Scenario, options: &SimOptions) -> Result<Run
     }
     let setup = |side: Side, seed: u64| EndpointSetup {
         side,
-        scheduler: seeded(&options.scheduler, seed),
+        scheduler: if seed_schedulers {
+            seeded(&options.scheduler, seed)
+        } else {
+            options.scheduler.clone()
+        },
         paths: scenario.paths.len(),
         receive_buffer_bytes: scenario.receive_buffer_bytes,
         window_hint_bytes: window_hint(scenario),

@@ -16,7 +16,8 @@
 //! - **Seeds**: run `r` of `--runs N` uses seed `seed + r`. The seed draws the scenario's
 //!   parameter ranges and link RNGs ([`ScenarioFile::resolve`](crate::ScenarioFile::resolve)),
 //!   the application's deadline draws (`seed ^ APP_SEED_SALT`), and the schedulers' `seed`
-//!   parameter when they have one (client `2·seed`, server `2·seed + 1`, modulo 2^53).
+//!   parameter when they have one (client `2·seed`, server `2·seed + 1`, modulo 2^53;
+//!   [`run_keeping_scheduler_seed`] leaves it as configured, for tests).
 //! - **Time**: everything is virtual; nothing reads the wall clock, so the same scenario, seed
 //!   and scheduler give the same [`RunResult`] bit for bit.
 
@@ -29,7 +30,7 @@ mod truth;
 
 use braid_sched_core::{FlowId, PathId, SchedulerConfig, Timestamp};
 
-pub use engine::{RunResult, SimError, SimOptions, run};
+pub use engine::{RunResult, SimError, SimOptions, run, run_keeping_scheduler_seed};
 pub use metrics::{Metrics, TimeSeries};
 pub use summary::{Aggregate, Interval, SchedulerSummary, aggregate, format_json, format_table};
 
