@@ -111,18 +111,10 @@ impl Trace {
     pub fn parse_mahimahi(text: &str, file: &Path) -> Result<Trace, TraceError> {
         let mut opportunities = Vec::new();
         let mut last_ms = 0u64;
-        for (index, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() {
-                continue;
-            }
-            let malformed = |problem| TraceError::Malformed {
-                file: file.to_path_buf(),
-                line: index + 1,
-                problem,
-                found: line.to_string(),
-            };
+        for line in lines(text, file) {
+            let malformed = |problem| line.malformed(problem);
             let ms: u64 = line
+                .text
                 .parse()
                 .map_err(|_| malformed("expected a millisecond timestamp (unsigned integer)"))?;
             if ms < last_ms {
@@ -160,18 +152,10 @@ impl Trace {
     pub fn parse_csv(text: &str, file: &Path) -> Result<Trace, TraceError> {
         let mut opportunities = Vec::new();
         let mut seconds = 0u64;
-        for (index, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() {
-                continue;
-            }
-            let malformed = |problem| TraceError::Malformed {
-                file: file.to_path_buf(),
-                line: index + 1,
-                problem,
-                found: line.to_string(),
-            };
+        for line in lines(text, file) {
+            let malformed = |problem| line.malformed(problem);
             let (value, unit) = line
+                .text
                 .split_once(',')
                 .ok_or_else(|| malformed("expected `value,Mbits/sec`"))?;
             let scale = unit_scale(unit.trim()).ok_or_else(|| {
@@ -285,6 +269,37 @@ fn empty(file: &Path, problem: &'static str) -> TraceError {
         file: file.to_path_buf(),
         problem,
     }
+}
+
+/// A non-empty line of a trace file, trimmed.
+struct Line<'a> {
+    file: &'a Path,
+    /// 1-based.
+    number: usize,
+    text: &'a str,
+}
+
+impl Line<'_> {
+    fn malformed(&self, problem: &'static str) -> TraceError {
+        TraceError::Malformed {
+            file: self.file.to_path_buf(),
+            line: self.number,
+            problem,
+            found: self.text.to_string(),
+        }
+    }
+}
+
+/// The non-empty lines of `text`, trimmed, with their 1-based numbers in the file.
+fn lines<'a>(text: &'a str, file: &'a Path) -> impl Iterator<Item = Line<'a>> {
+    text.lines().enumerate().filter_map(move |(index, raw)| {
+        let text = raw.trim();
+        (!text.is_empty()).then_some(Line {
+            file,
+            number: index + 1,
+            text,
+        })
+    })
 }
 
 #[cfg(test)]
