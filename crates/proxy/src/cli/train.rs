@@ -85,14 +85,7 @@ pub fn run(args: &TrainArgs) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(TrainError::Usage(message)) => {
-            eprintln!("braid train: {message}");
-            ExitCode::from(2)
-        }
-        Err(TrainError::Runtime(message)) => {
-            eprintln!("braid train: {message}");
-            ExitCode::from(1)
-        }
+        Err(e) => failed(e),
     }
 }
 
@@ -120,15 +113,19 @@ fn evaluate(args: &TrainArgs, options: &TrainOptions) -> ExitCode {
             print!("{report}");
             ExitCode::SUCCESS
         }
-        Err(TrainError::Usage(message)) => {
-            eprintln!("braid train: {message}");
-            ExitCode::from(2)
-        }
-        Err(TrainError::Runtime(message)) => {
-            eprintln!("braid train: {message}");
-            ExitCode::from(1)
-        }
+        Err(e) => failed(e),
     }
+}
+
+/// Reports `error` and gives its exit code: 2 for bad options, 1 for a failed run.
+#[cfg(feature = "torch")]
+fn failed(error: TrainError) -> ExitCode {
+    let code = match error {
+        TrainError::Usage(_) => 2,
+        TrainError::Runtime(_) => 1,
+    };
+    eprintln!("braid train: {error}");
+    ExitCode::from(code)
 }
 
 /// Runs `braid train` in a build without the `torch` feature: explains and exits with 2.
