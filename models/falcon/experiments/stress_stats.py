@@ -17,18 +17,7 @@ import csv
 import random
 from collections import defaultdict
 
-
-def median(values):
-    v = sorted(values)
-    n = len(v)
-    if n == 0:
-        return 0.0
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
-def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, int(round(q * (len(v) - 1)))))]
+from stats_common import median, pct
 
 
 def main():

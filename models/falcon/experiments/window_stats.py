@@ -20,6 +20,8 @@ import random
 import sys
 from collections import defaultdict
 
+from stats_common import median, pct
+
 CHUNKS = 80  # 20 MB / 250 kB
 SPAN = 8  # chunks per 2 MB window
 CAP_S = 120.0
@@ -56,14 +58,6 @@ def window_times(chunks):
     return out
 
 
-def median(values):
-    v = sorted(values)
-    n = len(v)
-    if n == 0:
-        return 0.0
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
 def medians(runs, idx, bins):
     """Per point: the median over the runs `idx` of the point's time (windows summed)."""
     points = bins if bins else [(k, k + 1) for k in range(WINDOWS)]
@@ -92,11 +86,6 @@ def packets_to(packets, scores):
     if last_below + 1 == len(scores):
         return None
     return packets[last_below + 1]
-
-
-def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, int(round(q * (len(v) - 1)))))]
 
 
 def fmt_to(x):
