@@ -10,7 +10,7 @@ use crate::config::ClientConfig;
 #[derive(Debug, clap::Args)]
 pub struct ClientArgs {
     /// The client configuration file (see docs/config.md).
-    #[arg(short = 'c', long = "config")]
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
 }
 

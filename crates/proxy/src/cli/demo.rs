@@ -15,25 +15,46 @@ use crate::demo::{DURATION_RANGE_S, DemoOptions};
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
     /// Transfer time over all phases, seconds (10 to 600).
-    #[arg(long, value_name = "SECONDS", default_value_t = 20.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 20.0,
+        allow_negative_numbers = true
+    )]
     pub duration: f64,
     /// Seed of the emulated links' random draws.
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub seed: u64,
+}
+
+/// Checks `--duration` (seconds in [`DURATION_RANGE_S`]).
+fn duration(seconds: f64) -> Result<Duration, String> {
+    let (low, high) = DURATION_RANGE_S;
+    if (low..=high).contains(&seconds) {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "--duration: expected seconds in [{low}, {high}], got {seconds}"
+        ))
+    }
 }
 
 /// Runs `braid demo`.
 pub fn run(args: &DemoArgs) -> ExitCode {
-    let (low, high) = DURATION_RANGE_S;
-    if !(low..=high).contains(&args.duration) {
-        eprintln!(
-            "braid: --duration: expected seconds in [{low}, {high}], got {}",
-            args.duration
-        );
-        return ExitCode::from(2);
-    }
+    let duration = match duration(args.duration) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("braid: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let options = DemoOptions {
-        duration: Duration::from_secs_f64(args.duration),
+        duration,
         seed: args.seed,
         tty: std::io::stdout().is_terminal(),
     };
@@ -54,4 +75,42 @@ pub fn run(args: &DemoArgs) -> ExitCode {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parsed(args: &[&str]) -> DemoArgs {
+        match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Demo(a)) => a,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn duration_is_range_checked_negative_included() {
+        let a = parsed(&["braid", "demo", "--duration", "-1"]);
+        assert_eq!(
+            duration(a.duration).unwrap_err(),
+            "--duration: expected seconds in [10, 600], got -1"
+        );
+        for bad in [9.99, 600.5, f64::NAN, f64::INFINITY] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+        let a = parsed(&["braid", "demo", "--duration", "10"]);
+        assert_eq!(duration(a.duration).unwrap(), Duration::from_secs(10));
+        assert_eq!(parsed(&["braid", "demo"]).duration, 20.0);
+    }
+
+    #[test]
+    fn negative_seed_names_the_flag() {
+        let e = Cli::try_parse_from(["braid", "demo", "--seed", "-3"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid value '-3' for '--seed <N>'"), "{e}");
+    }
 }

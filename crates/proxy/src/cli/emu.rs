@@ -14,10 +14,10 @@ use super::client::{runtime, shutdown_signal};
 #[derive(Debug, clap::Args)]
 pub struct EmuArgs {
     /// The emulator configuration file (see docs/emu.md).
-    #[arg(short = 'c', long = "config")]
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
     /// Seconds between counter reports (overrides the file's `stats_interval_s`).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub stats_interval: Option<f64>,
 }
 

@@ -18,9 +18,13 @@ mod train;
 
 pub use schedulers::scheduler_catalogue;
 
-/// braid: a multipath QUIC proxy daemon.
+/// braid: a multipath QUIC proxy daemon (docs/cli.md documents every command and flag).
 #[derive(Debug, Parser)]
-#[command(name = "braid", version, about)]
+#[command(
+    name = "braid",
+    version,
+    after_help = "Exit codes: 0 success, 2 bad usage or bad configuration, 1 runtime error."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -70,5 +74,80 @@ pub fn main() -> ExitCode {
         Command::Emu(args) => emu::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Train(args) => train::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// The `## braid <name>` section of docs/cli.md.
+    fn section<'a>(doc: &'a str, name: &str) -> &'a str {
+        let head = format!("\n## braid {name}\n");
+        let start = doc
+            .find(&head)
+            .unwrap_or_else(|| panic!("docs/cli.md has no section {head:?}"))
+            + head.len();
+        let end = doc[start..].find("\n## ").map_or(doc.len(), |e| start + e);
+        &doc[start..end]
+    }
+
+    /// The `--flag` names in the code spans of `text` that are a flag or a `braid` command line.
+    fn documented_flags(text: &str) -> BTreeSet<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|code| code.starts_with("--") || code.starts_with("braid "))
+            .flat_map(|code| code.split(|c: char| c.is_whitespace() || "[]()|,".contains(c)))
+            .filter_map(|w| w.strip_prefix("--"))
+            .filter(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn docs_cli_md_lists_exactly_the_real_flags() {
+        let doc = include_str!("../../../../docs/cli.md");
+        let cli = Cli::command();
+        let mut seen = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            let real: BTreeSet<String> = sub
+                .get_arguments()
+                .filter_map(|a| a.get_long())
+                .filter(|l| *l != "help")
+                .map(str::to_owned)
+                .collect();
+            let text = section(doc, name);
+            let documented = documented_flags(text);
+            assert_eq!(documented, real, "docs/cli.md section `braid {name}`");
+            for short in sub.get_arguments().filter_map(|a| a.get_short()) {
+                assert!(text.contains(&format!("`-{short}`")), "{name}: -{short}");
+            }
+            seen += 1;
+        }
+        assert_eq!(
+            seen, 8,
+            "a subcommand was added: document it in docs/cli.md"
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors() {
+        for args in [
+            &["braid", "demo", "--bogus"][..],
+            &["braid", "demo", "--duration", "abc"],
+            &["braid", "client"],
+            &["braid", "status", "-c", "a.toml", "--socket", "s"],
+            &["braid", "emu", "-c", "e.toml", "--stats-interval", "x"],
+            &["braid", "nope"],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            assert!(e.use_stderr(), "{args:?}");
+        }
     }
 }

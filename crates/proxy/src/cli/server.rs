@@ -12,7 +12,7 @@ use crate::tls::ServerIdentity;
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
     /// The server configuration file (see docs/config.md).
-    #[arg(short = 'c', long = "config")]
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
     /// Print the certificate's SHA-256 fingerprint (for clients' `server_fingerprint`) and exit.
     #[arg(long)]

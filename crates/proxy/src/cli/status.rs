@@ -11,10 +11,15 @@ use crate::control;
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
     /// The daemon's configuration file (its `state_dir` holds the socket).
-    #[arg(short = 'c', long = "config", conflicts_with = "socket")]
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        conflicts_with = "socket"
+    )]
     pub config: Option<PathBuf>,
     /// The control socket itself.
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print the JSON document instead of a table.
     #[arg(long)]
@@ -57,7 +62,10 @@ pub fn run(args: &StatusArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("braid: {e}");
+            eprintln!(
+                "braid: cannot query the daemon's control socket {e}; is the daemon running, \
+                 and may this user open its state_dir?"
+            );
             ExitCode::from(1)
         }
     }

@@ -119,14 +119,15 @@ struct RawLink {
     #[serde(default)]
     interface_required: bool,
     server: String,
+    /// Wider than the `u16` it becomes, so an out-of-range value is refused by name.
     #[serde(default = "one")]
-    weight: u16,
+    weight: i64,
     #[serde(default = "primary")]
     tier: String,
     rate_cap_mbps: Option<f64>,
 }
 
-fn one() -> u16 {
+fn one() -> i64 {
     1
 }
 
@@ -288,9 +289,10 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         ));
     }
     let server = host_port(file, &field("server"), &raw.server)?;
-    if raw.weight == 0 {
-        return Err(invalid(file, field("weight"), "1..=65535", raw.weight));
-    }
+    let weight = u16::try_from(raw.weight)
+        .ok()
+        .filter(|&w| w >= 1)
+        .ok_or_else(|| invalid(file, field("weight"), "1..=65535", raw.weight))?;
     let tier = match raw.tier.to_ascii_lowercase().as_str() {
         "primary" => Tier::Primary,
         "backup" => Tier::Backup,
@@ -319,7 +321,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         interface: raw.interface.clone(),
         interface_required: raw.interface_required,
         server,
-        weight: raw.weight,
+        weight,
         tier,
         rate_cap_mbps: raw.rate_cap_mbps,
     })
@@ -366,6 +368,14 @@ mod tests {
             (
                 "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nrate_cap_mbps = -1.0\n",
                 "link[1].rate_cap_mbps",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nweight = 70000\n",
+                "link[1].weight: expected 1..=65535, got \"70000\"",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nweight = 0\n",
+                "link[1].weight: expected 1..=65535, got \"0\"",
             ),
             ("bogus = 1\n", "bogus"),
         ];

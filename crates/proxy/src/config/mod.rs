@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use braid_sched_core::{ParamError, SchedulerConfig, SchedulerKind};
 use serde::Deserialize;
 
 pub use client::{ClientConfig, LinkConfig, ServerTrust, SocksUser, parse_fingerprint};
@@ -113,13 +113,19 @@ pub(crate) fn scheduler(
     // Learned schedulers get their shipped weights (and, with `torch`, online learning).
     let mut config = crate::train::daemon_scheduler_config(kind);
     for (name, &value) in &raw.params {
-        config.set(name, value).map_err(|e| {
-            invalid(
-                file,
-                format!("scheduler.params.{name}"),
-                e.to_string(),
-                value,
-            )
+        let field = format!("scheduler.params.{name}");
+        config.set(name, value).map_err(|e| match e {
+            ParamError::Unknown {
+                scheduler, known, ..
+            } => {
+                let expected = if known.is_empty() {
+                    format!("no parameters (`{scheduler}` has none)")
+                } else {
+                    format!("a parameter of `{scheduler}` (one of: {known})")
+                };
+                invalid(file, "scheduler.params", expected, name)
+            }
+            ParamError::OutOfRange { expected, .. } => invalid(file, &field, expected, value),
         })?;
     }
     Ok(config)
@@ -129,7 +135,8 @@ pub(crate) fn scheduler(
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSession {
-    flow_receive_window_kib: Option<u64>,
+    /// Signed, so that a negative value is refused by name with its range.
+    flow_receive_window_kib: Option<i64>,
 }
 
 /// Smallest and largest accepted `[session] flow_receive_window_kib` (64 KiB ..= 1 GiB, the
@@ -140,17 +147,19 @@ pub const FLOW_RECEIVE_WINDOW_KIB: std::ops::RangeInclusive<u64> = 64..=(1 << 20
 pub(crate) fn flow_receive_window(file: &Path, raw: &RawSession) -> Result<u64, ConfigFileError> {
     match raw.flow_receive_window_kib {
         None => Ok(crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW),
-        Some(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => Ok(kib * 1024),
-        Some(kib) => Err(invalid(
-            file,
-            "session.flow_receive_window_kib",
-            format!(
-                "KiB in {}..={}",
-                FLOW_RECEIVE_WINDOW_KIB.start(),
-                FLOW_RECEIVE_WINDOW_KIB.end()
-            ),
-            kib,
-        )),
+        Some(kib) => match u64::try_from(kib) {
+            Ok(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => Ok(kib * 1024),
+            _ => Err(invalid(
+                file,
+                "session.flow_receive_window_kib",
+                format!(
+                    "KiB in {}..={}",
+                    FLOW_RECEIVE_WINDOW_KIB.start(),
+                    FLOW_RECEIVE_WINDOW_KIB.end()
+                ),
+                kib,
+            )),
+        },
     }
 }
 
@@ -262,7 +271,7 @@ mod tests {
             crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW
         );
         assert_eq!(flow_receive_window(f, &raw(Some(4096))).unwrap(), 4 << 20);
-        for bad in [0, 63, (1 << 20) + 1] {
+        for bad in [-1, 0, 63, (1 << 20) + 1] {
             let e = flow_receive_window(f, &raw(Some(bad)))
                 .unwrap_err()
                 .to_string();
@@ -315,7 +324,19 @@ mod tests {
             params: BTreeMap::from([("bogus".to_owned(), 1.0)]),
         };
         let e = scheduler(f, Some(&raw)).unwrap_err().to_string();
-        assert!(e.contains("scheduler.params.bogus"), "{e}");
+        assert_eq!(
+            e,
+            "f.toml: scheduler.params: expected no parameters (`minrtt` has none), got \"bogus\""
+        );
+        let raw = RawScheduler {
+            name: "olms".into(),
+            params: BTreeMap::from([("paths_per_decision".to_owned(), 0.0)]),
+        };
+        let e = scheduler(f, Some(&raw)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "f.toml: scheduler.params.paths_per_decision: expected an integer in [1, 16], got \"0\""
+        );
     }
 }
 

@@ -109,11 +109,12 @@ struct RawEgress {
     udp_idle_timeout_s: Option<f64>,
 }
 
+/// Signed, so that a negative value is refused by name with its range.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
-    max_sessions: Option<usize>,
-    max_pending_joins: Option<usize>,
+    max_sessions: Option<i64>,
+    max_pending_joins: Option<i64>,
 }
 
 fn seconds(
@@ -132,13 +133,15 @@ fn seconds(
 fn limit(
     file: &Path,
     field: &str,
-    v: Option<usize>,
+    v: Option<i64>,
     default: usize,
 ) -> Result<usize, ConfigFileError> {
     match v {
         None => Ok(default),
-        Some(n) if (1..=100_000).contains(&n) => Ok(n),
-        Some(n) => Err(invalid(file, field, "1..=100000", n)),
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|n| (1..=100_000).contains(n))
+            .ok_or_else(|| invalid(file, field, "1..=100000", n)),
     }
 }
 
@@ -262,6 +265,10 @@ mod tests {
             (
                 base() + "[limits]\nmax_sessions = 0\n",
                 "limits.max_sessions",
+            ),
+            (
+                base() + "[limits]\nmax_pending_joins = -1\n",
+                "limits.max_pending_joins: expected 1..=100000, got \"-1\"",
             ),
             (
                 base() + "[session]\nflow_receive_window_kib = 8\n",
