@@ -3,6 +3,7 @@
 //! client's links ([`client`]), the server's accept loop ([`server`]) and the status document
 //! ([`status`]).
 
+mod arena;
 pub mod client;
 pub mod driver;
 pub mod flow;

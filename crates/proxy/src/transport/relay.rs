@@ -5,10 +5,11 @@
 //! A clean end of either side half-closes the other (TCP FIN ↔ flow FINISH); an error on either
 //! side aborts both (the flow is reset with [`RELAY_ERROR_CODE`], the socket is dropped).
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::arena::Arena;
 use super::flow::{CHUNK, FlowMsg, FlowReader, FlowWriter};
 
 /// Reset code when the relay fails on this end (a socket error).
@@ -47,10 +48,13 @@ pub async fn relay_tcp(
                 .await
                 .map_err(|_| RelayError::Gone)?;
         }
-        let mut buf = BytesMut::with_capacity(CHUNK);
+        // Three buffers taken in turn: a chunk handed over is usually in the session's send
+        // buffer (and dropped) by the time its buffer comes round again (at most
+        // `WRITE_CREDIT`, two chunks, wait for the session).
+        let mut arena = Arena::<3>::new(CHUNK);
         loop {
-            buf.reserve(CHUNK);
-            match rd.read_buf(&mut buf).await {
+            let buf = arena.room(CHUNK);
+            match rd.read_buf(buf).await {
                 Ok(0) => {
                     writer.finish().await.map_err(|_| RelayError::Gone)?;
                     return Ok(());

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, Timestamp};
-use bytes::{Buf as _, Bytes, BytesMut};
+use bytes::{Buf as _, Bytes};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -20,6 +20,7 @@ mod report;
 
 use readers::{PathReader, poll_readers, read_next};
 
+use super::arena::Arena;
 use super::flow::{CHUNK, FlowHandle, FlowMsg, READ_CHUNKS_IN_FLIGHT, SessionHandle, WRITE_CREDIT};
 use super::quic::datagram_size;
 use super::status::{SessionCounters, SessionStatus};
@@ -149,7 +150,9 @@ struct Driver {
     acceptor: Option<FlowAcceptor>,
     buf: Vec<u8>,
     /// Outgoing packets are built in place here and handed to quinn as views of it.
-    out: BytesMut,
+    out: Arena<3>,
+    /// Received stream bytes are copied into chunks split off these for the relays.
+    chunks: Arena<3>,
     counters: SessionCounters,
     closed: bool,
 }
@@ -171,7 +174,8 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         readers: Vec::with_capacity(MAX_PATHS),
         acceptor: setup.acceptor,
         buf: vec![0; 65_536],
-        out: BytesMut::with_capacity(OUT_ARENA),
+        out: Arena::new(OUT_ARENA),
+        chunks: Arena::new(CHUNK),
         counters: SessionCounters::default(),
         closed: false,
     };
@@ -488,17 +492,18 @@ impl Driver {
         while entry.in_app < READ_CHUNKS_IN_FLIGHT && !entry.done_reading {
             // Straight from the session's receive ring into the chunk handed to the socket
             // writer: one copy (a bounce through a scratch buffer cost a second).
-            let mut chunk = BytesMut::new();
-            // (The second part, when the read wraps around the ring, grows the chunk once.)
+            // (Both parts when the read wraps around the ring.)
+            let chunk = self.chunks.room(CHUNK);
             let read = self
                 .session
                 .read_with(flow, CHUNK, |part| chunk.extend_from_slice(part));
+            let data = chunk.split().freeze();
             match read {
                 Ok(Some(0)) => return,
                 Ok(Some(n)) => {
                     entry.in_app += 1;
                     self.counters.bytes_read += n as u64;
-                    let _ = entry.to_app.send(FlowMsg::Data(chunk.freeze()));
+                    let _ = entry.to_app.send(FlowMsg::Data(data));
                 }
                 Ok(None) => {
                     entry.done_reading = true;
@@ -599,23 +604,23 @@ impl Driver {
             .map(|p| usize::from(p.max_datagram_size))
             .max()
             .unwrap_or(1200);
-        let mut now = self.now();
+        let epoch = self.epoch;
+        let clock = || Timestamp::from_micros(epoch.elapsed().as_micros() as u64);
+        let mut now = clock();
         let mut since_read = 0;
         loop {
-            if self.out.capacity() < room {
-                self.out.reserve(OUT_ARENA.max(room));
-            }
-            self.out.resize(room, 0);
             if since_read == CLOCK_EVERY {
-                now = self.now();
+                now = clock();
                 since_read = 0;
             }
-            let t = match self.session.poll_transmit(now, &mut self.out) {
+            let out = self.out.room(room);
+            out.resize(room, 0);
+            let t = match self.session.poll_transmit(now, out) {
                 Some(t) => t,
                 None => {
-                    let later = self.now();
+                    let later = clock();
                     match (later > now)
-                        .then(|| self.session.poll_transmit(later, &mut self.out))
+                        .then(|| self.session.poll_transmit(later, out))
                         .flatten()
                     {
                         Some(t) => {
@@ -624,15 +629,15 @@ impl Driver {
                             t
                         }
                         None => {
-                            self.out.clear();
+                            out.clear();
                             return;
                         }
                     }
                 }
             };
             since_read += 1;
-            self.out.truncate(t.len);
-            let packet = self.out.split().freeze();
+            out.truncate(t.len);
+            let packet = out.split().freeze();
             let Some(p) = self.paths[t.path.index()].as_ref() else {
                 continue;
             };
