@@ -14,12 +14,15 @@ pub struct ClientArgs {
     pub config: PathBuf,
 }
 
-/// Starts the tracing subscriber (`RUST_LOG`, default `info`).
+/// Starts the tracing subscriber (`RUST_LOG`, default `info`), coloured only on a terminal (so
+/// the journal and log files get plain text).
 pub(crate) fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
