@@ -344,6 +344,68 @@ mod tests {
 mod example_tests {
     use super::*;
 
+    /// The field names serde lists when `text` holds an unknown field `bogus_field`.
+    fn known_fields(text: &str, server: bool) -> Vec<String> {
+        let f = Path::new("f.toml");
+        let e = if server {
+            ServerConfig::parse(f, text).unwrap_err().to_string()
+        } else {
+            ClientConfig::parse(f, text).unwrap_err().to_string()
+        };
+        let (_, list) = e
+            .split_once("unknown field `bogus_field`, expected ")
+            .unwrap_or_else(|| panic!("{text:?}: {e}"));
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn docs_config_md_documents_every_field() {
+        let doc = include_str!("../../../../docs/config.md");
+        // Every word inside a code span (`[egress] allow_private`, `{ name, password }`).
+        let documented: std::collections::BTreeSet<&str> = doc
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .flat_map(|code| code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+            .collect();
+        let key = "ab".repeat(32);
+        let client = format!(
+            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{key}\"\n\
+             [[link]]\nname = \"w\"\nserver = \"h:1\"\n"
+        );
+        let server = format!("listen = \"0.0.0.0:1\"\n[[user]]\nname = \"a\"\nkey = \"{key}\"\n");
+        let cases = [
+            (format!("bogus_field = 1\n{client}"), false),
+            (format!("{client}bogus_field = 1\n"), false),
+            (format!("{client}[socks]\nbogus_field = 1\n"), false),
+            (
+                format!("{client}[socks]\nusers = [{{ bogus_field = 1 }}]\n"),
+                false,
+            ),
+            (format!("{client}[scheduler]\nbogus_field = 1\n"), false),
+            (format!("{client}[session]\nbogus_field = 1\n"), false),
+            (format!("bogus_field = 1\n{server}"), true),
+            (format!("{server}bogus_field = 1\n"), true),
+            (format!("{server}[egress]\nbogus_field = 1\n"), true),
+            (format!("{server}[limits]\nbogus_field = 1\n"), true),
+        ];
+        let mut checked = 0;
+        for (text, is_server) in cases {
+            for field in known_fields(&text, is_server) {
+                assert!(
+                    documented.contains(field.as_str()),
+                    "docs/config.md does not document `{field}`"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "{checked}");
+    }
+
     fn example(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../config")
