@@ -29,10 +29,15 @@ pub struct SimArgs {
     #[arg(long, default_value = "all")]
     pub scheduler: String,
     /// Seed of the first run (default: the scenario's); run r uses seed + r.
-    #[arg(long)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Runs per scheduler; above 1 each metric is reported as mean and 95% interval.
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub runs: u64,
     /// Print the JSON document instead of a table.
     #[arg(long)]

@@ -181,8 +181,8 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<DemoSumma
     }
     let _ = writeln!(
         out,
-        "phase: multipath ({multi:.0} s; handoff: wifi dark from {:.0} s to {:.0} s)",
-        handoff.0, handoff.1
+        "phase: multipath ({multi:.0} s; handoff: wifi dark for {:.0} s mid-phase)",
+        handoff.1 - handoff.0
     );
     let paths = [
         ("wifi".to_string(), WIFI.to_string()),

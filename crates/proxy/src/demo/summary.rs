@@ -55,7 +55,7 @@ impl std::fmt::Display for DemoSummary {
         if let Some((g, a, b)) = multi.handoff {
             writeln!(
                 f,
-                "    during the handoff (wifi dark, {a:.0} s to {b:.0} s): {g:.1} Mbit/s"
+                "    during the handoff (wifi dark, {a:.1} s to {b:.1} s of the transfer): {g:.1} Mbit/s"
             )?;
         }
         if best.1 > 0.0 {
