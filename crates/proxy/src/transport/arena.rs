@@ -1,12 +1,12 @@
 //! Buffers that chunks and packets are split off (`BytesMut::split`) and reused once every
-//! view of them is gone: a fixed set of allocations taken in turn instead of a fresh one per
-//! chunk. A 256 KiB allocation freed and made again per chunk cost page faults (glibc gives the
+//! view of them is gone: at most `N` allocations, the most recently used first, instead of a
+//! fresh one per chunk. A 256 KiB allocation freed and made again per chunk cost page faults (glibc gives the
 //! top of its heap back and faults it in again): some 34,000 per GiB in bench `e2e/goodput`,
 //! from the relay's socket reads, the driver's packet buffer and its chunks for the relay.
 
 use bytes::BytesMut;
 
-/// `N` buffers of at least `size` bytes, taken in turn.
+/// Up to `N` buffers of at least `size` bytes, allocated as chunks stay out.
 #[derive(Debug)]
 pub(crate) struct Arena<const N: usize> {
     bufs: [BytesMut; N],
@@ -25,19 +25,31 @@ impl<const N: usize> Arena<N> {
     }
 
     /// The current buffer with room for at least `want` more bytes. When it has less, and holds
-    /// no bytes not yet split off, the next buffer is taken: its allocation is reused when every
-    /// chunk split off it has been dropped (`BytesMut::reserve` reclaims a buffer it is the only
-    /// handle of), else it gets a new one.
+    /// no bytes not yet split off, a buffer every chunk of which has been dropped is taken
+    /// again (`BytesMut::try_reclaim`), the current one first (its memory is the likeliest to be
+    /// in cache), then the others in turn; only when each still has chunks out does the next
+    /// one get a new allocation (the old one is freed with its last chunk).
     pub fn room(&mut self, want: usize) -> &mut BytesMut {
-        let buf = &mut self.bufs[self.current];
+        let current = self.current;
+        let buf = &mut self.bufs[current];
         if buf.capacity() - buf.len() >= want {
-            return &mut self.bufs[self.current];
+            return &mut self.bufs[current];
         }
-        if buf.is_empty() {
-            self.current = (self.current + 1) % N;
+        let size = self.size.max(want);
+        if !buf.is_empty() {
+            buf.reserve(want);
+            return &mut self.bufs[current];
         }
+        for i in 0..N {
+            let k = (current + i) % N;
+            if self.bufs[k].try_reclaim(size) {
+                self.current = k;
+                return &mut self.bufs[k];
+            }
+        }
+        self.current = (current + 1) % N;
         let buf = &mut self.bufs[self.current];
-        buf.reserve(self.size.max(want));
+        buf.reserve(size);
         buf
     }
 }
@@ -72,6 +84,20 @@ mod tests {
         assert_eq!(third.as_ptr(), first_ptr);
         assert_eq!(&third[..], &[3; 10]);
         assert_eq!(&second[..3], &[2; 3]);
+    }
+
+    #[test]
+    fn reuses_the_current_buffer_first() {
+        let mut arena = Arena::<3>::new(256);
+        let mut ptrs = Vec::new();
+        for _ in 0..4 {
+            let buf = arena.room(256);
+            buf.extend_from_slice(&[7; 200]);
+            let chunk = buf.split().freeze();
+            ptrs.push(chunk.as_ptr());
+        }
+        // Each chunk was dropped before the next was asked for: one allocation throughout.
+        assert!(ptrs.iter().all(|&p| p == ptrs[0]));
     }
 
     #[test]

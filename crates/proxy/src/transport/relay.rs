@@ -48,9 +48,9 @@ pub async fn relay_tcp(
                 .await
                 .map_err(|_| RelayError::Gone)?;
         }
-        // Three buffers taken in turn: a chunk handed over is usually in the session's send
-        // buffer (and dropped) by the time its buffer comes round again (at most
-        // `WRITE_CREDIT`, two chunks, wait for the session).
+        // Up to three buffers: a chunk handed over is usually in the session's send buffer (and
+        // dropped) by the next read, so one is reused; while the session's send buffer is full,
+        // up to `WRITE_CREDIT` (two chunks) waits in the driver.
         let mut arena = Arena::<3>::new(CHUNK);
         loop {
             let buf = arena.room(CHUNK);
