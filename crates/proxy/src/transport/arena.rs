@@ -54,6 +54,23 @@ impl<const N: usize> Arena<N> {
     }
 }
 
+impl<const N: usize> Arena<N> {
+    /// The current buffer (where the last [`Arena::room`] made room).
+    pub fn current(&mut self) -> &mut BytesMut {
+        &mut self.bufs[self.current]
+    }
+
+    /// Lets go of every buffer but the current one (their memory is freed with their last
+    /// chunk): for a reader about to wait, so that an idle one holds a single buffer.
+    pub fn keep_one(&mut self) {
+        for (k, buf) in self.bufs.iter_mut().enumerate() {
+            if k != self.current {
+                *buf = BytesMut::new();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +115,29 @@ mod tests {
         }
         // Each chunk was dropped before the next was asked for: one allocation throughout.
         assert!(ptrs.iter().all(|&p| p == ptrs[0]));
+    }
+
+    #[test]
+    fn keep_one_lets_go_of_the_others() {
+        let mut arena = Arena::<3>::new(64);
+        let chunks: Vec<_> = (0..3)
+            .map(|i| {
+                let buf = arena.room(64);
+                buf.extend_from_slice(&[i; 32]);
+                buf.split().freeze()
+            })
+            .collect();
+        // Three allocations, each with 32 bytes left.
+        assert_eq!(arena.bufs.iter().filter(|b| b.capacity() > 0).count(), 3);
+        arena.keep_one();
+        let held = arena.bufs.iter().filter(|b| b.capacity() > 0).count();
+        assert!(held <= 1);
+        // The chunks are untouched; the current buffer is still used for the next one.
+        assert_eq!(chunks.iter().map(|c| c[0]).collect::<Vec<_>>(), [0, 1, 2]);
+        drop(chunks);
+        let buf = arena.room(10);
+        buf.extend_from_slice(b"0123456789");
+        assert_eq!(&arena.current()[..], b"0123456789");
     }
 
     #[test]

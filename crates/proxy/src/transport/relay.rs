@@ -50,17 +50,24 @@ pub async fn relay_tcp(
         }
         // Up to three buffers: a chunk handed over is usually in the session's send buffer (and
         // dropped) by the next read, so one is reused; while the session's send buffer is full,
-        // up to `WRITE_CREDIT` (two chunks) waits in the driver.
+        // up to `WRITE_CREDIT` (two chunks) waits in the driver. Only the current one is kept
+        // while the socket has nothing to read.
         let mut arena = Arena::<3>::new(CHUNK);
         loop {
-            let buf = arena.room(CHUNK);
-            match rd.read_buf(buf).await {
+            let read = match rd.try_read_buf(arena.room(CHUNK)) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    arena.keep_one();
+                    rd.read_buf(arena.room(CHUNK)).await
+                }
+                other => other,
+            };
+            match read {
                 Ok(0) => {
                     writer.finish().await.map_err(|_| RelayError::Gone)?;
                     return Ok(());
                 }
                 Ok(_) => writer
-                    .write(buf.split().freeze())
+                    .write(arena.current().split().freeze())
                     .await
                     .map_err(|_| RelayError::Gone)?,
                 Err(e) => {
