@@ -1,8 +1,13 @@
 //! End to end goodput (`e2e/goodput`): braid (server and client in this process, two unshaped
 //! loopback links, a download through the SOCKS5 inbound from a local TCP source via the
-//! server's egress) beside one plain quinn connection moving the same bytes on a stream, in the
-//! same run, so the ratio braid / quinn reads straight off the report. The design goal is
-//! braid ≥ 80% of quinn.
+//! server's egress) beside two plain quinn baselines in the same run, so the ratios read straight
+//! off the report:
+//!
+//! - `quinn_1conn`: one plain quinn connection moving the same bytes from a stream writer
+//!   straight to a stream reader (no TCP). The design goal is braid ≥ 80% of this.
+//! - `quinn_tcp_tunnel`: the same end-to-end TCP download as braid (the same source and request,
+//!   a TCP client reading it), carried by a minimal single-connection quinn tunnel with 256 KiB
+//!   relay reads as braid's relays use. braid / this isolates what braid's multipath layer costs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -16,11 +21,14 @@ use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server
 use braid_proxy::session::Tier;
 use braid_proxy::tls::{self, ServerIdentity};
 use braid_sched_core::{SchedulerConfig, SchedulerKind};
+use bytes::{BufMut as _, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const BYTES: u64 = 64 << 20;
+/// Read size of the tunnel's relays and of the downloading client: braid's relay chunk.
+const CHUNK: usize = 256 * 1024;
 const KEY: [u8; 32] = [0x5a; 32];
 
 /// A TCP source: each connection sends the u64 length it asks for.
@@ -124,8 +132,13 @@ async fn braid_download(proxy: SocketAddr, target: SocketAddr, bytes: u64) {
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).await.unwrap();
     assert_eq!(reply[1], 0);
+    tcp_download(s, bytes).await;
+}
+
+/// Asks the source (at the other end of `s`) for `bytes` and reads them to the end.
+async fn tcp_download(mut s: TcpStream, bytes: u64) {
     s.write_all(&bytes.to_be_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 256 * 1024];
+    let mut buf = vec![0u8; CHUNK];
     let mut got = 0u64;
     loop {
         let n = s.read(&mut buf).await.unwrap();
@@ -137,8 +150,9 @@ async fn braid_download(proxy: SocketAddr, target: SocketAddr, bytes: u64) {
     assert_eq!(got, bytes);
 }
 
-/// One plain quinn connection (default transport) serving downloads on bidirectional streams.
-async fn quinn_pair() -> (quinn::Endpoint, quinn::Connection) {
+/// One plain quinn connection (default transport config) over loopback: its server side and
+/// its client side. The endpoints live as long as the process.
+async fn quinn_connection() -> (quinn::Connection, quinn::Connection) {
     let identity = ServerIdentity::generate("braid").unwrap();
     let server_crypto =
         quinn::crypto::rustls::QuicServerConfig::try_from(tls::server_crypto(&identity).unwrap())
@@ -149,11 +163,28 @@ async fn quinn_pair() -> (quinn::Endpoint, quinn::Connection) {
     )
     .unwrap();
     let addr = server.local_addr().unwrap();
-    let acceptor = server.clone();
+    let pin = braid_proxy::config::parse_fingerprint(&identity.fingerprint()).unwrap();
+    let client_crypto = quinn::crypto::rustls::QuicClientConfig::try_from(
+        tls::client_crypto(&ServerTrust::Fingerprint(pin)).unwrap(),
+    )
+    .unwrap();
+    let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    client.set_default_client_config(quinn::ClientConfig::new(Arc::new(client_crypto)));
+    let (server_side, client_side) = tokio::join!(
+        async { server.accept().await.unwrap().await.unwrap() },
+        async { client.connect(addr, "braid").unwrap().await.unwrap() }
+    );
+    std::mem::forget(server);
+    std::mem::forget(client);
+    (server_side, client_side)
+}
+
+/// One plain quinn connection (default transport) serving downloads on bidirectional streams.
+async fn quinn_pair() -> quinn::Connection {
+    let (server, client) = quinn_connection().await;
     tokio::spawn(async move {
-        let conn = acceptor.accept().await.unwrap().await.unwrap();
         let chunk = bytes::Bytes::from(vec![0x61u8; 64 * 1024]);
-        while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        while let Ok((mut send, mut recv)) = server.accept_bi().await {
             let chunk = chunk.clone();
             tokio::spawn(async move {
                 let mut len = [0u8; 8];
@@ -169,16 +200,7 @@ async fn quinn_pair() -> (quinn::Endpoint, quinn::Connection) {
             });
         }
     });
-    let pin = braid_proxy::config::parse_fingerprint(&identity.fingerprint()).unwrap();
-    let client_crypto = quinn::crypto::rustls::QuicClientConfig::try_from(
-        tls::client_crypto(&ServerTrust::Fingerprint(pin)).unwrap(),
-    )
-    .unwrap();
-    let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    client.set_default_client_config(quinn::ClientConfig::new(Arc::new(client_crypto)));
-    let conn = client.connect(addr, "braid").unwrap().await.unwrap();
-    std::mem::forget(server);
-    (client, conn)
+    client
 }
 
 async fn quinn_download(conn: &quinn::Connection, bytes: u64) {
@@ -190,6 +212,67 @@ async fn quinn_download(conn: &quinn::Connection, bytes: u64) {
         got += chunk.bytes.len() as u64;
     }
     assert_eq!(got, bytes);
+}
+
+/// A minimal TCP tunnel over one plain quinn connection (default transport config): its client
+/// side accepts local TCP connections and carries each on a new bidirectional stream, its server
+/// side connects each stream to `target`. Returns the tunnel's local TCP address and the client
+/// side's connection (for its counters).
+async fn quinn_tunnel(target: SocketAddr) -> (SocketAddr, quinn::Connection) {
+    let (server, client) = quinn_connection().await;
+    tokio::spawn(async move {
+        while let Ok((send, recv)) = server.accept_bi().await {
+            tokio::spawn(async move {
+                let tcp = TcpStream::connect(target).await?;
+                relay_stream(tcp, send, recv).await
+            });
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conn = client.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                let (send, recv) = conn.open_bi().await?;
+                relay_stream(tcp, send, recv).await
+            });
+        }
+    });
+    (addr, client)
+}
+
+/// Copies a TCP connection onto a quinn stream and back until both directions end, reading at
+/// most [`CHUNK`] bytes at a time each way (as braid's relays do). A TCP end finishes the
+/// stream; the stream's end shuts the TCP connection's write side.
+async fn relay_stream(
+    tcp: TcpStream,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+) -> std::io::Result<()> {
+    tcp.set_nodelay(true)?;
+    let (mut rd, mut wr) = tcp.into_split();
+    let up = async {
+        let mut buf = BytesMut::new();
+        loop {
+            // Takes back the buffer once quinn has dropped every chunk split off it.
+            buf.reserve(CHUNK);
+            if rd.read_buf(&mut (&mut buf).limit(CHUNK)).await? == 0 {
+                send.finish()?;
+                return Ok::<_, std::io::Error>(());
+            }
+            send.write_chunk(buf.split().freeze()).await?;
+        }
+    };
+    let down = async {
+        let mut buf = vec![0u8; CHUNK];
+        while let Some(n) = recv.read(&mut buf).await? {
+            wr.write_all(&buf[..n]).await?;
+        }
+        wr.shutdown().await
+    };
+    tokio::try_join!(up, down).map(|_| ())
 }
 
 /// CPU seconds (user + system) this process has used so far, from /proc/self/stat.
@@ -213,7 +296,8 @@ fn goodput(c: &mut Criterion) {
         let (s, c) = braid_pair(2).await;
         (s, c, source().await)
     });
-    let (_endpoint, conn) = rt.block_on(quinn_pair());
+    let conn = rt.block_on(quinn_pair());
+    let (tunnel, tunnel_conn) = rt.block_on(quinn_tunnel(target));
     let socks = client.socks_addr;
     let mut group = c.benchmark_group("e2e/goodput");
     group.throughput(Throughput::Bytes(BYTES));
@@ -229,6 +313,21 @@ fn goodput(c: &mut Criterion) {
                 }
                 let wall = start.elapsed();
                 report_cpu("quinn_1conn", iters, cpu, wall);
+                wall
+            })
+        })
+    });
+    group.bench_function("quinn_tcp_tunnel", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let cpu = cpu_seconds();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let s = TcpStream::connect(tunnel).await.unwrap();
+                    tcp_download(s, BYTES).await;
+                }
+                let wall = start.elapsed();
+                report_cpu("quinn_tcp_tunnel", iters, cpu, wall);
                 wall
             })
         })
@@ -278,16 +377,18 @@ fn goodput(c: &mut Criterion) {
             }
         }
     }
-    let q = conn.stats();
-    eprintln!(
-        "quinn_1conn client: {} UDP sent in {} calls, {} received in {} calls, {} ACK frames sent, {} received",
-        q.udp_tx.datagrams,
-        q.udp_tx.ios,
-        q.udp_rx.datagrams,
-        q.udp_rx.ios,
-        q.frame_tx.acks,
-        q.frame_rx.acks
-    );
+    for (name, conn) in [("quinn_1conn", &conn), ("quinn_tcp_tunnel", &tunnel_conn)] {
+        let q = conn.stats();
+        eprintln!(
+            "{name} client: {} UDP sent in {} calls, {} received in {} calls, {} ACK frames sent, {} received",
+            q.udp_tx.datagrams,
+            q.udp_tx.ios,
+            q.udp_rx.datagrams,
+            q.udp_rx.ios,
+            q.frame_tx.acks,
+            q.frame_rx.acks
+        );
+    }
 }
 
 /// Prints CPU seconds per GiB moved when `BRAID_BENCH_CPU` is set (long samples only).
