@@ -574,7 +574,8 @@ impl Path {
 
     /// The redundant buffer's next candidate on this path: the oldest packet numbered `from` or
     /// later that is in flight (neither acknowledged nor declared lost), carries stream bytes,
-    /// is not itself a copy and was not reinjected (its bytes are queued again already).
+    /// is not itself a copy (from the buffer or from a placement) and was not reinjected (its
+    /// bytes are queued again already).
     pub fn next_to_copy(&self, from: u64) -> Option<SentPacket> {
         if self.is_failed() {
             return None;
@@ -586,10 +587,17 @@ impl Path {
                 !p.done
                     && p.in_flight
                     && !p.copy
+                    && !p.placement_copy
                     && !p.reinjected
                     && matches!(p.payload, Payload::Stream { .. })
             })
             .copied()
+    }
+
+    /// The packets the path still tracks (sent, not yet forgotten), oldest first.
+    #[cfg(test)]
+    pub(crate) fn sent_packets(&self) -> impl Iterator<Item = &SentPacket> {
+        self.sent.iter()
     }
 
     /// Declares the path failed; everything in flight on it goes to `lost` for reinjection.

@@ -1,10 +1,11 @@
 //! The send path: [`Session::poll_transmit`] builds one packet per call straight into the
 //! caller's buffer. Order: a pending CLOSE; path-bound packets (ACKs that are due, probes and
 //! heartbeats, which belong to one path and bypass the scheduler); copies left over from a
-//! `Duplicate` decision; while the scheduler links the redundant buffer, a copy of a stream packet
-//! in flight on another path ([`Session::transmit_redundant`]); then the next data item (retransmissions, datagrams, new stream bytes
+//! `Duplicate` decision; then the next data item (retransmissions, datagrams, new stream bytes
 //! round-robin over flows, control frames), placed by one call to
-//! [`braid_sched_core::Scheduler::select`]. Nothing here allocates.
+//! [`braid_sched_core::Scheduler::select`]; when there is none while stream bytes are held by
+//! flow control and the scheduler links the redundant buffer, a copy of a stream packet in
+//! flight on another path ([`Session::transmit_redundant`]). Nothing here allocates.
 
 use braid_sched_core::{
     Decision, FlowId, PacketMeta, PathId, PathSet, PathState, Scheduler, Timestamp, TrafficClass,
@@ -96,7 +97,6 @@ impl Session {
             SessionState::Open => self
                 .transmit_path_bound(now, buf)
                 .or_else(|| self.transmit_copy(now, buf))
-                .or_else(|| self.transmit_redundant(now, buf))
                 .or_else(|| self.transmit_scheduled(now, buf)),
         }
     }
@@ -195,17 +195,27 @@ impl Session {
     }
 
     /// The redundant buffer (EdAR's redundant mode, §IV-A), while the scheduler links it
-    /// ([`Scheduler::link_redundant_buffer`]) and no lost bytes wait for retransmission: the
-    /// first live primary path with window room for it gets a copy of the oldest stream packet
-    /// in flight on another path (sent, neither acknowledged nor declared lost) that was not yet
-    /// copied onto it. The copy re-reads the bytes by offset from the send buffer, as a
-    /// retransmission does; it is an ordinary ack-eliciting packet with its own packet number on
-    /// its path, under that path's congestion control and pacing. Each packet is copied at most
-    /// once per path (a cursor per pair of paths), copies and reinjected packets are never copied,
-    /// and a packet with any acknowledged byte is skipped. A copy's loss queues nothing: the
+    /// ([`Scheduler::link_redundant_buffer`]), at low priority: it runs only when no data item
+    /// can be sent (no lost bytes, datagram or control frame waits, every stream flow is empty
+    /// or held by its send window or the session credit) while some stream bytes are still
+    /// unsent, i.e. held by flow control (in a handoff, the holes a lossy path leaves hold the
+    /// flow window back while the other path has room). So it never takes window room new data
+    /// can use, nor room left idle between transfers (copies queued into a deep bottleneck
+    /// buffer there delay the next transfer). Then the first live primary path with window room
+    /// for it gets a copy of the oldest stream packet in flight on another path (sent, neither
+    /// acknowledged nor declared lost) that was not yet copied onto it. The copy re-reads the
+    /// bytes by offset from the send buffer, as a retransmission does; it is an ordinary
+    /// ack-eliciting packet with its own packet number on its path, under that path's congestion
+    /// control and pacing. Each packet is copied at most once per path (a cursor per pair of
+    /// paths; a copy a `Duplicate` decision placed on a path counts, `SentPacket::copied_to`),
+    /// copies and reinjected packets are never copied, and a packet with any acknowledged byte
+    /// is skipped. A copy's loss queues nothing: the
     /// original answers for its bytes (the copy is marked `reinjected`).
     fn transmit_redundant(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
-        if !self.scheduler.link_redundant_buffer() || self.lost_bytes > 0 {
+        // Held new bytes (`unsent_bytes`) are what makes room idle; with none, the room is
+        // left for the next bytes the application writes.
+        if !self.scheduler.link_redundant_buffer() || self.lost_bytes > 0 || self.unsent_bytes == 0
+        {
             return None;
         }
         self.copy_wakeup = None;
@@ -247,12 +257,14 @@ impl Session {
 
     /// The redundant buffer's candidate for path slot `q`: the oldest (by send time) packet to
     /// copy on any other path, with that path's slot. Candidates that can never be copied onto
-    /// `q` (an acknowledged byte, a closed flow, too large for `q`) move the cursor past them.
+    /// `q` (an acknowledged byte, a closed flow, too large for `q`, copied onto `q` at placement)
+    /// move the cursor past them.
     fn oldest_to_copy(&mut self, q: usize, buf_len: usize) -> Option<(usize, SentPacket)> {
         let target = self.paths.get(q)?.as_ref()?;
         if target.is_failed() {
             return None;
         }
+        let id = target.id;
         let mds = usize::from(target.config.max_datagram_size).min(buf_len);
         let header = 1 + varint_len(target.next_pn);
         let mut best: Option<(usize, SentPacket)> = None;
@@ -270,7 +282,10 @@ impl Session {
                     self.copy_from[q][p] = source.next_pn;
                     break;
                 };
-                if self.copyable(&cand, mds.saturating_sub(header)) {
+                // A copy placed on `q` with the packet (a `Duplicate` decision) counts as its
+                // one copy there.
+                let placed_on_q = cand.copied_to.contains(id);
+                if !placed_on_q && self.copyable(&cand, mds.saturating_sub(header)) {
                     self.copy_from[q][p] = cand.pn;
                     if best.is_none_or(|(_, b)| cand.time_sent < b.time_sent) {
                         best = Some((p, cand));
@@ -534,7 +549,12 @@ impl Session {
             return None;
         }
         loop {
-            let item = self.next_item(now, max_chunk)?;
+            let Some(item) = self.next_item(now, max_chunk) else {
+                // Nothing can be sent now (no lost bytes, datagram or control frame queued, and
+                // every flow empty or held by its send window or the session credit): only now
+                // may the redundant buffer take the window room left.
+                return self.transmit_redundant(now, buf);
+            };
             let meta = self.meta_for(item);
             self.refresh_views(now);
             let decision = self
@@ -656,6 +676,7 @@ impl Session {
         match item {
             Some((Item::Stream { flow, chunk }, copies)) => {
                 self.write_stream(w, flow, chunk, sent, true)?;
+                sent.copied_to = copies;
                 if !copies.is_empty() {
                     self.pending_copy = Some(PendingCopy {
                         remaining: copies,
@@ -689,6 +710,7 @@ impl Session {
                 Some(CopyOf::Stream { flow, chunk }) => {
                     let (flow, chunk) = (*flow, *chunk);
                     self.write_stream(w, flow, chunk, sent, false)?;
+                    sent.placement_copy = true;
                 }
                 Some(CopyOf::Datagram(d)) => {
                     sent.carried_open = self.write_open_for_datagram(w, d);
@@ -801,3 +823,7 @@ fn write_datagram(w: &mut Writer<'_>, d: &QueuedDatagram, now: Timestamp) -> Opt
     encode_datagram_header(w, d.flow, d.seq, deadline, d.data.len()).ok()?;
     w.bytes(&d.data).ok()
 }
+
+#[cfg(test)]
+#[path = "send_tests.rs"]
+mod tests;

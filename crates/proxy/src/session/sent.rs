@@ -2,7 +2,7 @@
 //! can be applied to the flows and control frames it carried. `Copy` and fixed-size: the per-path
 //! tables of these are allocated once.
 
-use braid_sched_core::{FlowId, PathId, Timestamp};
+use braid_sched_core::{FlowId, PathId, PathSet, Timestamp};
 
 use super::stream::Chunk;
 
@@ -53,6 +53,12 @@ pub(crate) struct SentPacket {
     /// A copy from the redundant buffer (see `Session::transmit_redundant`): never copied again.
     /// Its bytes are answered for by the original (it is sent `reinjected`).
     pub copy: bool,
+    /// A copy sent at placement by a `Duplicate` decision: never copied by the redundant buffer
+    /// (the original is). Its loss queues its bytes again, as an original's does.
+    pub placement_copy: bool,
+    /// The other paths a `Duplicate` decision placed copies of this packet on: the redundant
+    /// buffer does not copy it onto them again.
+    pub copied_to: PathSet,
     pub payload: Payload,
     /// The packet also carried the OPEN of the payload's flow.
     pub carried_open: bool,
@@ -70,6 +76,8 @@ impl SentPacket {
             done: false,
             reinjected: false,
             copy: false,
+            placement_copy: false,
+            copied_to: PathSet::EMPTY,
             payload,
             carried_open: false,
             controls: [None; MAX_CONTROLS],

@@ -6,13 +6,17 @@
 //!
 //! - **normal** (§IV-A): every packet once, on the lowest-RTT path with window room (minRTT);
 //! - **redundant** (§IV-A), two implementations chosen by `redundant_buffer`:
-//!   - `1`, the paper's redundant buffer: new packets are placed as in normal mode, and the
-//!     session's redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns true):
-//!     whenever a path has window room, before new data, the session sends on it a copy of the
-//!     oldest stream packet still in flight (sent, neither acknowledged nor declared lost) on
-//!     another path and not yet copied onto this one ("once a subflow is available to send a
-//!     packet, EdAR first checks the redundant buffer"), the per-path congestion control
-//!     bounding the copies;
+//!   - `1`, copies at placement (as with `0`) plus the paper's redundant buffer: the session's
+//!     redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns true): when a
+//!     path has window room that no new data can use (stream bytes held back by flow control,
+//!     as the holes of a lossy path hold a flow's window in a handoff), the session sends on it
+//!     a copy of the oldest stream packet still in flight (sent, neither acknowledged nor
+//!     declared lost) on another path and not yet copied onto this one, at placement or by the
+//!     buffer, the per-path congestion control bounding the copies. So the buffer copies only
+//!     what placement could not (the paths without room when the packet was placed). The paper
+//!     checks the buffer before new data ("once a subflow is available to send a packet, EdAR
+//!     first checks the redundant buffer"); braid puts it after, because copies made first take
+//!     the room of new data (docs/schedulers.md, "Redundant buffer");
 //!   - `0` (the default), copies at placement: a packet goes to the lowest-RTT path with room
 //!     and a copy to every other admitted path with room, as a `Decision::Duplicate`.
 //!
@@ -711,14 +715,10 @@ impl Scheduler for Edar {
             self.decide(paths, now);
         }
         match self.mode {
-            // With the redundant buffer, stream bytes in redundant mode are placed as in normal
-            // mode: their copies come from the session's buffer (`link_redundant_buffer`).
-            EdarAction::Redundant
-                if !self.config.redundant_buffer || packet.class == TrafficClass::Realtime =>
-            {
-                Edar::redundant(paths, packet.len)
-            }
-            _ => match lowest_rtt_with_room(paths, packet.len) {
+            // With the redundant buffer too, a packet is copied at placement onto the paths with
+            // room; the buffer (`link_redundant_buffer`) copies it later onto the others.
+            EdarAction::Redundant => Edar::redundant(paths, packet.len),
+            EdarAction::Normal => match lowest_rtt_with_room(paths, packet.len) {
                 Some(p) => Decision::Send(p.id),
                 None => Decision::Wait,
             },

@@ -106,9 +106,12 @@ fn first_interval_links_the_buffer_when_configured() {
     let p = two_paths();
     let t0 = Timestamp::from_millis(1);
     assert!(s.link_redundant_buffer());
-    // Redundant: stream data goes to the lowest-RTT path and the redundant buffer is linked
-    // (the session copies it); a datagram is copied at placement.
-    assert_eq!(s.select(&p, &pkt(), t0), Decision::Send(PathId(0)));
+    // Redundant: stream data and datagrams are copied at placement onto the paths with room,
+    // and the redundant buffer is linked (the session copies the rest later).
+    assert_eq!(
+        s.select(&p, &pkt(), t0),
+        Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
+    );
     assert!(s.link_redundant_buffer());
     assert_eq!(
         s.select(&p, &datagram(), t0 + Duration::from_millis(49)),
@@ -142,7 +145,8 @@ fn weights_choose_the_mode_and_hot_swap_takes_effect() {
     // Picked up at the next call; the mode changes at the next interval.
     now += Duration::from_millis(60);
     assert!(!s.link_redundant_buffer());
-    assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
+    // Redundant with the buffer: stream packets and datagrams are also copied at placement.
+    assert!(s.select(&p, &pkt(), now).paths().len() == 2);
     assert!(s.select(&p, &datagram(), now).paths().len() == 2);
     assert_eq!(s.weights_version(), Some(1));
     assert_eq!(s.mode(), EdarAction::Redundant);
@@ -375,7 +379,10 @@ fn redundant_mode_with_the_buffer_honours_tiers_and_failures() {
         s.select(&p, &datagram(), now),
         Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
     );
-    assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
+    assert_eq!(
+        s.select(&p, &pkt(), now),
+        Decision::Duplicate([PathId(0), PathId(1)].into_iter().collect())
+    );
     assert!(s.link_redundant_buffer());
     p[1].state = PathState::Failed;
     assert_eq!(s.select(&p, &datagram(), now), Decision::Send(PathId(0)));
