@@ -190,7 +190,7 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
 
 impl Driver {
     fn now(&self) -> Timestamp {
-        Timestamp::from_micros(self.epoch.elapsed().as_micros() as u64)
+        since(self.epoch)
     }
 
     fn instant(&self, t: Timestamp) -> Instant {
@@ -604,36 +604,28 @@ impl Driver {
             .map(|p| usize::from(p.max_datagram_size))
             .max()
             .unwrap_or(1200);
-        let epoch = self.epoch;
-        let clock = || Timestamp::from_micros(epoch.elapsed().as_micros() as u64);
-        let mut now = clock();
+        let mut now = self.now();
         let mut since_read = 0;
         loop {
             if since_read == CLOCK_EVERY {
-                now = clock();
+                now = self.now();
                 since_read = 0;
             }
             let out = self.out.room(room);
             out.resize(room, 0);
-            let t = match self.session.poll_transmit(now, out) {
-                Some(t) => t,
-                None => {
-                    let later = clock();
-                    match (later > now)
-                        .then(|| self.session.poll_transmit(later, out))
-                        .flatten()
-                    {
-                        Some(t) => {
-                            now = later;
-                            since_read = 0;
-                            t
-                        }
-                        None => {
-                            out.clear();
-                            return;
-                        }
-                    }
+            let mut sent = self.session.poll_transmit(now, out);
+            if sent.is_none() {
+                // Nothing at `now`: ask again with what the flush's own time earned the pacer.
+                let later = since(self.epoch);
+                if later > now {
+                    now = later;
+                    since_read = 0;
+                    sent = self.session.poll_transmit(now, out);
                 }
+            }
+            let Some(t) = sent else {
+                out.clear();
+                return;
             };
             since_read += 1;
             out.truncate(t.len);
@@ -657,4 +649,9 @@ impl Driver {
             }
         }
     }
+}
+
+/// Microseconds since `epoch`, the session's clock.
+fn since(epoch: Instant) -> Timestamp {
+    Timestamp::from_micros(epoch.elapsed().as_micros() as u64)
 }
