@@ -184,11 +184,7 @@ impl Session {
     /// Reads in-order bytes. `Ok(Some(0))`: nothing yet; `Ok(None)`: the peer finished and
     /// everything was read.
     pub fn read(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
-        let mut at = 0;
-        self.read_with(id, out.len(), |part| {
-            out[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        })
+        self.read_with(id, out.len(), super::stream::fill(out))
     }
 
     /// As [`Session::read`], but hands at most `max` in-order bytes to `sink` (in one or two

@@ -560,11 +560,7 @@ impl RecvStream {
     /// Copies readable bytes into `out`; returns how many.
     #[cfg(test)]
     pub fn read(&mut self, out: &mut [u8]) -> usize {
-        let mut at = 0;
-        self.read_with(out.len(), |part| {
-            out[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        })
+        self.read_with(out.len(), fill(out))
     }
 
     /// Hands at most `max` readable bytes to `sink`, in order, as the (at most two) contiguous
@@ -648,6 +644,16 @@ impl RecvStream {
         self.received.clear();
         self.discarding = true;
         released
+    }
+}
+
+/// A `read_with` sink that copies the parts one after the other into `out` (at most
+/// `out.len()` bytes are handed to it).
+pub(crate) fn fill(out: &mut [u8]) -> impl FnMut(&[u8]) + '_ {
+    let mut at = 0;
+    move |part| {
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
     }
 }
 
