@@ -78,6 +78,7 @@ use crate::time::Timestamp;
 use std::time::Duration;
 
 pub use network::{EdarNetwork, EdarNetworkError, EdarScratch, SplitMix64};
+use packed::{Kernel, Prefix, PrefixUse};
 pub use reward::{ReportTotals, RewardWeights, reward};
 pub use state::{
     CONNECTION_FEATURES, EDAR_MAX_PATHS, EdarState, FEATURES, HISTORY, PathHistory, PathSample,
@@ -292,6 +293,30 @@ impl EdarConfig {
     }
 }
 
+/// How EdAR's decisions used the pass computed ahead (the module docs, "Prefix"): counts since
+/// [`Edar::new`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EdarPrefixStats {
+    /// Decisions whose prefix was valid and complete: only the rest of the pass ran.
+    pub ready: u64,
+    /// Decisions whose prefix was valid but incomplete (too few packets in the interval): its
+    /// remaining work ran at the decision, then the rest.
+    pub finished: u64,
+    /// Decisions of the network that ran the full pass: no prefix (the first decision, no
+    /// paths) or one that did not match (paths changed, weights swapped).
+    pub missed: u64,
+}
+
+impl EdarPrefixStats {
+    fn count(&mut self, used: PrefixUse) {
+        match used {
+            PrefixUse::Ready => self.ready += 1,
+            PrefixUse::Finished => self.finished += 1,
+            PrefixUse::Missed => self.missed += 1,
+        }
+    }
+}
+
 /// Per-path sums over the current interval.
 #[derive(Clone, Copy, Debug, Default)]
 struct PathAccumulator {
@@ -404,6 +429,15 @@ pub struct Edar {
     receive_window: u64,
     decisions: u64,
     redundant_decisions: u64,
+    /// The next decision's pass computed ahead, a unit per `select` inside the interval (the
+    /// module docs, "Prefix"); `None` without weights.
+    prefix: Option<Box<Prefix>>,
+    prefix_stats: EdarPrefixStats,
+    /// Off only in tests that compare against the full pass at every decision.
+    prefix_enabled: bool,
+    /// The Q-values of the last decision the network made (tests compare them bit for bit).
+    #[cfg(test)]
+    last_q: Option<[f32; 2]>,
 }
 
 impl Edar {
@@ -480,6 +514,11 @@ impl Edar {
             receive_window: 0,
             decisions: 0,
             redundant_decisions: 0,
+            prefix: config.weights.as_ref().map(|_| Prefix::new()),
+            prefix_stats: EdarPrefixStats::default(),
+            prefix_enabled: true,
+            #[cfg(test)]
+            last_q: None,
             config: config.clone(),
         }
     }
@@ -492,6 +531,21 @@ impl Edar {
     /// Decisions taken so far, and how many of them were redundant.
     pub fn decisions(&self) -> (u64, u64) {
         (self.decisions, self.redundant_decisions)
+    }
+
+    /// How the network's decisions used the pass computed ahead.
+    pub fn prefix_stats(&self) -> EdarPrefixStats {
+        self.prefix_stats
+    }
+
+    /// Turns the pass computed ahead off (every decision runs the full pass) or on; for tests
+    /// that compare the two.
+    #[cfg(test)]
+    fn set_prefix_enabled(&mut self, enabled: bool) {
+        self.prefix_enabled = enabled;
+        if let Some(prefix) = self.prefix.as_mut() {
+            prefix.clear();
+        }
     }
 
     /// The version of the weights in use (`None` without a weight slot).
@@ -559,7 +613,24 @@ impl Edar {
         if self.config.epsilon > 0.0 && self.rng.unit() < self.config.epsilon {
             return EdarAction::from_index((self.rng.next_u64() & 1) as usize);
         }
-        match reader.weights().q_values(state, scratch) {
+        let q = match self.prefix.as_mut() {
+            Some(prefix) if self.prefix_enabled => {
+                let (q, used) = reader.weights().q_values_prefixed(
+                    state,
+                    reader.version(),
+                    Kernel::best(),
+                    prefix,
+                );
+                self.prefix_stats.count(used);
+                Ok(q)
+            }
+            _ => reader.weights().q_values(state, scratch),
+        };
+        #[cfg(test)]
+        {
+            self.last_q = q.as_ref().ok().copied();
+        }
+        match q {
             Ok([normal, redundant]) if redundant > normal => EdarAction::Redundant,
             _ => EdarAction::Normal,
         }
@@ -588,6 +659,7 @@ impl Edar {
         self.credited = Credited::default();
         self.data_packets = 0;
         let action = self.choose(&state);
+        self.begin_prefix(&state);
         self.pending = Some((state, action));
         self.mode = action;
         self.decisions += 1;
@@ -598,6 +670,36 @@ impl Edar {
         let ti = interval(paths);
         self.report_lag = ti;
         self.next_decision = now + ti;
+    }
+
+    /// Starts the next decision's prefix from the state just decided on (the learned policy
+    /// with weights only: the fixed policies run no network).
+    fn begin_prefix(&mut self, state: &EdarState) {
+        if self.config.policy != EdarPolicy::Learned || !self.prefix_enabled {
+            return;
+        }
+        if let (Some(reader), Some(prefix)) = (self.config.weights.as_ref(), self.prefix.as_mut()) {
+            reader
+                .weights()
+                .prefix_begin(state, reader.version(), Kernel::best(), prefix);
+        }
+    }
+
+    /// One unit of the next decision's prefix, if any is left (dropped if the weights changed
+    /// since it began: its units must all use the same weights).
+    fn advance_prefix(&mut self) {
+        let (Some(reader), Some(prefix)) = (self.config.weights.as_ref(), self.prefix.as_mut())
+        else {
+            return;
+        };
+        if !prefix.pending() {
+            return;
+        }
+        if prefix.version() != Some(reader.version()) {
+            prefix.clear();
+            return;
+        }
+        reader.weights().prefix_advance(prefix);
     }
 
     /// Removes the oldest closed interval and sends its transition when reports were credited
@@ -713,6 +815,8 @@ impl Scheduler for Edar {
             self.next_decision = now + interval(paths);
         } else if now >= self.next_decision {
             self.decide(paths, now);
+        } else {
+            self.advance_prefix();
         }
         match self.mode {
             // With the redundant buffer too, a packet is copied at placement onto the paths with

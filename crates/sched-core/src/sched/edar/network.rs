@@ -17,7 +17,7 @@
 
 use crate::nn::{Activation, Linear, Lstm, LstmScratch, LstmState, Mlp, MlpScratch, NnError};
 
-use super::packed::Packed;
+use super::packed::{Kernel, Packed, Prefix, PrefixUse};
 use super::state::{CONNECTION_FEATURES, EdarState, FEATURES, HISTORY};
 
 /// Units of each LSTM1.
@@ -209,6 +209,43 @@ impl EdarNetwork {
     ) -> Result<[f32; 2], NnError> {
         let _ = scratch;
         Ok(self.packed.q_values(state))
+    }
+
+    /// Starts `prefix` for the decision after the one on `state`, with these weights (`version`)
+    /// and `kernel` (see [`super::packed::Prefix`]); no work runs here.
+    pub(super) fn prefix_begin(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) {
+        self.packed.prefix_begin(state, version, kernel, prefix);
+    }
+
+    /// Runs `prefix`'s next unit of work with these weights (the caller checks that they are the
+    /// version the prefix was begun with); true when one ran.
+    pub(super) fn prefix_advance(&self, prefix: &mut Prefix) -> bool {
+        self.packed.prefix_advance(prefix)
+    }
+
+    /// [`EdarNetwork::q_values`] with `kernel`, from `prefix` when it is valid for `state`
+    /// (bit-identical to the full pass either way), and how the prefix was used.
+    pub(super) fn q_values_prefixed(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) -> ([f32; 2], PrefixUse) {
+        self.packed
+            .q_values_prefixed(state, version, kernel, prefix)
+    }
+
+    /// The full pass with `kernel` (tests compare every build).
+    #[cfg(test)]
+    pub(super) fn q_values_with(&self, kernel: Kernel, state: &EdarState) -> [f32; 2] {
+        self.packed.q_values_with(kernel, state)
     }
 
     /// Q(s, normal) and Q(s, redundant) layer by layer with the [`crate::nn`] parts: each LSTM1

@@ -373,6 +373,405 @@ fn run<V: Vector>(packed: &Packed, state: &EdarState) -> [f32; 2] {
     core::<V>(packed, start, &h)
 }
 
+/// Which build of the kernel runs a pass (the runtime dispatch picks the best the CPU has; a
+/// [`Prefix`] is finished only by the build that made it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kernel {
+    /// Any CPU.
+    Portable,
+    /// AVX2 + FMA.
+    Avx2,
+    /// AVX-512F/DQ.
+    Avx512,
+}
+
+impl Kernel {
+    /// The fastest build this CPU runs (what [`Packed::q_values`] uses).
+    pub(super) fn best() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+            {
+                return Kernel::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Kernel::Avx2;
+            }
+        }
+        Kernel::Portable
+    }
+
+    /// Every build this CPU runs (portable always), for tests of each.
+    #[cfg(test)]
+    pub(super) fn available() -> Vec<Kernel> {
+        let mut out = vec![Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                out.push(Kernel::Avx2);
+            }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+            {
+                out.push(Kernel::Avx512);
+            }
+        }
+        out
+    }
+}
+
+/// Units of prefix work: LSTM1's steps 0 to 4 (one unit each), then the projection's first half.
+pub(super) const PREFIX_UNITS: u8 = HISTORY as u8;
+
+/// The part of the next decision's pass that reads only older intervals, computed ahead of
+/// time (module docs of `super`): LSTM1's states after steps 0–4 of every sequence and LSTM2's
+/// gate sums `b + W_ih x` over step 4's states, in the kernel's lane layout, with the exact
+/// inputs they were computed from, the weights' version and the kernel that made them. A
+/// decision uses it only when its own steps 0–4 equal `xs` bit for bit, its path count, weights
+/// version and kernel are the same: then the rest of the pass ([`Packed::q_values_prefixed`])
+/// gives the full pass's Q-values bit for bit (the same operations on the same values; only
+/// when they run changes).
+#[derive(Clone)]
+#[repr(C, align(64))]
+pub(super) struct Prefix {
+    /// LSTM1's hidden and cell states after the units done so far, `[group][half]`.
+    h: [[Lane; 2]; MAX_GROUPS],
+    c: [[Lane; 2]; MAX_GROUPS],
+    /// LSTM2's gate sums over step 4's states, `[path][vector]` (valid once complete).
+    pre: [[Lane; ACROSS_VECTORS]; EDAR_MAX_PATHS],
+    /// The inputs of steps 0–4, laid out as [`inputs`] does.
+    xs: [[Lane; 2]; HISTORY - 1],
+    version: u64,
+    path_count: u8,
+    /// Units done (`PREFIX_UNITS` = complete); meaningful only while `begun`.
+    done: u8,
+    kernel: Kernel,
+    begun: bool,
+}
+
+impl std::fmt::Debug for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefix")
+            .field("begun", &self.begun)
+            .field("done", &self.done)
+            .field("path_count", &self.path_count)
+            .field("version", &self.version)
+            .field("kernel", &self.kernel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a decision used its prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum PrefixUse {
+    /// Valid and complete: only the rest of the pass ran.
+    Ready,
+    /// Valid but incomplete: its remaining units ran first, then the rest.
+    Finished,
+    /// None, or not valid for this state: the full pass ran.
+    Missed,
+}
+
+impl Prefix {
+    /// An empty prefix (not begun).
+    pub(super) fn new() -> Box<Prefix> {
+        Box::new(Prefix {
+            h: [[[0.0; LANES]; 2]; MAX_GROUPS],
+            c: [[[0.0; LANES]; 2]; MAX_GROUPS],
+            pre: [[[0.0; LANES]; ACROSS_VECTORS]; EDAR_MAX_PATHS],
+            xs: [[[0.0; LANES]; 2]; HISTORY - 1],
+            version: 0,
+            path_count: 0,
+            done: 0,
+            kernel: Kernel::Portable,
+            begun: false,
+        })
+    }
+
+    /// Forgets the prefix (the next decision runs the full pass).
+    pub(super) fn clear(&mut self) {
+        self.begun = false;
+    }
+
+    /// True when begun and not yet complete.
+    pub(super) fn pending(&self) -> bool {
+        self.begun && self.done < PREFIX_UNITS
+    }
+
+    /// The weights' version it was begun with.
+    pub(super) fn version(&self) -> Option<u64> {
+        self.begun.then_some(self.version)
+    }
+
+    /// True when it may serve a decision on `xs` (all six steps) with `path_count` paths,
+    /// weights `version` and `kernel`: every input it read equal bit for bit.
+    fn valid_for(
+        &self,
+        xs: &[[Lane; 2]; HISTORY],
+        path_count: u8,
+        version: u64,
+        kernel: Kernel,
+    ) -> bool {
+        self.begun
+            && self.path_count == path_count
+            && self.version == version
+            && self.kernel == kernel
+            && self
+                .xs
+                .as_flattened()
+                .as_flattened()
+                .iter()
+                .zip(xs[..HISTORY - 1].as_flattened().as_flattened())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+impl Packed {
+    /// Starts the prefix of the decision after the one on `state`: its steps 0–4 are `state`'s
+    /// steps 1–5 (each interval's sample never changes once pushed), for the same paths. No
+    /// work runs here ([`Packed::prefix_advance`] does it, a unit at a time).
+    pub(super) fn prefix_begin(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) {
+        let paths = state.used_paths();
+        let xs = inputs(paths);
+        prefix.xs.copy_from_slice(&xs[1..]);
+        prefix.path_count = paths.len() as u8;
+        prefix.version = version;
+        prefix.kernel = kernel;
+        prefix.done = 0;
+        // Without paths there is nothing to compute ahead (and the full pass is the core alone).
+        prefix.begun = !paths.is_empty();
+    }
+
+    /// Runs the prefix's next unit of work, if any is left; true when one ran.
+    pub(super) fn prefix_advance(&self, prefix: &mut Prefix) -> bool {
+        if !prefix.pending() {
+            return false;
+        }
+        match prefix.kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefix gets `Kernel::Avx512` only from `Kernel::best` or
+            // `Kernel::available`, which checked that the CPU has AVX-512F and DQ.
+            Kernel::Avx512 => unsafe { prefix_unit_avx512(self, prefix) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: likewise for AVX2 and FMA.
+            Kernel::Avx2 => unsafe { prefix_unit_avx2_fma(self, prefix) },
+            _ => prefix_unit::<Portable<false>>(self, prefix),
+        }
+        true
+    }
+
+    /// Q(s, normal) and Q(s, redundant) with `kernel`, from `prefix` when it is valid for
+    /// `state` (its remaining units run first if it is incomplete), else the full pass; the
+    /// Q-values are the same bit for bit either way.
+    pub(super) fn q_values_prefixed(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) -> ([f32; 2], PrefixUse) {
+        let paths = state.used_paths();
+        let xs = inputs(paths);
+        if !prefix.valid_for(&xs, paths.len() as u8, version, kernel) {
+            prefix.begun = false;
+            return (self.q_values_with(kernel, state), PrefixUse::Missed);
+        }
+        let used = if prefix.done == PREFIX_UNITS {
+            PrefixUse::Ready
+        } else {
+            PrefixUse::Finished
+        };
+        let q = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the prefix's kernel (equal to `kernel`, checked by `valid_for`) came from
+            // `Kernel::best` or `Kernel::available`, which checked the CPU's features.
+            Kernel::Avx512 => unsafe { rest_avx512(self, state, &xs[HISTORY - 1], prefix) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: likewise.
+            Kernel::Avx2 => unsafe { rest_avx2_fma(self, state, &xs[HISTORY - 1], prefix) },
+            _ => rest::<Portable<false>>(self, state, &xs[HISTORY - 1], prefix),
+        };
+        // A prefix serves one decision.
+        prefix.begun = false;
+        (q, used)
+    }
+
+    /// The full pass with `kernel` (one the CPU runs: from `Kernel::best` or
+    /// `Kernel::available`).
+    pub(super) fn q_values_with(&self, kernel: Kernel, state: &EdarState) -> [f32; 2] {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Kernel::Avx512` comes only from `Kernel::best` or `Kernel::available`,
+            // which checked that the CPU has AVX-512F and DQ.
+            Kernel::Avx512 => unsafe { run_avx512(self, state) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: likewise for AVX2 and FMA.
+            Kernel::Avx2 => unsafe { run_avx2_fma(self, state) },
+            _ => run::<Portable<false>>(self, state),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn prefix_unit_avx512(packed: &Packed, prefix: &mut Prefix) {
+    prefix_unit::<vector::avx512::V>(packed, prefix)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn prefix_unit_avx2_fma(packed: &Packed, prefix: &mut Prefix) {
+    prefix_unit::<Portable<true>>(packed, prefix)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn rest_avx512(
+    packed: &Packed,
+    state: &EdarState,
+    x5: &[Lane; 2],
+    prefix: &mut Prefix,
+) -> [f32; 2] {
+    rest::<vector::avx512::V>(packed, state, x5, prefix)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rest_avx2_fma(
+    packed: &Packed,
+    state: &EdarState,
+    x5: &[Lane; 2],
+    prefix: &mut Prefix,
+) -> [f32; 2] {
+    rest::<Portable<true>>(packed, state, x5, prefix)
+}
+
+/// The prefix's next unit for its path count.
+#[inline(always)]
+fn prefix_unit<V: Vector>(packed: &Packed, prefix: &mut Prefix) {
+    match prefix.path_count {
+        0 => {}
+        1 => prefix_unit_paths::<V, 2, 1>(packed, prefix),
+        2 => prefix_unit_paths::<V, 4, 2>(packed, prefix),
+        3 => prefix_unit_paths::<V, 6, 3>(packed, prefix),
+        _ => prefix_unit_paths::<V, 8, 4>(packed, prefix),
+    }
+    prefix.done += 1;
+}
+
+/// Unit `prefix.done` over `P` paths: LSTM1's step `done` (0–4) of every group, from and back
+/// to the stored states; or (unit 5) `pre = b + W_ih x` over step 4's states, as
+/// [`project_start`] runs it inside the full pass.
+#[inline(always)]
+fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
+    packed: &Packed,
+    prefix: &mut Prefix,
+) {
+    let t = usize::from(prefix.done);
+    if t + 1 < HISTORY {
+        let mut h = [[V::splat(0.0); 2]; G];
+        let mut c = [[V::splat(0.0); 2]; G];
+        let x = (V::load(&prefix.xs[t][0]), V::load(&prefix.xs[t][1]));
+        if t == 0 {
+            lstm1_step::<V, G, P, true>(packed, x, &mut h, &mut c, None);
+        } else {
+            for g in 0..G {
+                for half in 0..2 {
+                    h[g][half] = V::load(&prefix.h[g][half]);
+                    c[g][half] = V::load(&prefix.c[g][half]);
+                }
+            }
+            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+        }
+        for g in 0..G {
+            for half in 0..2 {
+                h[g][half].store(&mut prefix.h[g][half]);
+                c[g][half].store(&mut prefix.c[g][half]);
+            }
+        }
+    } else {
+        let mut step4 = Aligned([[[0.0f32; LANES]; 4]; P]);
+        for g in 0..G {
+            for half in 0..2 {
+                step4[g / GROUPS_PER_PATH][2 * (g % 2) + half] = prefix.h[g][half];
+            }
+        }
+        let mut pre = [[V::splat(0.0); ACROSS_VECTORS]; P];
+        project_start::<V, P>(packed, Some((&step4, &mut pre)));
+        for p in 0..P {
+            for v in 0..ACROSS_VECTORS {
+                pre[p][v].store(&mut prefix.pre[p][v]);
+            }
+        }
+    }
+}
+
+/// The decision's pass from a valid prefix: its remaining units, then LSTM1's step 5 (inputs
+/// `x5`), the projection's second half, LSTM2's recurrence and the core.
+#[inline(always)]
+fn rest<V: Vector>(
+    packed: &Packed,
+    state: &EdarState,
+    x5: &[Lane; 2],
+    prefix: &mut Prefix,
+) -> [f32; 2] {
+    while prefix.done < PREFIX_UNITS {
+        prefix_unit::<V>(packed, prefix);
+    }
+    let start = core_start::<V>(packed, &state.connection);
+    let mut across_h: [f32; 2 * LANES] = [0.0; 2 * LANES];
+    match prefix.path_count {
+        0 => {}
+        1 => rest_paths::<V, 2, 1>(packed, x5, prefix, &mut across_h),
+        2 => rest_paths::<V, 4, 2>(packed, x5, prefix, &mut across_h),
+        3 => rest_paths::<V, 6, 3>(packed, x5, prefix, &mut across_h),
+        _ => rest_paths::<V, 8, 4>(packed, x5, prefix, &mut across_h),
+    }
+    let mut h = [0.0f32; ACROSS_HIDDEN];
+    h.copy_from_slice(&across_h[..ACROSS_HIDDEN]);
+    core::<V>(packed, start, &h)
+}
+
+/// LSTM1's step 5 from the prefix's states, then [`across_tail`] from its gate sums.
+#[inline(always)]
+fn rest_paths<V: Vector, const G: usize, const P: usize>(
+    packed: &Packed,
+    x5: &[Lane; 2],
+    prefix: &Prefix,
+    h_out: &mut [f32; 2 * LANES],
+) {
+    let mut h = [[V::splat(0.0); 2]; G];
+    let mut c = [[V::splat(0.0); 2]; G];
+    for g in 0..G {
+        for half in 0..2 {
+            h[g][half] = V::load(&prefix.h[g][half]);
+            c[g][half] = V::load(&prefix.c[g][half]);
+        }
+    }
+    let mut pre = [[V::splat(0.0); ACROSS_VECTORS]; P];
+    for p in 0..P {
+        for v in 0..ACROSS_VECTORS {
+            pre[p][v] = V::load(&prefix.pre[p][v]);
+        }
+    }
+    let x = (V::load(&x5[0]), V::load(&x5[1]));
+    lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+    let mut step5 = Aligned([[[0.0f32; LANES]; 4]; P]);
+    snapshot::<V, G, P>(&h, &mut step5);
+    across_tail::<V, P>(packed, &step5, &mut pre, h_out);
+}
+
 /// `N` LSTM cells from their gate sums `t[q][k]` (gate `q` = i, f, g, o, pre-scaled so that
 /// `Eq = 2^{t_q}`, module docs) and cell states `c` (updated in place); returns the hidden
 /// states. The cell states are kept pre-scaled, `c = TANH_SCALE · c_true`, so that `tanh(c)`'s
@@ -535,16 +934,7 @@ fn across<V: Vector, const G: usize, const P: usize>(
     h_out: &mut [f32; 2 * LANES],
 ) {
     const { assert!(G == GROUPS_PER_PATH * P && GROUPS_PER_PATH == 2) };
-    // Inputs per step: xs[t][s / 16][s mod 16] = sequence s = 6 p + f at step t.
-    let mut xs = Aligned([[[0.0f32; LANES]; 2]; HISTORY]);
-    for (p, path) in paths.iter().take(P).enumerate() {
-        for (f, series) in path.chunks_exact(HISTORY).enumerate() {
-            let s = FEATURES * p + f;
-            for (t, &value) in series.iter().enumerate() {
-                xs[t][s / LANES][s % LANES] = value;
-            }
-        }
-    }
+    let xs = inputs(paths);
     // LSTM1 (`lstm1_step`); the projection's first half (step 4's states of every path, one
     // sweep over its weights) runs inside the last step, after its first pair.
     let mut h = [[V::splat(0.0); 2]; G];
@@ -565,7 +955,36 @@ fn across<V: Vector, const G: usize, const P: usize>(
         }
     }
     snapshot::<V, G, P>(&h, &mut step5);
-    project::<V, P>(packed, 1, &step5, &mut pre);
+    across_tail::<V, P>(packed, &step5, &mut pre, h_out);
+}
+
+/// The sequences' inputs per step: `xs[t][s / 16][s mod 16]` = sequence `s = 6 p + f` at step
+/// `t` (zero past the used paths).
+#[inline(always)]
+fn inputs(paths: &[[f32; FEATURES * HISTORY]]) -> Aligned<[[Lane; 2]; HISTORY]> {
+    let mut xs = Aligned([[[0.0f32; LANES]; 2]; HISTORY]);
+    for (p, path) in paths.iter().take(EDAR_MAX_PATHS).enumerate() {
+        for (f, series) in path.chunks_exact(HISTORY).enumerate() {
+            let s = FEATURES * p + f;
+            for (t, &value) in series.iter().enumerate() {
+                xs[t][s / LANES][s % LANES] = value;
+            }
+        }
+    }
+    xs
+}
+
+/// After LSTM1: the projection's second half over step 5's states `step5` (adding to `pre`,
+/// which holds `b + W_ih x` over step 4's), then LSTM2's recurrence across the `P` paths;
+/// writes its final hidden state into `h_out[..24]`.
+#[inline(always)]
+fn across_tail<V: Vector, const P: usize>(
+    packed: &Packed,
+    step5: &PathStates<P>,
+    pre: &mut [[V; ACROSS_VECTORS]; P],
+    h_out: &mut [f32; 2 * LANES],
+) {
+    project::<V, P>(packed, 1, step5, pre);
     // The recurrence across paths: h, c of 24 units as a 16-lane vector and the low half of
     // another (whose high lanes carry unused values).
     let mut c2 = [V::splat(0.0); 2];

@@ -434,3 +434,208 @@ fn model_version_is_visible_through_any_scheduler() {
     assert_eq!(any.model_version(), Some(2));
     assert!(matches!(any, AnyScheduler::Edar(_)));
 }
+
+/// A state of `k` paths with values in ±`scale` (the normalised features reach 10).
+fn random_state(rng: &mut SplitMix64, k: u8, scale: f64) -> EdarState {
+    let mut s = EdarState::EMPTY;
+    s.path_count = k;
+    for v in s.connection.iter_mut() {
+        *v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+    }
+    for p in s.paths.iter_mut() {
+        for v in p.iter_mut() {
+            *v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+        }
+    }
+    s
+}
+
+/// `state` one interval later: every used path's history shifted by one step with a random
+/// newest sample, new connection features.
+fn next_state(rng: &mut SplitMix64, state: &EdarState, scale: f64) -> EdarState {
+    let mut next = *state;
+    for v in next.connection.iter_mut() {
+        *v = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+    }
+    for path in next.paths.iter_mut() {
+        for series in path.chunks_exact_mut(HISTORY) {
+            series.rotate_left(1);
+            series[HISTORY - 1] = ((rng.unit() * 2.0 - 1.0) * scale) as f32;
+        }
+    }
+    next
+}
+
+fn bits(q: [f32; 2]) -> [u32; 2] {
+    q.map(f32::to_bits)
+}
+
+#[test]
+fn prefix_then_rest_equals_the_full_pass_bit_for_bit_in_every_kernel() {
+    use packed::{Kernel, PREFIX_UNITS, Prefix, PrefixUse};
+    let nets = [EdarNetwork::initial(11), EdarNetwork::initial(12)];
+    let mut rng = SplitMix64(0x5EED_0007);
+    let mut prefix = Prefix::new();
+    let (mut ready, mut finished, mut missed) = (0, 0, 0);
+    for kernel in Kernel::available() {
+        for k in 1..=EDAR_MAX_PATHS as u8 {
+            for trial in 0..24 {
+                let scale = [0.5, 2.0, 10.0][trial % 3];
+                let state = random_state(&mut rng, k, scale);
+                let mut next = next_state(&mut rng, &state, scale);
+                let net = &nets[0];
+                net.prefix_begin(&state, 0, kernel, &mut prefix);
+                // Any number of units done ahead, the rest at the decision.
+                let units = (rng.next_u64() % (u64::from(PREFIX_UNITS) + 1)) as u8;
+                for _ in 0..units {
+                    assert!(net.prefix_advance(&mut prefix));
+                }
+                // One more (true while any was left).
+                assert_eq!(net.prefix_advance(&mut prefix), units < PREFIX_UNITS);
+                // A quarter of the decisions do not match the prefix: an older sample changed,
+                // a path more or fewer, or other weights (version 1).
+                let (net, version, expect) = match trial % 8 {
+                    1 => {
+                        let p = (rng.next_u64() % u64::from(k)) as usize;
+                        let f = (rng.next_u64() % FEATURES as u64) as usize;
+                        let t = (rng.next_u64() % (HISTORY as u64 - 1)) as usize;
+                        next.paths[p][f * HISTORY + t] += 0.25;
+                        (net, 0, PrefixUse::Missed)
+                    }
+                    3 => {
+                        next.path_count = if k == 1 { 2 } else { k - 1 };
+                        (net, 0, PrefixUse::Missed)
+                    }
+                    5 => (&nets[1], 1, PrefixUse::Missed),
+                    _ if units + 1 >= PREFIX_UNITS => (net, 0, PrefixUse::Ready),
+                    _ => (net, 0, PrefixUse::Finished),
+                };
+                let full = net.q_values_with(kernel, &next);
+                let (q, used) = net.q_values_prefixed(&next, version, kernel, &mut prefix);
+                assert_eq!(used, expect, "{kernel:?} K={k} trial {trial}");
+                assert_eq!(
+                    bits(q),
+                    bits(full),
+                    "{kernel:?} K={k} trial {trial}: {q:?} {full:?}"
+                );
+                // A prefix serves one decision.
+                let (_, again) = net.q_values_prefixed(&next, version, kernel, &mut prefix);
+                assert_eq!(again, PrefixUse::Missed);
+                match used {
+                    PrefixUse::Ready => ready += 1,
+                    PrefixUse::Finished => finished += 1,
+                    PrefixUse::Missed => missed += 1,
+                }
+            }
+        }
+    }
+    assert!(
+        ready > 0 && finished > 0 && missed > 0,
+        "{ready} {finished} {missed}"
+    );
+}
+
+/// Two identical EdAR schedulers, the pass computed ahead on in one and off in the other,
+/// through one long random run: path changes (paths leave, come back, fail), a weights swap
+/// mid-way, intervals with many, one or no packets, ACKs and reports. Every decision and every
+/// Q-value must be the same, bit for bit.
+#[test]
+fn prefix_on_and_off_decide_identically_through_a_random_run() {
+    let (mut writer, reader) = weight_slot(EdarNetwork::initial(21));
+    let config = EdarConfig {
+        weights: Some(reader),
+        ..EdarConfig::default()
+    };
+    let mut on = Edar::new(&config);
+    let mut off = Edar::new(&config);
+    off.set_prefix_enabled(false);
+    let mut rng = SplitMix64(0xB0A7_0007);
+    let mut now = Timestamp::from_millis(1);
+    let mut present = [true, true, false, false];
+    let mut failed = [false; 4];
+    let mut decisions_compared = 0;
+    for step in 0..6_000 {
+        if step == 3_000 {
+            writer.publish(EdarNetwork::initial(22));
+        }
+        // Now and then a path leaves, comes back or fails.
+        if rng.unit() < 0.004 {
+            let i = (rng.next_u64() % 4) as usize;
+            present[i] = !present[i];
+            if !present.iter().any(|&p| p) {
+                present[0] = true;
+            }
+        }
+        if rng.unit() < 0.002 {
+            let i = (rng.next_u64() % 4) as usize;
+            failed[i] = !failed[i];
+        }
+        let views: Vec<PathView> = (0..4u8)
+            .filter(|&i| present[usize::from(i)])
+            .map(|i| {
+                let srtt = 20_000 + 10_000 * u32::from(i) + (rng.next_u64() % 5_000) as u32;
+                let mut v = PathView::new(PathId(i), srtt, 20_000 + rng.next_u64() % 200_000);
+                v.bytes_in_flight = rng.next_u64() % 150_000;
+                v.rttvar_us = (rng.next_u64() % 10_000) as u32;
+                v.loss_rate = (rng.unit() * 0.05) as f32;
+                if failed[usize::from(i)] {
+                    v.state = PathState::Failed;
+                }
+                v
+            })
+            .collect();
+        // Mostly short gaps (many packets per ~20 ms interval), sometimes a long one (an
+        // interval with one packet or none).
+        let gap_us = match rng.next_u64() % 100 {
+            0..=79 => rng.next_u64() % 3_000,
+            80..=94 => rng.next_u64() % 20_000,
+            _ => 20_000 + rng.next_u64() % 80_000,
+        };
+        now += Duration::from_micros(gap_us);
+        let packet = if rng.unit() < 0.1 {
+            PacketMeta {
+                class: TrafficClass::Control,
+                ..pkt()
+            }
+        } else {
+            pkt()
+        };
+        let before = on.decisions();
+        let a = on.select(&views, &packet, now);
+        let b = off.select(&views, &packet, now);
+        assert_eq!(a, b, "step {step}");
+        assert_eq!(on.mode(), off.mode(), "step {step}");
+        assert_eq!(on.decisions(), off.decisions(), "step {step}");
+        if on.decisions() != before {
+            let (qa, qb) = (on.last_q, off.last_q);
+            assert_eq!(qa.map(bits), qb.map(bits), "step {step}: {qa:?} {qb:?}");
+            decisions_compared += 1;
+        }
+        if rng.unit() < 0.5 && !views.is_empty() {
+            let i = (rng.next_u64() % views.len() as u64) as usize;
+            let ack = AckInfo {
+                bytes: rng.next_u64() % 3_000,
+                rtt_us: 30_000,
+                owd_us: 15_000,
+            };
+            on.on_ack(views[i].id, &ack, now);
+            off.on_ack(views[i].id, &ack, now);
+        }
+        if step % 50 == 0 {
+            let report = ReceiverReport {
+                interval_us: 100_000,
+                delivered_bytes: rng.next_u64() % 200_000,
+                ..ReceiverReport::default()
+            };
+            on.on_report(&report, now);
+            off.on_report(&report, now);
+        }
+    }
+    let stats = on.prefix_stats();
+    println!("{decisions_compared} decisions, {stats:?}");
+    assert_eq!(off.prefix_stats().ready + off.prefix_stats().finished, 0);
+    assert!(stats.ready > 0, "{stats:?}");
+    assert!(stats.finished > 0, "{stats:?}");
+    assert!(stats.missed > 0, "{stats:?}");
+    assert!(decisions_compared > 200, "{decisions_compared}");
+}
