@@ -527,7 +527,8 @@ impl Prefix {
                 .as_flattened()
                 .iter()
                 .zip(xs[..HISTORY - 1].as_flattened().as_flattened())
-                .all(|(a, b)| a.to_bits() == b.to_bits())
+                // No early exit: a plain fold over the 160 values vectorises.
+                .fold(true, |same, (a, b)| same & (a.to_bits() == b.to_bits()))
     }
 }
 
@@ -743,7 +744,9 @@ fn rest<V: Vector>(
     core::<V>(packed, start, &h)
 }
 
-/// LSTM1's step 5 from the prefix's states, then [`across_tail`] from its gate sums.
+/// LSTM1's step 5 from the prefix's states, then [`across_tail`] from its gate sums. (Running
+/// the projection of paths 0 and 1 beside the step 5 of paths 2 and 3, or path by path beside
+/// LSTM2's steps, did not make this faster: 2,730 and 2,860 against 2,650 TSC ticks at K = 4.)
 #[inline(always)]
 fn rest_paths<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
@@ -990,39 +993,51 @@ fn across_tail<V: Vector, const P: usize>(
     let mut c2 = [V::splat(0.0); 2];
     let mut h2 = Aligned([[0.0f32; LANES]; 2]);
     for p in 0..P {
-        let gates = &mut pre[p];
-        if p > 0 {
-            // Two interleaved partial sums (even and odd `j`): half the dependent chain.
-            let mut odd = [V::splat(0.0); ACROSS_VECTORS];
-            for (pair, w) in packed.across_hh.chunks_exact(2).enumerate() {
-                let h_even = V::splat(h2.as_flattened()[2 * pair]);
-                let h_odd = V::splat(h2.as_flattened()[2 * pair + 1]);
-                for v in 0..ACROSS_VECTORS {
-                    gates[v] = V::load(&w[0][v]).mul_add(h_even, gates[v]);
-                    odd[v] = V::load(&w[1][v]).mul_add(h_odd, odd[v]);
-                }
-            }
-            for v in 0..ACROSS_VECTORS {
-                gates[v] = gates[v].add(odd[v]);
-            }
-        }
-        // Head (units 0–15) and tail (16–23 in the low lanes: [i | f] and [g | o] swapped
-        // into line) as two cells; the tail's high lanes carry unused, finite values.
-        let t = [
-            [gates[0], gates[4]],
-            [gates[1], gates[4].swap_halves()],
-            [gates[2], gates[5]],
-            [gates[3], gates[5].swap_halves()],
-        ];
-        let [h0, h1] = if p == 0 {
-            cells::<V, 2, true>(t, &mut c2)
-        } else {
-            cells::<V, 2, false>(t, &mut c2)
-        };
-        h0.store(&mut h2[0]);
-        h1.store(&mut h2[1]);
+        across_step::<V>(packed, p, &mut pre[p], &mut c2, &mut h2);
     }
     h_out.copy_from_slice(h2.as_flattened());
+}
+
+/// LSTM2's step over path `p` from its projected gate sums `gates` (the recurrent product of
+/// the previous hidden state `h2` added for `p > 0`); updates `c2` and `h2`.
+#[inline(always)]
+fn across_step<V: Vector>(
+    packed: &Packed,
+    p: usize,
+    gates: &mut [V; ACROSS_VECTORS],
+    c2: &mut [V; 2],
+    h2: &mut Aligned<[Lane; 2]>,
+) {
+    if p > 0 {
+        // Two interleaved partial sums (even and odd `j`): half the dependent chain.
+        let mut odd = [V::splat(0.0); ACROSS_VECTORS];
+        for (pair, w) in packed.across_hh.chunks_exact(2).enumerate() {
+            let h_even = V::splat(h2.as_flattened()[2 * pair]);
+            let h_odd = V::splat(h2.as_flattened()[2 * pair + 1]);
+            for v in 0..ACROSS_VECTORS {
+                gates[v] = V::load(&w[0][v]).mul_add(h_even, gates[v]);
+                odd[v] = V::load(&w[1][v]).mul_add(h_odd, odd[v]);
+            }
+        }
+        for v in 0..ACROSS_VECTORS {
+            gates[v] = gates[v].add(odd[v]);
+        }
+    }
+    // Head (units 0–15) and tail (16–23 in the low lanes: [i | f] and [g | o] swapped
+    // into line) as two cells; the tail's high lanes carry unused, finite values.
+    let t = [
+        [gates[0], gates[4]],
+        [gates[1], gates[4].swap_halves()],
+        [gates[2], gates[5]],
+        [gates[3], gates[5].swap_halves()],
+    ];
+    let [h0, h1] = if p == 0 {
+        cells::<V, 2, true>(t, c2)
+    } else {
+        cells::<V, 2, false>(t, c2)
+    };
+    h0.store(&mut h2[0]);
+    h1.store(&mut h2[1]);
 }
 
 /// LSTM1's hidden states after one step, by path: `[path][2 m + half]` (group `2 p + m`).
@@ -1252,6 +1267,121 @@ mod cycles {
             sum += q[0];
         }
         println!("K={k} n={n} portable={portable} sum={sum}");
+    }
+
+    /// Median TSC ticks of `f` timed call by call (`setup` before each, not timed), less the
+    /// median of an empty timed section.
+    fn time_each<S>(name: &str, mut setup: impl FnMut() -> S, mut f: impl FnMut(S)) {
+        fn ticks() -> u64 {
+            // SAFETY: `lfence` and `rdtsc` exist on every x86_64 CPU.
+            unsafe {
+                std::arch::x86_64::_mm_lfence();
+                let t = _rdtsc();
+                std::arch::x86_64::_mm_lfence();
+                t
+            }
+        }
+        let median = |samples: &mut Vec<u64>| {
+            samples.sort_unstable();
+            (samples[samples.len() / 10], samples[samples.len() / 2])
+        };
+        let mut empty = Vec::with_capacity(20_000);
+        let mut samples = Vec::with_capacity(20_000);
+        for _ in 0..20_000 {
+            let t0 = ticks();
+            empty.push(ticks() - t0);
+            let input = setup();
+            let t0 = ticks();
+            f(input);
+            samples.push(ticks() - t0);
+        }
+        let (_, overhead) = median(&mut empty);
+        let (p10, med) = median(&mut samples);
+        println!(
+            "{name:<28} p10 {:>6} median {:>6} TSC ticks (less {overhead} for the clock)",
+            p10.saturating_sub(overhead),
+            med.saturating_sub(overhead)
+        );
+    }
+
+    /// The pass computed ahead (`Prefix`): each unit, the rest at the decision, all units, at
+    /// K = 2 and 4 with the AVX-512 kernel (`cargo test --release -p braid-sched-core --lib
+    /// packed::cycles::prefix_cycles -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn prefix_cycles() {
+        if Kernel::best() != Kernel::Avx512 {
+            return;
+        }
+        let net = EdarNetwork::initial(1);
+        let packed = Packed::new(net.features(), net.across(), net.core());
+        let p = &packed;
+        for _ in 0..2 {
+            for k in [2u8, 4] {
+                let s = state(k);
+                // The previous decision's state: `s` one interval earlier (steps 1-5 of it are
+                // `s`'s steps 0-4).
+                let mut previous = s;
+                for path in previous.paths.iter_mut() {
+                    for series in path.chunks_exact_mut(HISTORY) {
+                        series.rotate_right(1);
+                    }
+                }
+                let mut ready = Prefix::new();
+                p.prefix_begin(&previous, 0, Kernel::Avx512, &mut ready);
+                while p.prefix_advance(&mut ready) {}
+                let (q, used) = p.q_values_prefixed(&s, 0, Kernel::Avx512, &mut ready.clone());
+                assert_eq!(used, PrefixUse::Ready);
+                assert_eq!(q.map(f32::to_bits), p.q_values(&s).map(f32::to_bits));
+                let work = std::cell::RefCell::new(ready.clone());
+                time_each(
+                    &format!("full K={k}"),
+                    || (),
+                    |()| {
+                        black_box(p.q_values(black_box(&s)));
+                    },
+                );
+                time_each(
+                    &format!("rest (prefix ready) K={k}"),
+                    || work.borrow_mut().clone_from(&ready),
+                    |()| {
+                        let mut work = work.borrow_mut();
+                        black_box(p.q_values_prefixed(black_box(&s), 0, Kernel::Avx512, &mut work));
+                    },
+                );
+                time_each(
+                    &format!("inputs + check K={k}"),
+                    || (),
+                    |()| {
+                        let s = black_box(&s);
+                        let xs = inputs(s.used_paths());
+                        black_box(ready.valid_for(&xs, k, 0, Kernel::Avx512));
+                    },
+                );
+                for unit in 0..PREFIX_UNITS {
+                    time_each(
+                        &format!("unit {unit} K={k}"),
+                        || {
+                            let mut work = work.borrow_mut();
+                            work.clone_from(&ready);
+                            work.done = unit;
+                        },
+                        |()| {
+                            black_box(p.prefix_advance(&mut work.borrow_mut()));
+                        },
+                    );
+                }
+                time_each(
+                    &format!("begin + all units K={k}"),
+                    || (),
+                    |()| {
+                        let mut work = work.borrow_mut();
+                        p.prefix_begin(black_box(&previous), 0, Kernel::Avx512, &mut work);
+                        while p.prefix_advance(&mut work) {}
+                    },
+                );
+            }
+        }
     }
 
     #[test]
