@@ -303,7 +303,9 @@ pub struct EdarPrefixStats {
     /// remaining work ran at the decision, then the rest.
     pub finished: u64,
     /// Decisions of the network that ran the full pass: no prefix (the first decision, no
-    /// paths) or one that did not match (paths changed, weights swapped).
+    /// paths), one that did not match (paths changed, weights swapped), or one with less than
+    /// two of its six units done (an interval with fewer than two packets), where the full pass
+    /// costs less than finishing it.
     pub missed: u64,
 }
 

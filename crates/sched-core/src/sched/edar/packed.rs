@@ -428,6 +428,11 @@ impl Kernel {
 /// Units of prefix work: LSTM1's steps 0 to 4 (one unit each), then the projection's first half.
 pub(super) const PREFIX_UNITS: u8 = HISTORY as u8;
 
+/// A valid prefix with fewer units done is not finished at the decision: the full pass costs
+/// less than its remaining units plus the rest (at K = 4, 5,800 TSC ticks against about
+/// 2,650 + 3,980 with no unit done, 2,650 + 3,560 with one; `cycles::prefix_cycles`).
+pub(super) const FINISH_FROM: u8 = 2;
+
 /// The part of the next decision's pass that reads only older intervals, computed ahead of
 /// time (module docs of `super`): LSTM1's states after steps 0–4 of every sequence and LSTM2's
 /// gate sums `b + W_ih x` over step 4's states, in the kernel's lane layout, with the exact
@@ -473,7 +478,8 @@ pub(super) enum PrefixUse {
     Ready,
     /// Valid but incomplete: its remaining units ran first, then the rest.
     Finished,
-    /// None, or not valid for this state: the full pass ran.
+    /// None, not valid for this state, or fewer than [`FINISH_FROM`] units done: the full pass
+    /// ran.
     Missed,
 }
 
@@ -584,7 +590,7 @@ impl Packed {
     ) -> ([f32; 2], PrefixUse) {
         let paths = state.used_paths();
         let xs = inputs(paths);
-        if !prefix.valid_for(&xs, paths.len() as u8, version, kernel) {
+        if prefix.done < FINISH_FROM || !prefix.valid_for(&xs, paths.len() as u8, version, kernel) {
             prefix.begun = false;
             return (self.q_values_with(kernel, state), PrefixUse::Missed);
         }

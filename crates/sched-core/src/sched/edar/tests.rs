@@ -472,7 +472,7 @@ fn bits(q: [f32; 2]) -> [u32; 2] {
 
 #[test]
 fn prefix_then_rest_equals_the_full_pass_bit_for_bit_in_every_kernel() {
-    use packed::{Kernel, PREFIX_UNITS, Prefix, PrefixUse};
+    use packed::{FINISH_FROM, Kernel, PREFIX_UNITS, Prefix, PrefixUse};
     let nets = [EdarNetwork::initial(11), EdarNetwork::initial(12)];
     let mut rng = SplitMix64(0x5EED_0007);
     let mut prefix = Prefix::new();
@@ -529,6 +529,8 @@ fn prefix_then_rest_equals_the_full_pass_bit_for_bit_in_every_kernel() {
                     }
                     5 => (&nets[1], 1, PrefixUse::Missed),
                     _ if units + 1 >= PREFIX_UNITS => (net, 0, PrefixUse::Ready),
+                    // Too little done: the full pass is cheaper.
+                    _ if units + 1 < FINISH_FROM => (net, 0, PrefixUse::Missed),
                     _ => (net, 0, PrefixUse::Finished),
                 };
                 let kernel = finish_kernel;
