@@ -4,15 +4,27 @@
 //! - `sched/select/edar/{2,4}`: one `Scheduler::select` that closes an interval and runs the full
 //!   Q-network (six LSTM1 over 6 intervals per path, LSTM2 across paths, 128/32 core) with
 //!   trained-size weights: `now` advances past the interval on every call, so every call decides.
-//! - `sched/select/edar_in_interval/4`: a `select` inside an interval (the mode is already chosen:
-//!   what most packets cost).
+//!   No packet comes between two decisions, so the next decision's prefix (the part of the pass
+//!   that reads only older intervals, computed a unit per `select` inside the interval) never
+//!   gets a unit done and every decision runs the full pass.
+//! - `sched/select/edar_boundary/{2,4}`: the decision at an interval boundary after six packets
+//!   in the interval (a steady stream): the prefix is ready and only the rest of the pass runs.
+//!   Each decision is timed alone (the six selects before it are not timed), so the row includes
+//!   one clock read pair: `sched/select/clock_only` is that pair alone.
+//! - `sched/select/edar_slice/4`: a `select` inside an interval that runs one unit of the
+//!   prefix (unit 4, a whole LSTM1 step at K = 4: with units 1-3 the most expensive), timed
+//!   alone the same way.
+//! - `sched/select/edar_interval/{2,4}`: one whole interval, the decision plus the six selects
+//!   that compute the next prefix (the total work per interval).
+//! - `sched/select/edar_in_interval/4`: a `select` inside an interval with no prefix work left
+//!   (the mode is already chosen: what most packets cost).
 //! - `learned/rust/edar_forward/{2,4}`: the Q-network alone (the packed pass `select` uses);
 //!   `learned/rust/edar_forward_reference/{2,4}`: the same network evaluated layer by layer with
 //!   the `nn` parts (the pass before the re-layout), on the same state.
 //! - `learned/tch/edar_forward/{2,4}` (feature `torch`): the tch twin on the same state, one
 //!   sample, one thread.
 //! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU.
-//! - `cpu/…` (Linux): `sched/select/edar/{2,4}`, `edar_in_interval/4` and the Rust forward passes
+//! - `cpu/…` (Linux): every `sched/select/…` row and the Rust forward passes
 //!   again (with `EdarNetwork::initial(1)`, the same shapes), and with `torch` the tch forward
 //!   passes (`cpu/learned/tch/edar_forward/{2,4}`, one thread), timed in this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) instead of wall-clock
 //!   time: on a machine shared with other work, time spent descheduled is not counted, so these
@@ -28,7 +40,7 @@ use std::time::Duration;
 use braid_sched_core::sched::edar::{Edar, EdarConfig, EdarNetwork, EdarState, SplitMix64};
 use braid_sched_core::slot::weight_slot;
 use braid_sched_core::{PacketMeta, PathId, PathView, Scheduler, Timestamp};
-use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn paths(k: usize) -> Vec<PathView> {
@@ -63,7 +75,80 @@ fn state(k: u8) -> EdarState {
     s
 }
 
-fn bench_rust<M: Measurement>(c: &mut Criterion<M>, prefix: &str, network: &EdarNetwork) {
+/// Selects inside an interval after a decision: enough for the next decision's prefix (six
+/// units, one per call) to be complete.
+const UNITS: usize = 6;
+
+/// `iters` boundary decisions of `s` with the prefix ready, each timed alone (the `UNITS`
+/// selects inside the interval before it are not timed): a steady stream of packets.
+fn boundaries<M: Measurement>(
+    m: &M,
+    s: &mut Edar,
+    views: &[PathView],
+    now: &mut Timestamp,
+    iters: u64,
+) -> M::Value {
+    let packet = PacketMeta::bulk(1_200);
+    let mut total = m.zero();
+    for _ in 0..iters {
+        for _ in 0..UNITS {
+            *now += Duration::from_micros(100);
+            black_box(s.select(views, &packet, *now));
+        }
+        // Past the interval (≤ 50 ms).
+        *now += Duration::from_millis(60);
+        let t = m.start();
+        black_box(s.select(black_box(views), black_box(&packet), *now));
+        total = m.add(&total, &m.end(t));
+    }
+    total
+}
+
+/// `iters` selects that each run the prefix's unit `unit` (1-4: a whole LSTM1 step, the most
+/// expensive units), timed alone.
+fn slices<M: Measurement>(
+    m: &M,
+    s: &mut Edar,
+    views: &[PathView],
+    now: &mut Timestamp,
+    unit: usize,
+    iters: u64,
+) -> M::Value {
+    let packet = PacketMeta::bulk(1_200);
+    let mut total = m.zero();
+    for _ in 0..iters {
+        *now += Duration::from_millis(60);
+        black_box(s.select(views, &packet, *now));
+        for u in 0..UNITS {
+            *now += Duration::from_micros(100);
+            if u == unit {
+                let t = m.start();
+                black_box(s.select(black_box(views), black_box(&packet), *now));
+                total = m.add(&total, &m.end(t));
+            } else {
+                black_box(s.select(views, &packet, *now));
+            }
+        }
+    }
+    total
+}
+
+/// `iters` empty timed sections (what one clock read pair adds to the rows timed call by call).
+fn clock_only<M: Measurement>(m: &M, iters: u64) -> M::Value {
+    let mut total = m.zero();
+    for _ in 0..iters {
+        let t = m.start();
+        total = m.add(&total, &m.end(t));
+    }
+    total
+}
+
+fn bench_rust<M: Measurement>(
+    c: &mut Criterion<M>,
+    m: &'static M,
+    prefix: &str,
+    network: &EdarNetwork,
+) {
     let mut group = c.benchmark_group(format!("{prefix}sched/select"));
     let packet = PacketMeta::bulk(1_200);
     for k in [2usize, 4] {
@@ -78,6 +163,40 @@ fn bench_rust<M: Measurement>(c: &mut Criterion<M>, prefix: &str, network: &Edar
             })
         });
     }
+    for k in [2usize, 4] {
+        let views = paths(k);
+        let mut s = scheduler(network);
+        let mut now = Timestamp::from_millis(1);
+        // The rows time what they say: the decisions after six packets use a ready prefix.
+        boundaries(m, &mut s, &views, &mut now, 10);
+        let stats = s.prefix_stats();
+        assert!(stats.ready >= 9 && stats.finished == 0, "{stats:?}");
+        group.bench_function(format!("edar_boundary/{k}"), |b| {
+            b.iter_custom(|iters| boundaries(m, &mut s, &views, &mut now, iters))
+        });
+        let mut s = scheduler(network);
+        let mut now = Timestamp::from_millis(1);
+        group.bench_function(format!("edar_interval/{k}"), |b| {
+            b.iter(|| {
+                // One interval: the decision, then six packets that compute the next prefix.
+                now += Duration::from_millis(60);
+                black_box(s.select(black_box(&views), black_box(&packet), now));
+                for _ in 0..UNITS {
+                    now += Duration::from_micros(100);
+                    black_box(s.select(black_box(&views), black_box(&packet), now));
+                }
+            })
+        });
+    }
+    let views = paths(4);
+    let mut s = scheduler(network);
+    let mut now = Timestamp::from_millis(1);
+    group.bench_function("edar_slice/4", |b| {
+        b.iter_custom(|iters| slices(m, &mut s, &views, &mut now, 4, iters))
+    });
+    group.bench_function("clock_only", |b| {
+        b.iter_custom(|iters| clock_only(m, iters))
+    });
     let views = paths(4);
     let mut s = scheduler(network);
     s.select(&views, &packet, Timestamp::from_millis(1));
@@ -113,7 +232,7 @@ fn bench_rust<M: Measurement>(c: &mut Criterion<M>, prefix: &str, network: &Edar
 
 #[cfg(not(feature = "torch"))]
 fn learned(c: &mut Criterion) {
-    bench_rust(c, "", &EdarNetwork::initial(1));
+    bench_rust(c, &WallTime, "", &EdarNetwork::initial(1));
 }
 
 /// This thread's CPU time, ns (Linux `CLOCK_THREAD_CPUTIME_ID`).
@@ -187,7 +306,7 @@ impl ValueFormatter for ThreadCpuTime {
 }
 
 fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
-    bench_rust(c, "cpu/", &EdarNetwork::initial(1));
+    bench_rust(c, &ThreadCpuTime, "cpu/", &EdarNetwork::initial(1));
     #[cfg(feature = "torch")]
     {
         use braid_learners::edar::train::{EdarDqn, EdarHyper};
@@ -217,7 +336,7 @@ fn learned(c: &mut Criterion) {
     tch::set_num_threads(1);
     let mut dqn = EdarDqn::new(EdarHyper::default(), Device::Cpu).unwrap();
     let network = dqn.export().unwrap();
-    bench_rust(c, "", &network);
+    bench_rust(c, &WallTime, "", &network);
     let mut group = c.benchmark_group("learned/tch");
     for k in [2u8, 4] {
         let st = [state(k)];

@@ -55,6 +55,19 @@
 //! (braid before) rewarded an action with what the previous one or two actions had caused, and an
 //! interval in which no report arrived produced no transition at all.
 //!
+//! Prefix: the decision at boundary `t` reads the samples `s_{t−5}..s_t` of every path; LSTM1's
+//! steps 0–4 and the half of LSTM2's input projection that reads step 4's states read only
+//! `s_{t−5}..s_{t−1}`, all known once the decision at `t − 1` is made (a sample never changes
+//! once pushed). So after a decision the scheduler starts the next decision's prefix from the
+//! state just decided on (`packed::Prefix`: its steps 1–5 become steps 0–4) and runs it a unit
+//! per `select` inside the interval (six units: LSTM1's five steps, then the projection half,
+//! each ≈ 0.3 µs at most at K = 4). At the boundary the prefix serves only if the inputs it read
+//! equal the new state's steps 0–4 bit for bit, with the same path count, weights version and
+//! kernel; then only the rest runs (LSTM1's step 5, the projection's other half, LSTM2's
+//! recurrence, the core), with the same operations on the same values as the full pass, so the
+//! Q-values are the same bit for bit. Otherwise (paths changed, weights swapped, fewer than two
+//! units done) the full pass runs, as before. [`Edar::prefix_stats`] counts both.
+//!
 //! Failed, rate-limited and backup paths are handled by [`TierGate`] and
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
 

@@ -1356,6 +1356,18 @@ mod cycles {
                     },
                 );
                 time_each(
+                    &format!("rest after the units K={k}"),
+                    || {
+                        let mut work = work.borrow_mut();
+                        p.prefix_begin(&previous, 0, Kernel::Avx512, &mut work);
+                        while p.prefix_advance(&mut work) {}
+                    },
+                    |()| {
+                        let mut work = work.borrow_mut();
+                        black_box(p.q_values_prefixed(black_box(&s), 0, Kernel::Avx512, &mut work));
+                    },
+                );
+                time_each(
                     &format!("inputs + check K={k}"),
                     || (),
                     |()| {
