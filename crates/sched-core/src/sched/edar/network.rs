@@ -242,6 +242,12 @@ impl EdarNetwork {
             .q_values_prefixed(state, version, kernel, prefix)
     }
 
+    /// The packed pass alone (test timing).
+    #[cfg(test)]
+    pub(super) fn packed_q(&self, state: &EdarState) -> [f32; 2] {
+        self.packed.q_values(state)
+    }
+
     /// The full pass with `kernel` (tests compare every build).
     #[cfg(test)]
     pub(super) fn q_values_with(&self, kernel: Kernel, state: &EdarState) -> [f32; 2] {

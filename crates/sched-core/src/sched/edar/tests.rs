@@ -663,3 +663,81 @@ fn prefix_on_and_off_decide_identically_through_a_random_run() {
     assert!(stats.missed > 0, "{stats:?}");
     assert!(decisions_compared > 200, "{decisions_compared}");
 }
+
+/// Throw-away timing of the scheduler's boundary decision with the prefix ready, call by call
+/// with `lfence; rdtsc` (TSC ticks; `cargo test --release -p braid-sched-core --lib
+/// edar::tests::boundary_cycles -- --ignored --nocapture`): the decision, the selects that run
+/// a unit, and the full-pass decision (no packet in the interval), at K = 2 and 4.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn boundary_cycles() {
+    fn ticks() -> u64 {
+        // SAFETY: `lfence` and `rdtsc` exist on every x86_64 CPU.
+        unsafe {
+            std::arch::x86_64::_mm_lfence();
+            let t = std::arch::x86_64::_rdtsc();
+            std::arch::x86_64::_mm_lfence();
+            t
+        }
+    }
+    fn median(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+    let packet = pkt();
+    for k in [2u8, 4] {
+        let views: Vec<PathView> = (0..k)
+            .map(|i| {
+                let mut p = PathView::new(PathId(i), 20_000 + 10_000 * u32::from(i), 200_000);
+                p.bytes_in_flight = 50_000;
+                p.loss_rate = 0.001 * f32::from(i);
+                p
+            })
+            .collect();
+        for packets in [6usize, 0] {
+            let (_writer, reader) = weight_slot(EdarNetwork::initial(1));
+            let mut s = Edar::new(&EdarConfig {
+                weights: Some(reader),
+                ..EdarConfig::default()
+            });
+            let mut now = Timestamp::from_millis(1);
+            let (mut boundary, mut unit, mut empty) = (Vec::new(), Vec::new(), Vec::new());
+            let mut kernel = Vec::new();
+            for _ in 0..20_000 {
+                for _ in 0..packets {
+                    now += Duration::from_micros(100);
+                    let t0 = ticks();
+                    std::hint::black_box(s.select(&views, &packet, now));
+                    unit.push(ticks() - t0);
+                }
+                now += Duration::from_millis(60);
+                let t0 = ticks();
+                std::hint::black_box(s.select(&views, &packet, now));
+                boundary.push(ticks() - t0);
+                let t0 = ticks();
+                empty.push(ticks() - t0);
+                let state = s.observe_state(&views);
+                if let Some(reader) = s.config.weights.as_ref() {
+                    let t0 = ticks();
+                    std::hint::black_box(reader.weights().packed_q(&state));
+                    kernel.push(ticks() - t0);
+                }
+            }
+            println!("  kernel alone in this loop: {}", median(kernel.clone()));
+            let stats = s.prefix_stats();
+            let clock = median(empty);
+            let max_unit = unit.chunks(1).map(|c| c[0]).collect::<Vec<_>>();
+            println!(
+                "K={k} {packets} packets/interval: decision median {} ticks, unit selects median {} \
+                 (less {clock} for the clock), {stats:?}",
+                median(boundary).saturating_sub(clock),
+                if max_unit.is_empty() {
+                    0
+                } else {
+                    median(max_unit).saturating_sub(clock)
+                },
+            );
+        }
+    }
+}
