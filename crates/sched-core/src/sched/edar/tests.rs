@@ -727,7 +727,6 @@ fn boundary_cycles() {
             println!("  kernel alone in this loop: {}", median(kernel.clone()));
             let stats = s.prefix_stats();
             let clock = median(empty);
-            let max_unit = unit.chunks(1).map(|c| c[0]).collect::<Vec<_>>();
             println!(
                 "K={k} {packets} packets/interval: decision median {} ticks, unit selects median {} \
                  (less {clock} for the clock), {stats:?}",
