@@ -731,10 +731,10 @@ fn boundary_cycles() {
                 "K={k} {packets} packets/interval: decision median {} ticks, unit selects median {} \
                  (less {clock} for the clock), {stats:?}",
                 median(boundary).saturating_sub(clock),
-                if max_unit.is_empty() {
+                if unit.is_empty() {
                     0
                 } else {
-                    median(max_unit).saturating_sub(clock)
+                    median(unit).saturating_sub(clock)
                 },
             );
         }
