@@ -182,7 +182,7 @@ impl Default for EdarConfig {
             goodput_scale_mbps: 10.0,
             seed: 0,
             policy: EdarPolicy::Learned,
-            redundant_buffer: false,
+            redundant_buffer: true,
             weights: None,
             experience: None,
         }
