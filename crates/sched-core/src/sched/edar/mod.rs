@@ -6,19 +6,19 @@
 //!
 //! - **normal** (§IV-A): every packet once, on the lowest-RTT path with window room (minRTT);
 //! - **redundant** (§IV-A), two implementations chosen by `redundant_buffer`:
-//!   - `1`, copies at placement (as with `0`) plus the paper's redundant buffer: the session's
-//!     redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns true): when a
-//!     path has window room that no new data can use (stream bytes held back by flow control,
-//!     as the holes of a lossy path hold a flow's window in a handoff), the session sends on it
-//!     a copy of the oldest stream packet still in flight (sent, neither acknowledged nor
-//!     declared lost) on another path and not yet copied onto this one, at placement or by the
-//!     buffer, the per-path congestion control bounding the copies. So the buffer copies only
-//!     what placement could not (the paths without room when the packet was placed). The paper
-//!     checks the buffer before new data ("once a subflow is available to send a packet, EdAR
-//!     first checks the redundant buffer"); braid puts it after, because copies made first take
-//!     the room of new data (docs/schedulers.md, "Redundant buffer");
-//!   - `0` (the default), copies at placement: a packet goes to the lowest-RTT path with room
-//!     and a copy to every other admitted path with room, as a `Decision::Duplicate`.
+//!   - `1` (the default), copies at placement (as with `0`) plus the paper's redundant buffer:
+//!     the session's redundant buffer is linked ([`Scheduler::link_redundant_buffer`] returns
+//!     true): when a path has window room that no new data can use (stream bytes held back by
+//!     flow control, as the holes of a lossy path hold a flow's window in a handoff), the
+//!     session sends on it a copy of the oldest stream packet still in flight (sent, neither
+//!     acknowledged nor declared lost) on another path and not yet copied onto this one, at
+//!     placement or by the buffer, the per-path congestion control bounding the copies. So the
+//!     buffer copies only what placement could not (the paths without room when the packet was
+//!     placed). The paper checks the buffer before new data ("once a subflow is available to
+//!     send a packet, EdAR first checks the redundant buffer"); braid puts it after, because
+//!     copies made first take the room of new data (docs/schedulers.md, "Redundant buffer");
+//!   - `0`, copies at placement only: a packet goes to the lowest-RTT path with room and a copy
+//!     to every other admitted path with room, as a `Decision::Duplicate`.
 //!
 //! The buffer's deviations from the paper: (1) it is the session's table of packets in flight,
 //! so a packet leaves it when acknowledged or declared lost (the paper removes it once it has
@@ -29,10 +29,14 @@
 //! path's packets in a bulk transfer (0.009 Mbit/s of copies against 0.355 Mbit/s of new data at
 //! risk on the handing-off path of `edar-table3-handoff-gradual`), so redundant mode costs almost
 //! nothing there, and the shipped weights, trained with it, are in redundant mode in 88-100 % of
-//! the intervals of some scenarios (the OLMS ones). With the buffer each of those intervals
-//! spends the windows on copies (edar's goodput fell by 36-55 % in the nine OLMS scenarios), so
-//! the buffer stays off by default until weights trained with it ship (docs/results.md,
-//! observation 8).
+//! the intervals of some scenarios (the OLMS ones). A buffer checked before new data (the
+//! paper's order) spent each of those intervals' windows on copies (edar's goodput fell by
+//! 36-55 % in the nine OLMS scenarios); the low-priority buffer takes only room that no new data
+//! can use. With the shipped weights it raises the goodput in the handoff windows of
+//! `edar-table3-handoff-gradual` by 2.2 % (20 of 20 seeds) and costs 0.6 % in
+//! `edar-table2-setting-i-gradual` and 2.5 % in `-v` (40 seeds), nothing significant in the 22
+//! other EdAR, OLMS and FALCON scenarios (20 seeds), so it is on by default. Weights retrained
+//! with it were worse in the handoff (docs/results.md, observation 8; models/edar/PROVENANCE.md).
 //!
 //! Learning (§V): every interval becomes a transition `(s_t, a_t, r_t, s_{t+1})` whose reward
 //! ([`reward`]) is what the receiver observed of the data sent in that interval (intervals in
@@ -176,9 +180,8 @@ pub struct EdarConfig {
     pub seed: u64,
     /// Learned or one of the fixed policies.
     pub policy: EdarPolicy,
-    /// Redundant mode through the session's redundant buffer (§IV-A) instead of copies made
-    /// when a packet is placed; off by default until weights trained with it ship (see the
-    /// module doc).
+    /// Redundant mode also through the session's redundant buffer (§IV-A), besides the copies
+    /// made when a packet is placed; on by default (see the module doc).
     pub redundant_buffer: bool,
     /// Where the weights come from; `None`: no network, the learned policy is normal.
     pub weights: Option<SlotReader<EdarNetwork>>,
@@ -196,7 +199,7 @@ impl Default for EdarConfig {
             goodput_scale_mbps: 10.0,
             seed: 0,
             policy: EdarPolicy::Learned,
-            redundant_buffer: false,
+            redundant_buffer: true,
             weights: None,
             experience: None,
         }
@@ -495,9 +498,10 @@ impl Edar {
             },
             ParamInfo {
                 name: "redundant_buffer",
-                default: 0.0,
-                description: "redundant mode: 0 copies at placement, 1 the session's redundant \
-                              buffer (paper §IV-A; the shipped weights were trained with 0)",
+                default: 1.0,
+                description: "redundant mode: 1 copies at placement plus the session's redundant \
+                              buffer (paper §IV-A), 0 copies at placement only (the shipped \
+                              weights were trained with 0)",
             },
             ParamInfo {
                 name: "seed",

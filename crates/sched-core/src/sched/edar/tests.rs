@@ -65,18 +65,23 @@ fn action_indices_round_trip() {
     assert_eq!(EdarAction::from_index(7), EdarAction::Normal);
 }
 
-/// EdAR with the session's redundant buffer (`redundant_buffer = 1`).
+/// EdAR with the session's redundant buffer (`redundant_buffer = 1`, the default).
 fn with_buffer() -> EdarConfig {
+    EdarConfig::default()
+}
+
+/// EdAR whose redundant mode only copies at placement (`redundant_buffer = 0`).
+fn placement_only() -> EdarConfig {
     EdarConfig {
-        redundant_buffer: true,
+        redundant_buffer: false,
         ..EdarConfig::default()
     }
 }
 
 #[test]
 fn first_interval_is_redundant_then_normal_without_weights() {
-    // The default: redundant mode copies at placement, the buffer is never linked.
-    let mut s = Edar::new(&EdarConfig::default());
+    // `redundant_buffer = 0`: redundant mode copies at placement, the buffer is never linked.
+    let mut s = Edar::new(&placement_only());
     let p = two_paths();
     let t0 = Timestamp::from_millis(1);
     assert!(!s.link_redundant_buffer());
@@ -347,10 +352,10 @@ fn tiered_paths() -> [PathView; 3] {
 
 #[test]
 fn redundant_mode_honours_tiers_and_failures() {
-    // The default: copies at placement.
+    // `redundant_buffer = 0`: copies at placement only.
     let mut s = Edar::new(&EdarConfig {
         policy: EdarPolicy::Redundant,
-        ..EdarConfig::default()
+        ..placement_only()
     });
     let mut p = tiered_paths();
     let now = Timestamp::from_millis(1);
@@ -400,6 +405,8 @@ fn parameters_are_validated() {
     assert!(c.set("epsilon", 1.5).is_err());
     assert!(c.set("policy", 2.0).unwrap());
     assert_eq!(c.policy, EdarPolicy::Redundant);
+    assert!(c.redundant_buffer);
+    assert!(c.set("redundant_buffer", 0.0).unwrap());
     assert!(!c.redundant_buffer);
     assert!(c.set("redundant_buffer", 1.0).unwrap());
     assert!(c.redundant_buffer);
