@@ -34,8 +34,9 @@
 //! 36-55 % in the nine OLMS scenarios); the low-priority buffer takes only room that no new data
 //! can use. With the shipped weights it raises the goodput in the handoff windows of
 //! `edar-table3-handoff-gradual` by 2.2 % (20 of 20 seeds) and costs 0.6 % in
-//! `edar-table2-setting-i-gradual` and 2.5 % in `-v` (40 seeds), nothing significant in the 22
-//! other EdAR, OLMS and FALCON scenarios (20 seeds), so it is on by default. Weights retrained
+//! `edar-table2-setting-i-gradual` and 2.5 % in `-v` (40 seeds), no significant loss in the 22
+//! other EdAR, OLMS and FALCON scenarios (20 seeds; small gains in five OLMS ones), so it is on
+//! by default. Weights retrained
 //! with it were worse in the handoff (docs/results.md, observation 8; models/edar/PROVENANCE.md).
 //!
 //! Learning (§V): every interval becomes a transition `(s_t, a_t, r_t, s_{t+1})` whose reward
