@@ -36,8 +36,8 @@
 //! `edar-table3-handoff-gradual` by 2.2 % (20 of 20 seeds) and costs 0.6 % in
 //! `edar-table2-setting-i-gradual` and 2.5 % in `-v` (40 seeds), no significant loss in the 22
 //! other EdAR, OLMS and FALCON scenarios (20 seeds; small gains in five OLMS ones), so it is on
-//! by default. Weights retrained
-//! with it were worse in the handoff (docs/results.md, observation 8; models/edar/PROVENANCE.md).
+//! by default. Weights retrained with it were worse in the handoff (docs/results.md, observation
+//! 8; models/edar/PROVENANCE.md).
 //!
 //! Learning (§V): every interval becomes a transition `(s_t, a_t, r_t, s_{t+1})` whose reward
 //! ([`reward`]) is what the receiver observed of the data sent in that interval (intervals in
