@@ -293,52 +293,30 @@ impl Packed {
 
     /// Q(s, normal) and Q(s, redundant) with the fastest kernel this CPU runs.
     pub(super) fn q_values(&self, state: &EdarState) -> [f32; 2] {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-            {
-                // SAFETY: the CPU has AVX-512F and DQ (checked just above; the checks are
-                // cached loads).
-                return unsafe { run_avx512(self, state) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                return unsafe { run_avx2_fma(self, state) };
-            }
-        }
-        run::<Portable<false>>(self, state)
+        self.q_values_with(Kernel::best(), state)
     }
 
     /// The portable kernel (any CPU), for tests of the kernel itself.
     #[cfg(test)]
     pub(super) fn q_values_portable(&self, state: &EdarState) -> [f32; 2] {
-        run::<Portable<false>>(self, state)
+        self.q_values_with(Kernel::Portable, state)
     }
 
     /// Every kernel this CPU can run, by name (portable always; AVX2+FMA and AVX-512 where the
     /// CPU has them), so that tests check each build, not only the one `q_values` picks.
     #[cfg(test)]
     pub(super) fn q_values_every_kernel(&self, state: &EdarState) -> Vec<(&'static str, [f32; 2])> {
-        let mut out = vec![("portable", run::<Portable<false>>(self, state))];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                out.push(("avx2", unsafe { run_avx2_fma(self, state) }));
-            }
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-            {
-                // SAFETY: the CPU has AVX-512F and DQ (checked just above).
-                out.push(("avx512", unsafe { run_avx512(self, state) }));
-            }
-        }
-        out
+        Kernel::available()
+            .into_iter()
+            .map(|kernel| {
+                let name = match kernel {
+                    Kernel::Portable => "portable",
+                    Kernel::Avx2 => "avx2",
+                    Kernel::Avx512 => "avx512",
+                };
+                (name, self.q_values_with(kernel, state))
+            })
+            .collect()
     }
 }
 
