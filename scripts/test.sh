@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A fresh clone gains nothing from incremental compilation, and its caches cost disk.
+if [ "${CI:-}" = "true" ]; then
+    export CARGO_INCREMENTAL=0
+fi
+
 echo "== toolchain"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 cargo --version
