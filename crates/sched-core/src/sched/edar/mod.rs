@@ -84,7 +84,7 @@ pub mod state;
 use crate::decision::{Decision, PathSet};
 use crate::packet::{PacketMeta, TrafficClass};
 use crate::path::{MAX_PATHS, PathId, PathView};
-use crate::sched::minrtt::lowest_rtt_with_room;
+use crate::sched::minrtt::{FastAndBest, fastest_and_best, lowest_rtt_with_room};
 use crate::scheduler::{
     AckInfo, ParamError, ParamInfo, ReceiverReport, Scheduler, SchedulerInfo, SchedulerKind,
     in_range,
@@ -164,6 +164,19 @@ pub enum EdarPolicy {
     Switching,
 }
 
+/// Which path carries a packet placed in redundant mode; copies go on the other admitted paths
+/// that have room at that instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedundantPlacement {
+    /// The lowest-RTT admitted path with window room, as in normal mode (minRTT).
+    #[default]
+    LowestRttWithRoom,
+    /// The fastest (lowest srtt) usable admitted path, room or not: while it has no room the
+    /// packet waits, so a slower path carries only copies (the paper's redundant mode sends
+    /// "the same packet" on the paths, not new data on the slow one).
+    Fastest,
+}
+
 /// Configuration of [`Edar`].
 #[derive(Clone, Debug)]
 pub struct EdarConfig {
@@ -184,6 +197,8 @@ pub struct EdarConfig {
     /// Redundant mode also through the session's redundant buffer (§IV-A), besides the copies
     /// made when a packet is placed; on by default (see the module doc).
     pub redundant_buffer: bool,
+    /// Which path carries a packet placed in redundant mode (its copies go on the others).
+    pub redundant_placement: RedundantPlacement,
     /// Where the weights come from; `None`: no network, the learned policy is normal.
     pub weights: Option<SlotReader<EdarNetwork>>,
     /// Where transitions go; `None`: not recorded.
@@ -201,6 +216,7 @@ impl Default for EdarConfig {
             seed: 0,
             policy: EdarPolicy::Learned,
             redundant_buffer: true,
+            redundant_placement: RedundantPlacement::LowestRttWithRoom,
             weights: None,
             experience: None,
         }
@@ -219,6 +235,7 @@ impl PartialEq for EdarConfig {
             && self.seed == other.seed
             && self.policy == other.policy
             && self.redundant_buffer == other.redundant_buffer
+            && self.redundant_placement == other.redundant_placement
             && self.weights.as_ref().map(SlotReader::version)
                 == other.weights.as_ref().map(SlotReader::version)
             && self.experience.is_some() == other.experience.is_some()
@@ -280,6 +297,20 @@ impl EdarConfig {
                             value,
                             expected: "0 (copies when a packet is placed) or 1 (the session's \
                                        redundant buffer)",
+                        });
+                    }
+                };
+            }
+            "redundant_placement" => {
+                self.redundant_placement = match value {
+                    0.0 => RedundantPlacement::LowestRttWithRoom,
+                    1.0 => RedundantPlacement::Fastest,
+                    _ => {
+                        return Err(ParamError::OutOfRange {
+                            name: "redundant_placement",
+                            value,
+                            expected: "0 (the lowest-RTT path with room) or 1 (the fastest \
+                                       usable path, waiting for its room)",
                         });
                     }
                 };
@@ -503,6 +534,13 @@ impl Edar {
                 description: "redundant mode: 1 copies at placement plus the session's redundant \
                               buffer (paper §IV-A), 0 copies at placement only (the shipped \
                               weights were trained with 0)",
+            },
+            ParamInfo {
+                name: "redundant_placement",
+                default: 0.0,
+                description: "redundant mode: 0 a packet goes on the lowest-RTT path with room, \
+                              1 it waits for the fastest usable path (copies on the others \
+                              with room either way)",
             },
             ParamInfo {
                 name: "seed",
@@ -784,8 +822,17 @@ impl Edar {
         }
     }
 
-    fn redundant(paths: &[PathView], len: u32) -> Decision {
-        let Some(best) = lowest_rtt_with_room(paths, len) else {
+    fn redundant(paths: &[PathView], len: u32, placement: RedundantPlacement) -> Decision {
+        let best = match placement {
+            RedundantPlacement::LowestRttWithRoom => lowest_rtt_with_room(paths, len),
+            RedundantPlacement::Fastest => {
+                let FastAndBest { fastest, best } = fastest_and_best(paths, len);
+                // `best` has room and is admitted; it is the fastest only when the fastest
+                // has room.
+                best.filter(|b| fastest.is_some_and(|f| f.id == b.id))
+            }
+        };
+        let Some(best) = best else {
             return Decision::Wait;
         };
         let gate = TierGate::new(paths, len);
@@ -841,7 +888,9 @@ impl Scheduler for Edar {
         match self.mode {
             // With the redundant buffer too, a packet is copied at placement onto the paths with
             // room; the buffer (`link_redundant_buffer`) copies it later onto the others.
-            EdarAction::Redundant => Edar::redundant(paths, packet.len),
+            EdarAction::Redundant => {
+                Edar::redundant(paths, packet.len, self.config.redundant_placement)
+            }
             EdarAction::Normal => match lowest_rtt_with_room(paths, packet.len) {
                 Some(p) => Decision::Send(p.id),
                 None => Decision::Wait,
@@ -866,3 +915,6 @@ impl Scheduler for Edar {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod placement_tests;
