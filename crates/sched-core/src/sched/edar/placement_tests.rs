@@ -30,20 +30,25 @@ fn both() -> Decision {
 }
 
 #[test]
-fn the_parameter_is_validated_and_defaults_to_lowest_rtt_with_room() {
+fn the_parameter_is_validated_and_defaults_to_fastest_when_lossy() {
     let mut c = EdarConfig::default();
-    assert_eq!(c.redundant_placement, RedundantPlacement::LowestRttWithRoom);
-    assert_eq!(c.set("redundant_placement", 1.0), Ok(true));
-    assert_eq!(c.redundant_placement, RedundantPlacement::Fastest);
-    assert_eq!(c.set("redundant_placement", 0.0), Ok(true));
-    assert_eq!(c.redundant_placement, RedundantPlacement::LowestRttWithRoom);
-    for bad in [0.5, 2.0, -1.0, f64::NAN] {
-        assert!(c.set("redundant_placement", bad).is_err(), "{bad}");
-        assert_eq!(c.redundant_placement, RedundantPlacement::LowestRttWithRoom);
+    assert_eq!(c.redundant_placement, RedundantPlacement::FastestWhenLossy);
+    for (v, want) in [
+        (0.0, RedundantPlacement::LowestRttWithRoom),
+        (1.0, RedundantPlacement::Fastest),
+        (2.0, RedundantPlacement::FastestWhenLossier),
+        (3.0, RedundantPlacement::FastestWhenLossy),
+    ] {
+        assert_eq!(c.set("redundant_placement", v), Ok(true));
+        assert_eq!(c.redundant_placement, want);
     }
-    let mut fastest = EdarConfig::default();
-    fastest.set("redundant_placement", 1.0).unwrap();
-    assert_ne!(fastest, EdarConfig::default());
+    for bad in [0.5, 4.0, -1.0, f64::NAN] {
+        assert!(c.set("redundant_placement", bad).is_err(), "{bad}");
+        assert_eq!(c.redundant_placement, RedundantPlacement::FastestWhenLossy);
+    }
+    let mut lowest = EdarConfig::default();
+    lowest.set("redundant_placement", 0.0).unwrap();
+    assert_ne!(lowest, EdarConfig::default());
 }
 
 #[test]
@@ -126,6 +131,36 @@ fn fastest_placement_honours_tiers() {
     // Both primaries full: the backup tier opens and the backup is the fastest.
     p[1].bytes_in_flight = 100_000;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
+}
+
+#[test]
+fn loss_aware_placements_wait_for_the_fastest_only_when_the_path_with_room_loses_more() {
+    let now = Timestamp::from_millis(1);
+    let mut p = fast_and_slow();
+    p[0].bytes_in_flight = 100_000;
+    p[0].loss_rate = 0.01;
+    let mut lossier = redundant(RedundantPlacement::FastestWhenLossier);
+    let mut lossy = redundant(RedundantPlacement::FastestWhenLossy);
+    // The slow path with room loses no more than the fast one: both use it.
+    p[1].loss_rate = 0.01;
+    assert_eq!(lossier.select(&p, &pkt(), now), Decision::Send(PathId(1)));
+    assert_eq!(lossy.select(&p, &pkt(), now), Decision::Send(PathId(1)));
+    // A little more (below the margin): only `FastestWhenLossier` waits.
+    p[1].loss_rate = 0.03;
+    assert_eq!(lossier.select(&p, &pkt(), now), Decision::Wait);
+    assert_eq!(lossy.select(&p, &pkt(), now), Decision::Send(PathId(1)));
+    // The margin or more above the fast path's: both wait.
+    p[1].loss_rate = 0.01 + LOSSY_MARGIN + 0.001;
+    assert_eq!(lossier.select(&p, &pkt(), now), Decision::Wait);
+    assert_eq!(lossy.select(&p, &pkt(), now), Decision::Wait);
+    // Room on the fast path again: the packet goes there, with a copy on the lossy path.
+    p[0].bytes_in_flight = 0;
+    assert_eq!(lossy.select(&p, &pkt(), now), both());
+    // The lossy path is the fastest one: a slower path with room that loses less is used.
+    let mut q = fast_and_slow();
+    q[0].loss_rate = 0.2;
+    q[0].bytes_in_flight = 100_000;
+    assert_eq!(lossy.select(&q, &pkt(), now), Decision::Send(PathId(1)));
 }
 
 #[test]
