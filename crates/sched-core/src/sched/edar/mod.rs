@@ -20,6 +20,20 @@
 //!   - `0`, copies at placement only: a packet goes to the lowest-RTT path with room and a copy
 //!     to every other admitted path with room, as a `Decision::Duplicate`.
 //!
+//! Which path carries a packet placed in redundant mode is `redundant_placement`
+//! ([`RedundantPlacement`]): by default (`3`, issue #7 HW) the lowest-RTT path with room, as
+//! minRTT, unless that path's loss rate is at least [`LOSSY_MARGIN`] (5 points) above the
+//! fastest usable path's; then the packet waits for the fastest, so new data stays off a path
+//! that is losing much more (a handoff's degradation) while its room still takes copies. In
+//! `edar-table3-handoff-gradual` that raises the goodput in the handoff windows by 0.133 ±
+//! 0.020 Mbit/s over the lowest-RTT placement (`0`, 57 of 60 seeds), to 0.113 ± 0.034 above
+//! peekaboo's (49/60), with the stable periods unchanged, and costs at most 0.5 % in the 24 other
+//! EdAR, OLMS and FALCON scenarios (40 seeds). Always waiting for the fastest (`1`, the paper's
+//! redundant mode, whose goodput is the best single path's) or whenever the path with room loses
+//! more (`2`) gains as much in the handoff but gives up aggregation wherever the shipped weights
+//! are in redundant mode on healthy paths (5-63 % and 2-35 % of goodput lost in the OLMS and
+//! Table II files; docs/results.md observation 8).
+//!
 //! The buffer's deviations from the paper: (1) it is the session's table of packets in flight,
 //! so a packet leaves it when acknowledged or declared lost (the paper removes it once it has
 //! been sent on another subflow; with two paths that is the same), a copy is made at most once
