@@ -16,6 +16,11 @@ fn edar(policy: f64) -> SchedulerConfig {
     let mut c = SchedulerConfig::new(SchedulerKind::Edar);
     c.set("policy", policy).unwrap();
     c.set("redundant_buffer", 1.0).unwrap();
+    // The buffer's tests place as minRTT does (`redundant_placement = 0`, the default before
+    // issue #7 HW). With the default 3 the dark path's loss rate soon keeps new data off it, so
+    // fewer holes hold the flow window and the buffer runs less: in the dark-path test the
+    // longest stall is 0.034 s against 0.100 s unlinked (HW), not 0.0005 s.
+    c.set("redundant_placement", 0.0).unwrap();
     c
 }
 

@@ -28,6 +28,8 @@ fn may_wait_for_fast_path(kind: SchedulerKind) -> bool {
     matches!(
         kind,
         SchedulerKind::Ecf | SchedulerKind::Blest | SchedulerKind::Peekaboo
+        // EdAR's redundant mode (`redundant_placement` 1-3) waits for the fastest path.
+        | SchedulerKind::Edar
     )
 }
 
