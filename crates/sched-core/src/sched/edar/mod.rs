@@ -837,9 +837,9 @@ fn observe_into(
 ) {
     out.connection = connection;
     let mut count = 0usize;
-    for index in 0..EDAR_MAX_PATHS {
+    for (index, history) in histories.iter().enumerate() {
         if paths.iter().any(|p| p.id.index() == index) {
-            histories[index].write_into(&mut out.paths[count]);
+            history.write_into(&mut out.paths[count]);
             count += 1;
         }
     }
