@@ -7,14 +7,14 @@
 //!   No packet comes between two decisions, so the next decision's prefix (the part of the pass
 //!   that reads only older intervals, computed a unit per `select` inside the interval) never
 //!   gets a unit done and every decision runs the full pass.
-//! - `sched/select/edar_boundary/{2,4}`: the decision at an interval boundary after six packets
+//! - `sched/select/edar_boundary/{2,4}`: the decision at an interval boundary after seven packets
 //!   in the interval (a steady stream): the prefix is ready and only the rest of the pass runs.
-//!   Each decision is timed alone (the six selects before it are not timed), so the row includes
+//!   Each decision is timed alone (the seven selects before it are not timed), so the row includes
 //!   one clock read pair: `sched/select/clock_only` is that pair alone.
 //! - `sched/select/edar_slice/4`: a `select` inside an interval that runs one unit of the
 //!   prefix (unit 4, a whole LSTM1 step at K = 4: with units 1-3 the most expensive), timed
 //!   alone the same way.
-//! - `sched/select/edar_interval/{2,4}`: one whole interval, the decision plus the six selects
+//! - `sched/select/edar_interval/{2,4}`: one whole interval, the decision plus the seven selects
 //!   that compute the next prefix (the total work per interval).
 //! - `sched/select/edar_in_interval/4`: a `select` inside an interval with no prefix work left
 //!   (the mode is already chosen: what most packets cost).
@@ -75,9 +75,9 @@ fn state(k: u8) -> EdarState {
     s
 }
 
-/// Selects inside an interval after a decision: enough for the next decision's prefix (six
+/// Selects inside an interval after a decision: enough for the next decision's prefix (seven
 /// units, one per call) to be complete.
-const UNITS: usize = 6;
+const UNITS: usize = 7;
 
 /// `iters` boundary decisions of `s` with the prefix ready, each timed alone (the `UNITS`
 /// selects inside the interval before it are not timed): a steady stream of packets.
@@ -167,7 +167,7 @@ fn bench_rust<M: Measurement>(
         let views = paths(k);
         let mut s = scheduler(network);
         let mut now = Timestamp::from_millis(1);
-        // The rows time what they say: the decisions after six packets use a ready prefix.
+        // The rows time what they say: the decisions after seven packets use a ready prefix.
         boundaries(m, &mut s, &views, &mut now, 10);
         let stats = s.prefix_stats();
         assert!(stats.ready >= 9 && stats.finished == 0, "{stats:?}");
@@ -178,7 +178,7 @@ fn bench_rust<M: Measurement>(
         let mut now = Timestamp::from_millis(1);
         group.bench_function(format!("edar_interval/{k}"), |b| {
             b.iter(|| {
-                // One interval: the decision, then six packets that compute the next prefix.
+                // One interval: the decision, then seven packets that compute the next prefix.
                 now += Duration::from_millis(60);
                 black_box(s.select(black_box(&views), black_box(&packet), now));
                 for _ in 0..UNITS {

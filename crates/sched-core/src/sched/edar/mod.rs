@@ -75,17 +75,21 @@
 //! interval in which no report arrived produced no transition at all.
 //!
 //! Prefix: the decision at boundary `t` reads the samples `s_{t−5}..s_t` of every path; LSTM1's
-//! steps 0–4 and the half of LSTM2's input projection that reads step 4's states read only
-//! `s_{t−5}..s_{t−1}`, all known once the decision at `t − 1` is made (a sample never changes
-//! once pushed). So after a decision the scheduler starts the next decision's prefix from the
-//! state just decided on (`packed::Prefix`: its steps 1–5 become steps 0–4) and runs it a unit
-//! per `select` inside the interval (six units: LSTM1's five steps, then the projection half,
-//! each ≈ 0.3 µs at most at K = 4). At the boundary the prefix serves only if the inputs it read
-//! equal the new state's steps 0–4 bit for bit, with the same path count, weights version and
-//! kernel; then only the rest runs (LSTM1's step 5, the projection's other half, LSTM2's
-//! recurrence, the core), with the same operations on the same values as the full pass, so the
-//! Q-values are the same bit for bit. Otherwise (paths changed, weights swapped, fewer than two
-//! units done) the full pass runs, as before. [`Edar::prefix_stats`] counts both.
+//! steps 0–4, the recurrent part `b + W_hh h` of its step 5 and the half of LSTM2's input
+//! projection that reads step 4's states read only `s_{t−5}..s_{t−1}`, all known once the
+//! decision at `t − 1` is made (a sample never changes once pushed). So after a decision the
+//! scheduler starts the next decision's prefix from the state just decided on (`packed::Prefix`:
+//! its steps 1–5 become steps 0–4, read from the input layout the decision made, not copied)
+//! and runs it a unit per `select` inside the interval (seven units: LSTM1's five steps, the
+//! projection half, step 5's recurrent sums, each ≈ 0.3 µs at most at K = 4). At the boundary
+//! the prefix serves only if the inputs it read equal the new state's steps 0–4 bit for bit,
+//! with the same path count, weights version and kernel; then only the rest runs (step 5's input
+//! term and cells, the projection's other half, LSTM2's recurrence, the core), with the same
+//! operations on the same values as the full pass (whose step 5 adds its input term last for
+//! this), so the Q-values are the same bit for bit. Otherwise (paths changed, weights swapped,
+//! fewer than two units done) the full pass runs, as before. [`Edar::prefix_stats`] counts
+//! both. The states decided on stay in a ring (`Edar::states`) that the decision and the
+//! transitions read in place.
 //!
 //! Failed, rate-limited and backup paths are handled by [`TierGate`] and
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
@@ -385,7 +389,7 @@ pub struct EdarPrefixStats {
     pub finished: u64,
     /// Decisions of the network that ran the full pass: no prefix (the first decision, no
     /// paths), one that did not match (paths changed, weights swapped), or one with less than
-    /// two of its six units done (an interval with fewer than two packets), where the full pass
+    /// two of its seven units done (an interval with fewer than two packets), where the full pass
     /// costs less than finishing it.
     pub missed: u64,
 }
@@ -466,11 +470,11 @@ impl Credited {
 }
 
 /// A closed interval waiting for the reports that describe its sends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Awaiting {
-    state: EdarState,
+    /// Where its state is in [`Edar::states`]; its next state is the one after (mod `STATES`).
+    state: usize,
     action: EdarAction,
-    next_state: EdarState,
     start: Timestamp,
     end: Timestamp,
     data_packets: u32,
@@ -481,6 +485,10 @@ struct Awaiting {
 /// plus one report interval after the sends it covers, i.e. a few intervals later; older ones
 /// are emitted with what they have.
 const AWAITING: usize = 8;
+
+/// States kept, by decision number mod `STATES`: those of the closed intervals waiting (up to
+/// `AWAITING`), of their next states and of the open interval, plus the one being written.
+const STATES: usize = AWAITING + 2;
 
 /// Shortest and longest decision interval, µs (guards against a 0 or absurd srtt).
 const MIN_INTERVAL_US: u64 = 1_000;
@@ -501,14 +509,18 @@ pub struct Edar {
     /// Reports credited to the current (open) interval.
     credited: Credited,
     /// Closed intervals in order, oldest at `awaiting_head`; `awaiting_len` of them are in use.
-    awaiting: Box<[Option<Awaiting>; AWAITING]>,
+    awaiting: Box<[Awaiting; AWAITING]>,
     awaiting_head: usize,
     awaiting_len: usize,
     /// The RTT by which a report lags the sends it describes (the latest TI).
     report_lag: Duration,
     /// Data (non-control) packets placed in the current interval.
     data_packets: u32,
-    pending: Option<(EdarState, EdarAction)>,
+    /// The states decided on, decision `n`'s at `n mod STATES` (written in place, read in
+    /// place by the decision and the transitions: no copy at a boundary).
+    states: Box<[EdarState; STATES]>,
+    /// The action of the open interval (its state: the last one decided on).
+    pending: Option<EdarAction>,
     receive_window: u64,
     decisions: u64,
     redundant_decisions: u64,
@@ -598,11 +610,12 @@ impl Edar {
             accumulators: [PathAccumulator::default(); EDAR_MAX_PATHS],
             histories: [PathHistory::default(); EDAR_MAX_PATHS],
             credited: Credited::default(),
-            awaiting: Box::new([None; AWAITING]),
+            awaiting: Box::new([Awaiting::default(); AWAITING]),
             awaiting_head: 0,
             awaiting_len: 0,
             report_lag: Duration::ZERO,
             data_packets: 0,
+            states: Box::new([EdarState::EMPTY; STATES]),
             pending: None,
             receive_window: 0,
             decisions: 0,
@@ -649,25 +662,22 @@ impl Edar {
     /// The state the scheduler would observe if an interval ended now (for tests and tools).
     pub fn observe_state(&self, paths: &[PathView]) -> EdarState {
         let mut state = EdarState::EMPTY;
+        observe_into(&self.histories, self.connection(paths), paths, &mut state);
+        state
+    }
+
+    /// The connection features `M_t` if an interval ended now.
+    fn connection(&self, paths: &[PathView]) -> [f32; CONNECTION_FEATURES] {
         let mut in_flight = 0u64;
         for p in paths {
             in_flight = in_flight.saturating_add(p.bytes_in_flight);
         }
-        state.connection = state::connection_features(
+        state::connection_features(
             self.mode == EdarAction::Redundant,
             self.receive_window,
             self.config.receive_buffer_bytes,
             in_flight,
-        );
-        let mut count = 0usize;
-        for index in 0..EDAR_MAX_PATHS {
-            if paths.iter().any(|p| p.id.index() == index) {
-                self.histories[index].write_into(&mut state.paths[count]);
-                count += 1;
-            }
-        }
-        state.path_count = count as u8;
-        state
+        )
     }
 
     fn close_interval(&mut self, paths: &[PathView], now: Timestamp) {
@@ -690,30 +700,41 @@ impl Edar {
         }
     }
 
-    fn choose(&mut self, state: &EdarState) -> EdarAction {
+    /// The action for the interval that begins, and whether the next decision's prefix was
+    /// begun with it (the network's decision begins it from the inputs it laid out).
+    fn choose(&mut self, slot: usize) -> (EdarAction, bool) {
+        let state = &self.states[slot];
         match self.config.policy {
-            EdarPolicy::Normal => return EdarAction::Normal,
-            EdarPolicy::Redundant => return EdarAction::Redundant,
+            EdarPolicy::Normal => return (EdarAction::Normal, false),
+            EdarPolicy::Redundant => return (EdarAction::Redundant, false),
             EdarPolicy::Switching => {
-                return EdarAction::from_index((self.rng.next_u64() & 1) as usize);
+                return (
+                    EdarAction::from_index((self.rng.next_u64() & 1) as usize),
+                    false,
+                );
             }
             EdarPolicy::Learned => {}
         }
         let (Some(reader), Some(scratch)) = (self.config.weights.as_ref(), self.scratch.as_mut())
         else {
-            return EdarAction::Normal;
+            return (EdarAction::Normal, false);
         };
         if self.config.epsilon > 0.0 && self.rng.unit() < self.config.epsilon {
-            return EdarAction::from_index((self.rng.next_u64() & 1) as usize);
+            return (
+                EdarAction::from_index((self.rng.next_u64() & 1) as usize),
+                false,
+            );
         }
+        let mut begun = false;
         let q = match self.prefix.as_mut() {
             Some(prefix) if self.prefix_enabled => {
-                let (q, used) = reader.weights().q_values_prefixed(
+                let (q, used) = reader.weights().q_values_then_begin(
                     state,
                     reader.version(),
                     Kernel::best(),
                     prefix,
                 );
+                begun = true;
                 self.prefix_stats.count(used);
                 Ok(q)
             }
@@ -723,37 +744,42 @@ impl Edar {
         {
             self.last_q = q.as_ref().ok().copied();
         }
-        match q {
+        let action = match q {
             Ok([normal, redundant]) if redundant > normal => EdarAction::Redundant,
             _ => EdarAction::Normal,
-        }
+        };
+        (action, begun)
     }
 
     fn decide(&mut self, paths: &[PathView], now: Timestamp) {
         self.close_interval(paths, now);
-        let state = self.observe_state(paths);
-        if let Some((previous, action)) = self.pending.take() {
-            let closed = Awaiting {
-                state: previous,
+        // Decision `n`'s state goes to `n mod STATES`: no waiting interval reads that slot
+        // (they read decisions `n − AWAITING − 1` to `n − 1`).
+        let slot = (self.decisions % STATES as u64) as usize;
+        let connection = self.connection(paths);
+        observe_into(&self.histories, connection, paths, &mut self.states[slot]);
+        if let Some(action) = self.pending.take() {
+            if self.awaiting_len == AWAITING {
+                self.emit_oldest();
+            }
+            let at = (self.awaiting_head + self.awaiting_len) % AWAITING;
+            self.awaiting[at] = Awaiting {
+                state: (slot + STATES - 1) % STATES,
                 action,
-                next_state: state,
                 start: self.interval_start.unwrap_or(now),
                 end: now,
                 data_packets: self.data_packets,
                 credited: self.credited,
             };
-            if self.awaiting_len == AWAITING {
-                self.emit_oldest();
-            }
-            let slot = (self.awaiting_head + self.awaiting_len) % AWAITING;
-            self.awaiting[slot] = Some(closed);
             self.awaiting_len += 1;
         }
         self.credited = Credited::default();
         self.data_packets = 0;
-        let action = self.choose(&state);
-        self.begin_prefix(&state);
-        self.pending = Some((state, action));
+        let (action, begun) = self.choose(slot);
+        if !begun {
+            self.begin_prefix(slot);
+        }
+        self.pending = Some(action);
         self.mode = action;
         self.decisions += 1;
         if action == EdarAction::Redundant {
@@ -765,16 +791,19 @@ impl Edar {
         self.next_decision = now + ti;
     }
 
-    /// Starts the next decision's prefix from the state just decided on (the learned policy
-    /// with weights only: the fixed policies run no network).
-    fn begin_prefix(&mut self, state: &EdarState) {
+    /// Starts the next decision's prefix from the state just decided on (`states[slot]`; the
+    /// learned policy with weights only: the fixed policies run no network).
+    fn begin_prefix(&mut self, slot: usize) {
         if self.config.policy != EdarPolicy::Learned || !self.prefix_enabled {
             return;
         }
         if let (Some(reader), Some(prefix)) = (self.config.weights.as_ref(), self.prefix.as_mut()) {
-            reader
-                .weights()
-                .prefix_begin(state, reader.version(), Kernel::best(), prefix);
+            reader.weights().prefix_begin(
+                &self.states[slot],
+                reader.version(),
+                Kernel::best(),
+                prefix,
+            );
         }
     }
 
@@ -801,22 +830,21 @@ impl Edar {
         if self.awaiting_len == 0 {
             return;
         }
-        let oldest = self.awaiting[self.awaiting_head].take();
-        self.awaiting_head = (self.awaiting_head + 1) % AWAITING;
-        self.awaiting_len -= 1;
-        if let Some(a) = oldest
-            && a.credited.covered_us > 0.0
+        let a = &self.awaiting[self.awaiting_head];
+        if a.credited.covered_us > 0.0
             && a.data_packets > 0
             && let Some(sender) = &self.config.experience
         {
             sender.send(EdarTransition {
-                state: a.state,
+                state: self.states[a.state],
                 action: a.action,
                 reward: reward(&a.credited.totals(), &self.rewards),
-                next_state: a.next_state,
+                next_state: self.states[(a.state + 1) % STATES],
                 terminal: false,
             });
         }
+        self.awaiting_head = (self.awaiting_head + 1) % AWAITING;
+        self.awaiting_len -= 1;
     }
 
     /// Credits `report` (arrived at `now`) to the intervals whose sends it describes, and emits
@@ -835,11 +863,10 @@ impl Edar {
             hi.saturating_duration_since(lo).as_secs_f64() * 1e6
         };
         for k in 0..self.awaiting_len {
-            if let Some(a) = self.awaiting[(self.awaiting_head + k) % AWAITING].as_mut() {
-                let us = overlap(a.start, a.end);
-                if us > 0.0 {
-                    a.credited.add(report, us / total_us, us);
-                }
+            let a = &mut self.awaiting[(self.awaiting_head + k) % AWAITING];
+            let us = overlap(a.start, a.end);
+            if us > 0.0 {
+                a.credited.add(report, us / total_us, us);
             }
         }
         if let Some(start) = self.interval_start {
@@ -848,11 +875,7 @@ impl Edar {
                 self.credited.add(report, us / total_us, us);
             }
         }
-        while self.awaiting_len > 0
-            && self.awaiting[self.awaiting_head]
-                .as_ref()
-                .is_none_or(|a| a.end <= span_end)
-        {
+        while self.awaiting_len > 0 && self.awaiting[self.awaiting_head].end <= span_end {
             self.emit_oldest();
         }
     }
@@ -892,6 +915,28 @@ impl Edar {
             Decision::Duplicate(set)
         }
     }
+}
+
+/// [`Edar::observe_state`] into `out` (every value written), from the paths' histories and the
+/// connection features.
+fn observe_into(
+    histories: &[PathHistory; EDAR_MAX_PATHS],
+    connection: [f32; CONNECTION_FEATURES],
+    paths: &[PathView],
+    out: &mut EdarState,
+) {
+    out.connection = connection;
+    let mut count = 0usize;
+    for (index, history) in histories.iter().enumerate() {
+        if paths.iter().any(|p| p.id.index() == index) {
+            history.write_into(&mut out.paths[count]);
+            count += 1;
+        }
+    }
+    for unused in &mut out.paths[count..] {
+        *unused = [0.0; FEATURES * HISTORY];
+    }
+    out.path_count = count as u8;
 }
 
 /// TI: the smallest srtt of the usable paths, clamped to [1 ms, 1 s].

@@ -230,7 +230,9 @@ impl EdarNetwork {
     }
 
     /// [`EdarNetwork::q_values`] with `kernel`, from `prefix` when it is valid for `state`
-    /// (bit-identical to the full pass either way), and how the prefix was used.
+    /// (bit-identical to the full pass either way), and how the prefix was used (tests; the
+    /// scheduler uses [`EdarNetwork::q_values_then_begin`]).
+    #[cfg(test)]
     pub(super) fn q_values_prefixed(
         &self,
         state: &EdarState,
@@ -240,6 +242,19 @@ impl EdarNetwork {
     ) -> ([f32; 2], PrefixUse) {
         self.packed
             .q_values_prefixed(state, version, kernel, prefix)
+    }
+
+    /// [`EdarNetwork::q_values_prefixed`], then [`EdarNetwork::prefix_begin`] on the same
+    /// `state` (its inputs laid out once for both).
+    pub(super) fn q_values_then_begin(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) -> ([f32; 2], PrefixUse) {
+        self.packed
+            .q_values_then_begin(state, version, kernel, prefix)
     }
 
     /// The packed pass alone (test timing).

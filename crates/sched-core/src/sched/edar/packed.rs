@@ -16,7 +16,9 @@
 //!   multiply-adds: the recurrent product broadcasts `h_j` of each sequence over its five lanes
 //!   with one `vpermps` per `j` (`table_index`), the input over the lanes with one `vpermt2ps`
 //!   (`input_index`). The first step skips the recurrent product (the state is zero) and the
-//!   forget gate. Groups run in pairs of the same parity (groups `g` and `g + 2`: the same
+//!   forget gate. Steps 1–4 add the input term to the bias first, then the recurrent terms;
+//!   step 5 adds the recurrent terms first and the input term last, so that `b + W_hh h`,
+//!   which reads only step 4's states, can be computed ahead ([`Prefix`]) with the same sums. Groups run in pairs of the same parity (groups `g` and `g + 2`: the same
 //!   features of two paths, so each weight vector is loaded once for both), the pair's four cell
 //!   vectors interleaved; pairs run one after the other within a step, so the CPU overlaps one
 //!   pair's cells with the next pair's multiply-adds (K = 1 and the last path of K = 3 run
@@ -403,33 +405,42 @@ impl Kernel {
     }
 }
 
-/// Units of prefix work: LSTM1's steps 0 to 4 (one unit each), then the projection's first half.
-pub(super) const PREFIX_UNITS: u8 = HISTORY as u8;
+/// Units of prefix work: LSTM1's steps 0 to 4 (one unit each), the projection's first half,
+/// then step 5's recurrent sums `b + W_hh h` (from step 4's states).
+pub(super) const PREFIX_UNITS: u8 = HISTORY as u8 + 1;
 
 /// A valid prefix with fewer units done is not finished at the decision: the full pass costs
 /// less than its remaining units plus the rest (at K = 4, 5,800 TSC ticks against about
 /// 2,650 + 3,980 with no unit done, 2,650 + 3,560 with one; `cycles::prefix_cycles`).
 pub(super) const FINISH_FROM: u8 = 2;
 
+/// One input layout ([`inputs`]): `[step][vector]`.
+type Inputs = [[Lane; 2]; HISTORY];
+
 /// The part of the next decision's pass that reads only older intervals, computed ahead of
-/// time (module docs of `super`): LSTM1's states after steps 0–4 of every sequence and LSTM2's
-/// gate sums `b + W_ih x` over step 4's states, in the kernel's lane layout, with the exact
-/// inputs they were computed from, the weights' version and the kernel that made them. A
-/// decision uses it only when its own steps 0–4 equal `xs` bit for bit, its path count, weights
-/// version and kernel are the same: then the rest of the pass ([`Packed::q_values_prefixed`])
-/// gives the full pass's Q-values bit for bit (the same operations on the same values; only
-/// when they run changes).
+/// time (module docs of `super`): LSTM1's states after steps 0–4 of every sequence, step 5's
+/// recurrent sums `b + W_hh h` and LSTM2's gate sums `b + W_ih x` over step 4's states, in the
+/// kernel's lane layout, with the exact inputs they were computed from, the weights' version
+/// and the kernel that made them. A decision uses it only when its own steps 0–4 equal those
+/// inputs bit for bit, its path count, weights version and kernel are the same: then the rest
+/// of the pass ([`Packed::q_values_prefixed`]) gives the full pass's Q-values bit for bit (the
+/// same operations on the same values; only when they run changes).
 #[derive(Clone)]
 #[repr(C, align(64))]
 pub(super) struct Prefix {
     /// LSTM1's hidden and cell states after the units done so far, `[group][half]`.
     h: [[Lane; 2]; MAX_GROUPS],
     c: [[Lane; 2]; MAX_GROUPS],
+    /// Step 5's `b + W_hh h` over step 4's states, `[group][half][gate]` (valid once complete).
+    recurrent: [[[Lane; 4]; 2]; MAX_GROUPS],
     /// LSTM2's gate sums over step 4's states, `[path][vector]` (valid once complete).
     pre: [[Lane; ACROSS_VECTORS]; EDAR_MAX_PATHS],
-    /// The inputs of steps 0–4, laid out as [`inputs`] does.
-    xs: [[Lane; 2]; HISTORY - 1],
+    /// Two input layouts: `xs[cur]` is that of the state the prefix was begun from (its steps
+    /// 1–5 are the prefix's steps 0–4); the decision lays its own out in the other, which the
+    /// next prefix then reads (no copy).
+    xs: [Inputs; 2],
     version: u64,
+    cur: u8,
     path_count: u8,
     /// Units done (`PREFIX_UNITS` = complete); meaningful only while `begun`.
     done: u8,
@@ -467,9 +478,11 @@ impl Prefix {
         Box::new(Prefix {
             h: [[[0.0; LANES]; 2]; MAX_GROUPS],
             c: [[[0.0; LANES]; 2]; MAX_GROUPS],
+            recurrent: [[[[0.0; LANES]; 4]; 2]; MAX_GROUPS],
             pre: [[[0.0; LANES]; ACROSS_VECTORS]; EDAR_MAX_PATHS],
-            xs: [[[0.0; LANES]; 2]; HISTORY - 1],
+            xs: [[[[0.0; LANES]; 2]; HISTORY]; 2],
             version: 0,
+            cur: 0,
             path_count: 0,
             done: 0,
             kernel: Kernel::Portable,
@@ -492,21 +505,35 @@ impl Prefix {
         self.begun.then_some(self.version)
     }
 
-    /// True when it may serve a decision on `xs` (all six steps) with `path_count` paths,
-    /// weights `version` and `kernel`: every input it read equal bit for bit.
-    fn valid_for(
-        &self,
-        xs: &[[Lane; 2]; HISTORY],
-        path_count: u8,
-        version: u64,
-        kernel: Kernel,
-    ) -> bool {
+    /// The inputs the prefix reads: its step `t` is `read()[t + 1]`.
+    fn read(&self) -> &Inputs {
+        &self.xs[usize::from(self.cur)]
+    }
+
+    /// Where the decision lays out its inputs (the next prefix's `read`).
+    fn spare(&mut self) -> &mut Inputs {
+        &mut self.xs[usize::from(1 - self.cur)]
+    }
+
+    /// Begins the prefix from the inputs laid out in `spare` (module docs of `super`).
+    fn begin_from_spare(&mut self, path_count: u8, version: u64, kernel: Kernel) {
+        self.cur = 1 - self.cur;
+        self.path_count = path_count;
+        self.version = version;
+        self.kernel = kernel;
+        self.done = 0;
+        // Without paths there is nothing to compute ahead (and the full pass is the core alone).
+        self.begun = path_count > 0;
+    }
+
+    /// True when it may serve a decision on the inputs `xs` (all six steps) with `path_count`
+    /// paths, weights `version` and `kernel`: every input it read equal bit for bit.
+    fn valid_for(&self, xs: &Inputs, path_count: u8, version: u64, kernel: Kernel) -> bool {
         self.begun
             && self.path_count == path_count
             && self.version == version
             && self.kernel == kernel
-            && self
-                .xs
+            && self.read()[1..]
                 .as_flattened()
                 .as_flattened()
                 .iter()
@@ -519,7 +546,8 @@ impl Prefix {
 impl Packed {
     /// Starts the prefix of the decision after the one on `state`: its steps 0–4 are `state`'s
     /// steps 1–5 (each interval's sample never changes once pushed), for the same paths. No
-    /// work runs here ([`Packed::prefix_advance`] does it, a unit at a time).
+    /// work runs here but the inputs' layout ([`Packed::prefix_advance`] does it, a unit at a
+    /// time).
     pub(super) fn prefix_begin(
         &self,
         state: &EdarState,
@@ -528,14 +556,8 @@ impl Packed {
         prefix: &mut Prefix,
     ) {
         let paths = state.used_paths();
-        let xs = inputs(paths);
-        prefix.xs.copy_from_slice(&xs[1..]);
-        prefix.path_count = paths.len() as u8;
-        prefix.version = version;
-        prefix.kernel = kernel;
-        prefix.done = 0;
-        // Without paths there is nothing to compute ahead (and the full pass is the core alone).
-        prefix.begun = !paths.is_empty();
+        inputs_into(paths, prefix.spare());
+        prefix.begin_from_spare(paths.len() as u8, version, kernel);
     }
 
     /// Runs the prefix's next unit of work, if any is left; true when one ran.
@@ -567,11 +589,14 @@ impl Packed {
         prefix: &mut Prefix,
     ) -> ([f32; 2], PrefixUse) {
         let paths = state.used_paths();
-        let xs = inputs(paths);
-        if prefix.done < FINISH_FROM || !prefix.valid_for(&xs, paths.len() as u8, version, kernel) {
+        // Laid out where the next prefix reads them (`q_values_then_begin`).
+        inputs_into(paths, prefix.spare());
+        let xs = &prefix.xs[usize::from(1 - prefix.cur)];
+        if prefix.done < FINISH_FROM || !prefix.valid_for(xs, paths.len() as u8, version, kernel) {
             prefix.begun = false;
             return (self.q_values_with(kernel, state), PrefixUse::Missed);
         }
+        let x5 = xs[HISTORY - 1];
         let used = if prefix.done == PREFIX_UNITS {
             PrefixUse::Ready
         } else {
@@ -581,15 +606,30 @@ impl Packed {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the prefix's kernel (equal to `kernel`, checked by `valid_for`) came from
             // `Kernel::best` or `Kernel::available`, which checked the CPU's features.
-            Kernel::Avx512 => unsafe { rest_avx512(self, state, &xs[HISTORY - 1], prefix) },
+            Kernel::Avx512 => unsafe { rest_avx512(self, state, &x5, prefix) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: likewise.
-            Kernel::Avx2 => unsafe { rest_avx2_fma(self, state, &xs[HISTORY - 1], prefix) },
-            _ => rest::<Portable<false>>(self, state, &xs[HISTORY - 1], prefix),
+            Kernel::Avx2 => unsafe { rest_avx2_fma(self, state, &x5, prefix) },
+            _ => rest::<Portable<false>>(self, state, &x5, prefix),
         };
         // A prefix serves one decision.
         prefix.begun = false;
         (q, used)
+    }
+
+    /// [`Packed::q_values_prefixed`], then [`Packed::prefix_begin`] on the same `state` from
+    /// the inputs already laid out (the decision's inputs become the next prefix's without a
+    /// copy).
+    pub(super) fn q_values_then_begin(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+    ) -> ([f32; 2], PrefixUse) {
+        let out = self.q_values_prefixed(state, version, kernel, prefix);
+        prefix.begin_from_spare(state.used_paths().len() as u8, version, kernel);
+        out
     }
 
     /// The full pass with `kernel` (one the CPU runs: from `Kernel::best` or
@@ -656,8 +696,8 @@ fn prefix_unit<V: Vector>(packed: &Packed, prefix: &mut Prefix) {
 }
 
 /// Unit `prefix.done` over `P` paths: LSTM1's step `done` (0–4) of every group, from and back
-/// to the stored states; or (unit 5) `pre = b + W_ih x` over step 4's states, as
-/// [`project_start`] runs it inside the full pass.
+/// to the stored states; unit 5, `pre = b + W_ih x` over step 4's states, as [`project_start`]
+/// runs it inside the full pass; unit 6, step 5's `b + W_hh h` ([`lstm1_recurrent`]).
 #[inline(always)]
 fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
@@ -667,9 +707,10 @@ fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
     if t + 1 < HISTORY {
         let mut h = [[V::splat(0.0); 2]; G];
         let mut c = [[V::splat(0.0); 2]; G];
-        let x = (V::load(&prefix.xs[t][0]), V::load(&prefix.xs[t][1]));
+        let xs = &prefix.read()[t + 1];
+        let x = (V::load(&xs[0]), V::load(&xs[1]));
         if t == 0 {
-            lstm1_step::<V, G, P, true>(packed, x, &mut h, &mut c, None);
+            lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, Sums::First, None);
         } else {
             for g in 0..G {
                 for half in 0..2 {
@@ -677,7 +718,7 @@ fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
                     c[g][half] = V::load(&prefix.c[g][half]);
                 }
             }
-            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+            lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, Sums::InputFirst, None);
         }
         for g in 0..G {
             for half in 0..2 {
@@ -685,7 +726,7 @@ fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
                 c[g][half].store(&mut prefix.c[g][half]);
             }
         }
-    } else {
+    } else if t + 1 == HISTORY {
         let mut step4 = Aligned([[[0.0f32; LANES]; 4]; P]);
         for g in 0..G {
             for half in 0..2 {
@@ -699,6 +740,14 @@ fn prefix_unit_paths<V: Vector, const G: usize, const P: usize>(
                 pre[p][v].store(&mut prefix.pre[p][v]);
             }
         }
+    } else {
+        let mut h = [[V::splat(0.0); 2]; G];
+        for g in 0..G {
+            for half in 0..2 {
+                h[g][half] = V::load(&prefix.h[g][half]);
+            }
+        }
+        lstm1_recurrent::<V, G>(packed, &h, &mut prefix.recurrent);
     }
 }
 
@@ -728,9 +777,10 @@ fn rest<V: Vector>(
     core::<V>(packed, start, &h)
 }
 
-/// LSTM1's step 5 from the prefix's states, then [`across_tail`] from its gate sums. (Running
-/// the projection of paths 0 and 1 beside the step 5 of paths 2 and 3, or path by path beside
-/// LSTM2's steps, did not make this faster: 2,730 and 2,860 against 2,650 TSC ticks at K = 4.)
+/// LSTM1's step 5 from the prefix's cell states and recurrent sums (only the input term and
+/// the cells run here), then [`across_tail`] from its gate sums. (Running the projection of
+/// paths 0 and 1 beside the step 5 of paths 2 and 3, or path by path beside LSTM2's steps, did
+/// not make this faster: 2,730 and 2,860 against 2,650 TSC ticks at K = 4.)
 #[inline(always)]
 fn rest_paths<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
@@ -738,11 +788,11 @@ fn rest_paths<V: Vector, const G: usize, const P: usize>(
     prefix: &Prefix,
     h_out: &mut [f32; 2 * LANES],
 ) {
+    // Step 5's hidden states are all written by the step; it reads only the cell states.
     let mut h = [[V::splat(0.0); 2]; G];
     let mut c = [[V::splat(0.0); 2]; G];
     for g in 0..G {
         for half in 0..2 {
-            h[g][half] = V::load(&prefix.h[g][half]);
             c[g][half] = V::load(&prefix.c[g][half]);
         }
     }
@@ -753,7 +803,8 @@ fn rest_paths<V: Vector, const G: usize, const P: usize>(
         }
     }
     let x = (V::load(&x5[0]), V::load(&x5[1]));
-    lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+    let sums = Sums::Ahead(&prefix.recurrent);
+    lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, sums, None);
     let mut step5 = Aligned([[[0.0f32; LANES]; 4]; P]);
     snapshot::<V, G, P>(&h, &mut step5);
     across_tail::<V, P>(packed, &step5, &mut pre, h_out);
@@ -813,52 +864,83 @@ fn cells<V: Vector, const N: usize, const FIRST: bool>(t: [[V; N]; 4], c: &mut [
     h
 }
 
-/// One LSTM1 step of the `M` groups `groups` (three sequences each, two vectors of five units;
-/// all of the same parity, so the same weights: each weight vector is loaded once for the `M`
-/// groups; `N = 2 M` vectors): inputs `lo`, `hi` (lane `6 p + f`), states `h[g]`, `c[g]`
-/// updated in place. The recurrent product broadcasts each `h_j` of a sequence over that
-/// sequence's lanes with one permute (`table_index`), so every multiply-add is full (15 of 16
-/// lanes), and the `N` cells run interleaved ([`cells`]).
+/// The gate sums of the `M` groups `groups` (same parity, module docs) start from the bias:
+/// `acc[q][2 m + half]`.
 #[inline(always)]
-fn groups_step<V: Vector, const G: usize, const M: usize, const N: usize, const FIRST: bool>(
+fn bias_sums<V: Vector, const M: usize, const N: usize>(
+    packed: &Packed,
+    groups: [usize; M],
+) -> [[V; N]; 4] {
+    let rows = &packed.feature[groups[0] % GROUPS_PER_PATH];
+    let mut acc = [[V::splat(0.0); N]; 4];
+    for m in 0..M {
+        for half in 0..2 {
+            for q in 0..4 {
+                acc[q][2 * m + half] = V::load(&rows[half][q].bias);
+            }
+        }
+    }
+    acc
+}
+
+/// Adds the input term `W_ih x` of the `M` groups to their gate sums (inputs `lo`, `hi`, lane
+/// `6 p + f`, broadcast over each sequence's lanes by one `vpermt2ps`, `input_index`).
+#[inline(always)]
+fn add_input<V: Vector, const M: usize, const N: usize>(
     packed: &Packed,
     groups: [usize; M],
     (lo, hi): (V, V),
-    h: &mut [[V; 2]; G],
-    c: &mut [[V; 2]; G],
+    acc: &mut [[V; N]; 4],
 ) {
-    const { assert!(N == 2 * M) };
-    let parity = groups[0] % GROUPS_PER_PATH;
-    debug_assert!(groups.iter().all(|g| g % GROUPS_PER_PATH == parity));
-    let rows = &packed.feature[parity];
-    let mut acc = [[V::splat(0.0); N]; 4];
+    let rows = &packed.feature[groups[0] % GROUPS_PER_PATH];
     for m in 0..M {
         let x = V::permute2(lo, hi, &packed.input_index[groups[m]]);
         for half in 0..2 {
             for q in 0..4 {
-                let row = &rows[half][q];
-                acc[q][2 * m + half] = V::load(&row.w_ih).mul_add(x, V::load(&row.bias));
+                acc[q][2 * m + half] =
+                    V::load(&rows[half][q].w_ih).mul_add(x, acc[q][2 * m + half]);
             }
         }
     }
-    if !FIRST {
-        let weights = &packed.feature_hh[parity];
-        for j in 0..FEATURE_HIDDEN {
-            let mut table = [V::splat(0.0); M];
-            for m in 0..M {
-                let hj = h[groups[m]][j / UNITS_PER_VECTOR];
-                table[m] = hj.permute(&packed.table_index[j % UNITS_PER_VECTOR]);
-            }
-            for half in 0..2 {
-                for q in 0..4 {
-                    let w = V::load(&weights[half][j][q]);
-                    for m in 0..M {
-                        acc[q][2 * m + half] = w.mul_add(table[m], acc[q][2 * m + half]);
-                    }
+}
+
+/// Adds the recurrent term `W_hh h` of the `M` groups to their gate sums: each `h_j` of a
+/// sequence is broadcast over that sequence's lanes with one permute (`table_index`), so every
+/// multiply-add is full (15 of 16 lanes), `j` in order.
+#[inline(always)]
+fn add_recurrent<V: Vector, const G: usize, const M: usize, const N: usize>(
+    packed: &Packed,
+    groups: [usize; M],
+    h: &[[V; 2]; G],
+    acc: &mut [[V; N]; 4],
+) {
+    let weights = &packed.feature_hh[groups[0] % GROUPS_PER_PATH];
+    for j in 0..FEATURE_HIDDEN {
+        let mut table = [V::splat(0.0); M];
+        for m in 0..M {
+            let hj = h[groups[m]][j / UNITS_PER_VECTOR];
+            table[m] = hj.permute(&packed.table_index[j % UNITS_PER_VECTOR]);
+        }
+        for half in 0..2 {
+            for q in 0..4 {
+                let w = V::load(&weights[half][j][q]);
+                for m in 0..M {
+                    acc[q][2 * m + half] = w.mul_add(table[m], acc[q][2 * m + half]);
                 }
             }
         }
     }
+}
+
+/// The `M` groups' cells from their complete gate sums `acc`; states `h[g]`, `c[g]` updated in
+/// place (the `N = 2 M` cells interleaved, [`cells`]).
+#[inline(always)]
+fn groups_cells<V: Vector, const G: usize, const M: usize, const N: usize, const FIRST: bool>(
+    groups: [usize; M],
+    acc: [[V; N]; 4],
+    h: &mut [[V; 2]; G],
+    c: &mut [[V; 2]; G],
+) {
     let mut cs = [V::splat(0.0); N];
     for m in 0..M {
         cs[2 * m] = c[groups[m]][0];
@@ -871,16 +953,105 @@ fn groups_step<V: Vector, const G: usize, const M: usize, const N: usize, const 
     }
 }
 
-/// One LSTM1 step of every group: same-parity pairs `(4 i + parity, 4 i + 2 + parity)` (two
-/// paths sharing the weights), and the last two groups alone when `G mod 4 = 2`. With
-/// `project_first`, the first half of LSTM2's projection (`pre = b + W_ih x` over step 4's
-/// states `step4`) runs after the first pair: independent work that overlaps this step.
+/// How a step forms its gate sums `b + W_ih x + W_hh h` (the order of the sums; each is
+/// `FEATURE_HIDDEN + 1` multiply-adds on the bias).
+#[derive(Clone, Copy)]
+enum Sums<'a> {
+    /// Step 0 (`h = 0`): `b + W_ih x`.
+    First,
+    /// Steps 1–4: `(b + W_ih x) + W_hh h`, the input term first.
+    InputFirst,
+    /// Step 5: `(b + W_hh h) + W_ih x`, the input term last, so that the part that reads only
+    /// step 4's states can run ahead ([`Prefix`]).
+    InputLast,
+    /// Step 5 from `b + W_hh h` computed ahead (`[group][half][gate]`): adds `W_ih x` only.
+    Ahead(&'a [[[Lane; 4]; 2]; MAX_GROUPS]),
+}
+
+/// One LSTM1 step of the `M` groups `groups` (three sequences each, two vectors of five units;
+/// all of the same parity, so the same weights: each weight vector is loaded once for the `M`
+/// groups; `N = 2 M` vectors): inputs `x` (lane `6 p + f`), states `h[g]`, `c[g]` updated in
+/// place, gate sums formed as `sums` says.
 #[inline(always)]
-fn lstm1_step<V: Vector, const G: usize, const P: usize, const FIRST: bool>(
+fn groups_step<V: Vector, const G: usize, const M: usize, const N: usize>(
+    packed: &Packed,
+    groups: [usize; M],
+    x: (V, V),
+    h: &mut [[V; 2]; G],
+    c: &mut [[V; 2]; G],
+    sums: Sums<'_>,
+) {
+    const { assert!(N == 2 * M) };
+    debug_assert!(
+        groups
+            .iter()
+            .all(|g| g % GROUPS_PER_PATH == groups[0] % GROUPS_PER_PATH)
+    );
+    let mut acc = match sums {
+        Sums::Ahead(ahead) => {
+            let mut acc = [[V::splat(0.0); N]; 4];
+            for m in 0..M {
+                for half in 0..2 {
+                    for q in 0..4 {
+                        acc[q][2 * m + half] = V::load(&ahead[groups[m]][half][q]);
+                    }
+                }
+            }
+            acc
+        }
+        _ => bias_sums::<V, M, N>(packed, groups),
+    };
+    match sums {
+        Sums::First => add_input::<V, M, N>(packed, groups, x, &mut acc),
+        Sums::InputFirst => {
+            add_input::<V, M, N>(packed, groups, x, &mut acc);
+            add_recurrent::<V, G, M, N>(packed, groups, h, &mut acc);
+        }
+        Sums::InputLast => {
+            add_recurrent::<V, G, M, N>(packed, groups, h, &mut acc);
+            add_input::<V, M, N>(packed, groups, x, &mut acc);
+        }
+        Sums::Ahead(_) => add_input::<V, M, N>(packed, groups, x, &mut acc),
+    }
+    if matches!(sums, Sums::First) {
+        groups_cells::<V, G, M, N, true>(groups, acc, h, c);
+    } else {
+        groups_cells::<V, G, M, N, false>(groups, acc, h, c);
+    }
+}
+
+/// `b + W_hh h` of the `M` groups from step 4's states `h` (step 5's gate sums less the input
+/// term, [`Sums::InputLast`]), stored into `out[g][half][gate]`.
+#[inline(always)]
+fn groups_recurrent<V: Vector, const G: usize, const M: usize, const N: usize>(
+    packed: &Packed,
+    groups: [usize; M],
+    h: &[[V; 2]; G],
+    out: &mut [[[Lane; 4]; 2]; MAX_GROUPS],
+) {
+    let mut acc = bias_sums::<V, M, N>(packed, groups);
+    add_recurrent::<V, G, M, N>(packed, groups, h, &mut acc);
+    for m in 0..M {
+        for half in 0..2 {
+            for q in 0..4 {
+                acc[q][2 * m + half].store(&mut out[groups[m]][half][q]);
+            }
+        }
+    }
+}
+
+/// One LSTM1 step of every group: same-parity pairs `(4 i + parity, 4 i + 2 + parity)` (two
+/// paths sharing the weights), and the last two groups alone when `G mod 4 = 2`, gate sums
+/// formed as `sums` says. With `project_first`, the first half of LSTM2's projection
+/// (`pre = b + W_ih x` over step 4's states `step4`) runs after the first pair: independent
+/// work that overlaps this step.
+#[inline(always)]
+fn lstm1_step<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
     x: (V, V),
     h: &mut [[V; 2]; G],
     c: &mut [[V; 2]; G],
+    sums: Sums<'_>,
     project_first: Option<ProjectStart<'_, V, P>>,
 ) {
     let mut project_first = project_first;
@@ -888,7 +1059,7 @@ fn lstm1_step<V: Vector, const G: usize, const P: usize, const FIRST: bool>(
     for i in 0..G / 4 {
         for parity in 0..GROUPS_PER_PATH {
             let groups = [4 * i + parity, 4 * i + 2 + parity];
-            groups_step::<V, G, 2, 4, FIRST>(packed, groups, x, h, c);
+            groups_step::<V, G, 2, 4>(packed, groups, x, h, c, sums);
             if first {
                 project_start::<V, P>(packed, project_first.take());
                 first = false;
@@ -897,11 +1068,32 @@ fn lstm1_step<V: Vector, const G: usize, const P: usize, const FIRST: bool>(
     }
     if G % 4 == 2 {
         for g in G - 2..G {
-            groups_step::<V, G, 1, 2, FIRST>(packed, [g], x, h, c);
+            groups_step::<V, G, 1, 2>(packed, [g], x, h, c, sums);
             if first {
                 project_start::<V, P>(packed, project_first.take());
                 first = false;
             }
+        }
+    }
+}
+
+/// Step 5's `b + W_hh h` of every group from step 4's states `h` ([`Sums::InputLast`]'s first
+/// part, the same pairs and operations as [`lstm1_step`]), into `out[g][half][gate]`.
+#[inline(always)]
+fn lstm1_recurrent<V: Vector, const G: usize>(
+    packed: &Packed,
+    h: &[[V; 2]; G],
+    out: &mut [[[Lane; 4]; 2]; MAX_GROUPS],
+) {
+    for i in 0..G / 4 {
+        for parity in 0..GROUPS_PER_PATH {
+            let groups = [4 * i + parity, 4 * i + 2 + parity];
+            groups_recurrent::<V, G, 2, 4>(packed, groups, h, out);
+        }
+    }
+    if G % 4 == 2 {
+        for g in G - 2..G {
+            groups_recurrent::<V, G, 1, 2>(packed, [g], h, out);
         }
     }
 }
@@ -932,13 +1124,13 @@ fn across<V: Vector, const G: usize, const P: usize>(
     for t in 0..HISTORY {
         let x = (V::load(&xs[t][0]), V::load(&xs[t][1]));
         if t == 0 {
-            lstm1_step::<V, G, P, true>(packed, x, &mut h, &mut c, None);
+            lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, Sums::First, None);
         } else if t + 1 < HISTORY {
-            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, None);
+            lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, Sums::InputFirst, None);
         } else {
             snapshot::<V, G, P>(&h, &mut step4);
             let project_first = Some((&step4, &mut pre));
-            lstm1_step::<V, G, P, false>(packed, x, &mut h, &mut c, project_first);
+            lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, Sums::InputLast, project_first);
         }
     }
     snapshot::<V, G, P>(&h, &mut step5);
@@ -948,8 +1140,16 @@ fn across<V: Vector, const G: usize, const P: usize>(
 /// The sequences' inputs per step: `xs[t][s / 16][s mod 16]` = sequence `s = 6 p + f` at step
 /// `t` (zero past the used paths).
 #[inline(always)]
-fn inputs(paths: &[[f32; FEATURES * HISTORY]]) -> Aligned<[[Lane; 2]; HISTORY]> {
+fn inputs(paths: &[[f32; FEATURES * HISTORY]]) -> Aligned<Inputs> {
     let mut xs = Aligned([[[0.0f32; LANES]; 2]; HISTORY]);
+    inputs_into(paths, &mut xs);
+    xs
+}
+
+/// [`inputs`] into `xs` (every value written).
+#[inline(always)]
+fn inputs_into(paths: &[[f32; FEATURES * HISTORY]], xs: &mut Inputs) {
+    *xs = [[[0.0f32; LANES]; 2]; HISTORY];
     for (p, path) in paths.iter().take(EDAR_MAX_PATHS).enumerate() {
         for (f, series) in path.chunks_exact(HISTORY).enumerate() {
             let s = FEATURES * p + f;
@@ -958,7 +1158,6 @@ fn inputs(paths: &[[f32; FEATURES * HISTORY]]) -> Aligned<[[Lane; 2]; HISTORY]> 
             }
         }
     }
-    xs
 }
 
 /// After LSTM1: the projection's second half over step 5's states `step5` (adding to `pre`,

@@ -113,7 +113,10 @@ pub struct PathHistory {
 impl PathHistory {
     /// Appends the newest interval, dropping the oldest.
     pub fn push(&mut self, sample: [f32; FEATURES]) {
-        self.samples.rotate_left(1);
+        // A fixed-size shift (a few vector moves; `rotate_left` is a generic, slower routine).
+        for step in 0..HISTORY - 1 {
+            self.samples[step] = self.samples[step + 1];
+        }
         self.samples[HISTORY - 1] = sample;
     }
 

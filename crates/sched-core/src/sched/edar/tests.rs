@@ -702,7 +702,7 @@ fn boundary_cycles() {
                 p
             })
             .collect();
-        for packets in [6usize, 0] {
+        for packets in [usize::from(packed::PREFIX_UNITS), 0] {
             let (_writer, reader) = weight_slot(EdarNetwork::initial(1));
             let mut s = Edar::new(&EdarConfig {
                 weights: Some(reader),
