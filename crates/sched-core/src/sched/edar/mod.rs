@@ -210,6 +210,21 @@ pub enum RedundantPlacement {
 /// steady losses are at most 1.56 % and the gradual handoff's steps are 1, 2, 5, 10, 20 %.
 pub const LOSSY_MARGIN: f32 = 0.05;
 
+impl RedundantPlacement {
+    /// Whether `best`, the lowest-RTT path with room, may carry a packet in redundant mode when
+    /// `fastest` is the fastest usable path (room or not); otherwise the packet waits.
+    fn may_carry(self, best: &PathView, fastest: &PathView) -> bool {
+        match self {
+            RedundantPlacement::LowestRttWithRoom => true,
+            RedundantPlacement::Fastest => best.id == fastest.id,
+            RedundantPlacement::FastestWhenLossier => best.loss_rate <= fastest.loss_rate,
+            RedundantPlacement::FastestWhenLossy => {
+                best.loss_rate < fastest.loss_rate + LOSSY_MARGIN
+            }
+        }
+    }
+}
+
 /// Configuration of [`Edar`].
 #[derive(Clone, Debug)]
 pub struct EdarConfig {
@@ -881,22 +896,12 @@ impl Edar {
     }
 
     fn redundant(paths: &[PathView], len: u32, placement: RedundantPlacement) -> Decision {
-        let best = match placement {
-            RedundantPlacement::LowestRttWithRoom => lowest_rtt_with_room(paths, len),
-            RedundantPlacement::Fastest => {
-                let FastAndBest { fastest, best } = fastest_and_best(paths, len);
-                // `best` has room and is admitted; it is the fastest only when the fastest
-                // has room.
-                best.filter(|b| fastest.is_some_and(|f| f.id == b.id))
-            }
-            RedundantPlacement::FastestWhenLossier => {
-                let FastAndBest { fastest, best } = fastest_and_best(paths, len);
-                best.filter(|b| fastest.is_none_or(|f| b.loss_rate <= f.loss_rate))
-            }
-            RedundantPlacement::FastestWhenLossy => {
-                let FastAndBest { fastest, best } = fastest_and_best(paths, len);
-                best.filter(|b| fastest.is_none_or(|f| b.loss_rate < f.loss_rate + LOSSY_MARGIN))
-            }
+        let best = if placement == RedundantPlacement::LowestRttWithRoom {
+            lowest_rtt_with_room(paths, len)
+        } else {
+            // `best` has room and is admitted, so `fastest` exists whenever `best` does.
+            let FastAndBest { fastest, best } = fastest_and_best(paths, len);
+            best.filter(|b| fastest.is_some_and(|f| placement.may_carry(b, f)))
         };
         let Some(best) = best else {
             return Decision::Wait;
