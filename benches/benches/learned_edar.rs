@@ -170,7 +170,10 @@ fn bench_rust<M: Measurement>(
         // The rows time what they say: the decisions after seven packets use a ready prefix.
         boundaries(m, &mut s, &views, &mut now, 10);
         let stats = s.prefix_stats();
-        assert!(stats.ready >= 9 && stats.finished == 0, "{stats:?}");
+        assert!(
+            stats.ready >= 9 && stats.finished == 0 && stats.continued == stats.ready,
+            "{stats:?}"
+        );
         group.bench_function(format!("edar_boundary/{k}"), |b| {
             b.iter_custom(|iters| boundaries(m, &mut s, &views, &mut now, iters))
         });

@@ -83,13 +83,20 @@
 //! and runs it a unit per `select` inside the interval (seven units: LSTM1's five steps, the
 //! projection half, step 5's recurrent sums, each ≈ 0.3 µs at most at K = 4). At the boundary
 //! the prefix serves only if the inputs it read equal the new state's steps 0–4 bit for bit,
-//! with the same path count, weights version and kernel; then only the rest runs (step 5's input
+//! with the same path count, weights version and kernel. The equality needs no compare when the
+//! decision uses the same history entries as the one before (histories change only when an
+//! interval closes, at a decision, one sample each): the prefix carries the name of the
+//! histories it was begun from (`lineage`: decision number and entries used), the decision passes
+//! the name it continues, and on a match its steps 0–4 are copied from the prefix's inputs and
+//! only step 5 is laid out (compared with the full layout in debug builds); otherwise the inputs
+//! are laid out and compared. Then only the rest runs (step 5's input
 //! term and cells, the projection's other half, LSTM2's recurrence, the core), with the same
 //! operations on the same values as the full pass (whose step 5 adds its input term last for
 //! this), so the Q-values are the same bit for bit. Otherwise (paths changed, weights swapped,
 //! fewer than two units done) the full pass runs, as before. [`Edar::prefix_stats`] counts
 //! both. The states decided on stay in a ring (`Edar::states`) that the decision and the
-//! transitions read in place.
+//! transitions read in place. Without an experience queue no closed interval waits for its
+//! reports (they would only become transitions).
 //!
 //! Failed, rate-limited and backup paths are handled by [`TierGate`] and
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
@@ -407,10 +414,17 @@ pub struct EdarPrefixStats {
     /// two of its seven units done (an interval with fewer than two packets), where the full pass
     /// costs less than finishing it.
     pub missed: u64,
+    /// Of the decisions that used their prefix (ready or finished), those whose inputs were
+    /// taken from it because the histories only shifted since it began (the same paths, one
+    /// interval later: its inputs copied, the input compare skipped).
+    pub continued: u64,
 }
 
 impl EdarPrefixStats {
-    fn count(&mut self, used: PrefixUse) {
+    fn count(&mut self, used: PrefixUse, continued: bool) {
+        if continued && used != PrefixUse::Missed {
+            self.continued += 1;
+        }
         match used {
             PrefixUse::Ready => self.ready += 1,
             PrefixUse::Finished => self.finished += 1,
@@ -717,7 +731,7 @@ impl Edar {
 
     /// The action for the interval that begins, and whether the next decision's prefix was
     /// begun with it (the network's decision begins it from the inputs it laid out).
-    fn choose(&mut self, slot: usize) -> (EdarAction, bool) {
+    fn choose(&mut self, slot: usize, used: u8) -> (EdarAction, bool) {
         let state = &self.states[slot];
         match self.config.policy {
             EdarPolicy::Normal => return (EdarAction::Normal, false),
@@ -743,14 +757,18 @@ impl Edar {
         let mut begun = false;
         let q = match self.prefix.as_mut() {
             Some(prefix) if self.prefix_enabled => {
-                let (q, used) = reader.weights().q_values_then_begin(
+                let continues = self.decisions.checked_sub(1).map(|d| lineage(d, used));
+                let (q, how) = reader.weights().q_values_then_begin(
                     state,
                     reader.version(),
                     Kernel::best(),
                     prefix,
+                    continues,
                 );
+                let continued = prefix.continued();
+                prefix.set_lineage(lineage(self.decisions, used));
                 begun = true;
-                self.prefix_stats.count(used);
+                self.prefix_stats.count(how, continued);
                 Ok(q)
             }
             _ => reader.weights().q_values(state, scratch),
@@ -773,7 +791,12 @@ impl Edar {
         let slot = (self.decisions % STATES as u64) as usize;
         let connection = self.connection(paths);
         observe_into(&self.histories, connection, paths, &mut self.states[slot]);
-        if let Some(action) = self.pending.take() {
+        let used = used_mask(paths);
+        // The closed intervals wait for their reports only to become transitions: with no
+        // experience queue (no learner) nothing waits.
+        if let Some(action) = self.pending.take()
+            && self.config.experience.is_some()
+        {
             if self.awaiting_len == AWAITING {
                 self.emit_oldest();
             }
@@ -790,9 +813,9 @@ impl Edar {
         }
         self.credited = Credited::default();
         self.data_packets = 0;
-        let (action, begun) = self.choose(slot);
+        let (action, begun) = self.choose(slot, used);
         if !begun {
-            self.begin_prefix(slot);
+            self.begin_prefix(slot, used);
         }
         self.pending = Some(action);
         self.mode = action;
@@ -808,7 +831,7 @@ impl Edar {
 
     /// Starts the next decision's prefix from the state just decided on (`states[slot]`; the
     /// learned policy with weights only: the fixed policies run no network).
-    fn begin_prefix(&mut self, slot: usize) {
+    fn begin_prefix(&mut self, slot: usize, used: u8) {
         if self.config.policy != EdarPolicy::Learned || !self.prefix_enabled {
             return;
         }
@@ -819,6 +842,7 @@ impl Edar {
                 Kernel::best(),
                 prefix,
             );
+            prefix.set_lineage(lineage(self.decisions, used));
         }
     }
 
@@ -942,6 +966,27 @@ fn observe_into(
         *unused = [0.0; FEATURES * HISTORY];
     }
     out.path_count = count as u8;
+}
+
+/// The history entries a state holds: bit `i` set when path `i` is in `paths` (usable or not;
+/// [`observe_into`]).
+fn used_mask(paths: &[PathView]) -> u8 {
+    let mut mask = 0u8;
+    for p in paths {
+        if p.id.index() < EDAR_MAX_PATHS {
+            mask |= 1 << p.id.index();
+        }
+    }
+    mask
+}
+
+/// The name of the histories decision `decision` saw with the entries `used`
+/// ([`super::edar::packed::Prefix::set_lineage`]). Histories change only when an interval
+/// closes, at a decision, where every entry in use takes one sample and the others are cleared;
+/// so if decision `n` uses the same entries as decision `n − 1`, its state's steps 0–4 are
+/// decision `n − 1`'s steps 1–5, and its `continues` is `lineage(n − 1, used)`.
+fn lineage(decision: u64, used: u8) -> u64 {
+    (decision << 8) | u64::from(used)
 }
 
 /// TI: the smallest srtt of the usable paths, clamped to [1 ms, 1 s].

@@ -245,16 +245,18 @@ impl EdarNetwork {
     }
 
     /// [`EdarNetwork::q_values_prefixed`], then [`EdarNetwork::prefix_begin`] on the same
-    /// `state` (its inputs laid out once for both).
+    /// `state` (its inputs laid out once for both); `continues`: see
+    /// [`super::packed::Prefix::set_lineage`].
     pub(super) fn q_values_then_begin(
         &self,
         state: &EdarState,
         version: u64,
         kernel: Kernel,
         prefix: &mut Prefix,
+        continues: Option<u64>,
     ) -> ([f32; 2], PrefixUse) {
         self.packed
-            .q_values_then_begin(state, version, kernel, prefix)
+            .q_values_then_begin(state, version, kernel, prefix, continues)
     }
 
     /// The packed pass alone (test timing).

@@ -414,6 +414,9 @@ pub(super) const PREFIX_UNITS: u8 = HISTORY as u8 + 1;
 /// 2,650 + 3,980 with no unit done, 2,650 + 3,560 with one; `cycles::prefix_cycles`).
 pub(super) const FINISH_FROM: u8 = 2;
 
+/// [`Prefix::lineage`] before the caller names it: matches no decision's `continues`.
+const NO_LINEAGE: u64 = u64::MAX;
+
 /// One input layout ([`inputs`]): `[step][vector]`.
 type Inputs = [[Lane; 2]; HISTORY];
 
@@ -440,6 +443,11 @@ pub(super) struct Prefix {
     /// next prefix then reads (no copy).
     xs: [Inputs; 2],
     version: u64,
+    /// The caller's name for the histories the prefix was begun from ([`Prefix::set_lineage`];
+    /// [`NO_LINEAGE`] until it is set).
+    lineage: u64,
+    /// Whether the last decision took its inputs from the lineage ([`Prefix::continued`]).
+    continued: bool,
     cur: u8,
     path_count: u8,
     /// Units done (`PREFIX_UNITS` = complete); meaningful only while `begun`.
@@ -482,6 +490,8 @@ impl Prefix {
             pre: [[[0.0; LANES]; ACROSS_VECTORS]; EDAR_MAX_PATHS],
             xs: [[[[0.0; LANES]; 2]; HISTORY]; 2],
             version: 0,
+            lineage: NO_LINEAGE,
+            continued: false,
             cur: 0,
             path_count: 0,
             done: 0,
@@ -518,6 +528,7 @@ impl Prefix {
     /// Begins the prefix from the inputs laid out in `spare` (module docs of `super`).
     fn begin_from_spare(&mut self, path_count: u8, version: u64, kernel: Kernel) {
         self.cur = 1 - self.cur;
+        self.lineage = NO_LINEAGE;
         self.path_count = path_count;
         self.version = version;
         self.kernel = kernel;
@@ -526,13 +537,52 @@ impl Prefix {
         self.begun = path_count > 0;
     }
 
-    /// True when it may serve a decision on the inputs `xs` (all six steps) with `path_count`
-    /// paths, weights `version` and `kernel`: every input it read equal bit for bit.
-    fn valid_for(&self, xs: &Inputs, path_count: u8, version: u64, kernel: Kernel) -> bool {
+    /// Names the histories the prefix was just begun from. A later decision that passes the same
+    /// name as `continues` ([`Packed::q_values_then_begin`]) promises that its state's steps 0–4
+    /// are this state's steps 1–5: the input compare is then skipped and only step 5 is laid out.
+    pub(super) fn set_lineage(&mut self, lineage: u64) {
+        self.lineage = lineage;
+    }
+
+    /// True when the last decision's inputs were copied from the prefix (its `continues` named
+    /// the prefix's lineage) instead of laid out and compared.
+    pub(super) fn continued(&self) -> bool {
+        self.continued
+    }
+
+    /// Lays out the inputs of a decision whose steps 0–4 are the prefix's (its state's steps
+    /// 1–5) into `spare`: those five steps copied, step 5 from `state`.
+    fn shift_into_spare(&mut self, state: &EdarState) {
+        let [first, second] = &mut self.xs;
+        let (read, spare) = if self.cur == 0 {
+            (&*first, second)
+        } else {
+            (&*second, first)
+        };
+        spare[..HISTORY - 1].copy_from_slice(&read[1..]);
+        let newest = &mut spare[HISTORY - 1];
+        *newest = [[0.0; LANES]; 2];
+        for (p, path) in state.used_paths().iter().take(EDAR_MAX_PATHS).enumerate() {
+            for f in 0..FEATURES {
+                let s = FEATURES * p + f;
+                newest[s / LANES][s % LANES] = path[f * HISTORY + HISTORY - 1];
+            }
+        }
+    }
+
+    /// True when it may serve a decision with `path_count` paths, weights `version` and
+    /// `kernel` (the inputs aside).
+    fn serves(&self, path_count: u8, version: u64, kernel: Kernel) -> bool {
         self.begun
             && self.path_count == path_count
             && self.version == version
             && self.kernel == kernel
+    }
+
+    /// True when it may serve a decision on the inputs `xs` (all six steps) with `path_count`
+    /// paths, weights `version` and `kernel`: every input it read equal bit for bit.
+    fn valid_for(&self, xs: &Inputs, path_count: u8, version: u64, kernel: Kernel) -> bool {
+        self.serves(path_count, version, kernel)
             && self.read()[1..]
                 .as_flattened()
                 .as_flattened()
@@ -581,6 +631,7 @@ impl Packed {
     /// Q(s, normal) and Q(s, redundant) with `kernel`, from `prefix` when it is valid for
     /// `state` (its remaining units run first if it is incomplete), else the full pass; the
     /// Q-values are the same bit for bit either way.
+    #[cfg(test)]
     pub(super) fn q_values_prefixed(
         &self,
         state: &EdarState,
@@ -588,11 +639,51 @@ impl Packed {
         kernel: Kernel,
         prefix: &mut Prefix,
     ) -> ([f32; 2], PrefixUse) {
+        self.q_values_continuing(state, version, kernel, prefix, None)
+    }
+
+    /// [`Packed::q_values_prefixed`]; with `continues` equal to the prefix's lineage
+    /// ([`Prefix::set_lineage`]) the caller vouches that `state`'s steps 0–4 are the prefix's
+    /// inputs, so they are copied instead of laid out and compared (checked in debug builds).
+    fn q_values_continuing(
+        &self,
+        state: &EdarState,
+        version: u64,
+        kernel: Kernel,
+        prefix: &mut Prefix,
+        continues: Option<u64>,
+    ) -> ([f32; 2], PrefixUse) {
         let paths = state.used_paths();
+        let path_count = paths.len() as u8;
+        let shifted = prefix.begun
+            && prefix.path_count == path_count
+            && continues.is_some_and(|lineage| lineage == prefix.lineage);
+        prefix.continued = shifted;
         // Laid out where the next prefix reads them (`q_values_then_begin`).
-        inputs_into(paths, prefix.spare());
+        let valid = if shifted {
+            prefix.shift_into_spare(state);
+            debug_assert!({
+                let mut full = [[[0.0f32; LANES]; 2]; HISTORY];
+                inputs_into(paths, &mut full);
+                let spare = &prefix.xs[usize::from(1 - prefix.cur)];
+                full.as_flattened()
+                    .as_flattened()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .eq(spare
+                        .as_flattened()
+                        .as_flattened()
+                        .iter()
+                        .map(|v| v.to_bits()))
+            });
+            prefix.serves(path_count, version, kernel)
+        } else {
+            inputs_into(paths, prefix.spare());
+            let xs = &prefix.xs[usize::from(1 - prefix.cur)];
+            prefix.valid_for(xs, path_count, version, kernel)
+        };
         let xs = &prefix.xs[usize::from(1 - prefix.cur)];
-        if prefix.done < FINISH_FROM || !prefix.valid_for(xs, paths.len() as u8, version, kernel) {
+        if prefix.done < FINISH_FROM || !valid {
             prefix.begun = false;
             return (self.q_values_with(kernel, state), PrefixUse::Missed);
         }
@@ -626,8 +717,9 @@ impl Packed {
         version: u64,
         kernel: Kernel,
         prefix: &mut Prefix,
+        continues: Option<u64>,
     ) -> ([f32; 2], PrefixUse) {
-        let out = self.q_values_prefixed(state, version, kernel, prefix);
+        let out = self.q_values_continuing(state, version, kernel, prefix, continues);
         prefix.begin_from_spare(state.used_paths().len() as u8, version, kernel);
         out
     }
@@ -778,9 +870,15 @@ fn rest<V: Vector>(
 }
 
 /// LSTM1's step 5 from the prefix's cell states and recurrent sums (only the input term and
-/// the cells run here), then [`across_tail`] from its gate sums. (Running the projection of
-/// paths 0 and 1 beside the step 5 of paths 2 and 3, or path by path beside LSTM2's steps, did
-/// not make this faster: 2,730 and 2,860 against 2,650 TSC ticks at K = 4.)
+/// the cells run here), the projection's second half and LSTM2's recurrence, ordered so that
+/// LSTM2's dependent steps overlap independent work: step 5 and the projection of paths 0–1,
+/// LSTM2's step 0 (program order) beside step 5 of paths 2–3, step 1 beside the projection of
+/// paths 2–3, then steps 2 and 3. Every lane's sums keep their order, so the values are those of
+/// [`across_tail`] bit for bit. (Timed in place, rotating the orders interval by interval inside
+/// one scheduler: 2–6 % faster than step 5 of every path, the whole projection and LSTM2 one
+/// after the other; the projection path by path beside each LSTM2 step was slower. Before, timed
+/// as separate builds: the projection of paths 0–1 beside step 5 of paths 2–3 2,730 and path by
+/// path beside LSTM2's steps 2,860, against 2,650 TSC ticks at K = 4.)
 #[inline(always)]
 fn rest_paths<V: Vector, const G: usize, const P: usize>(
     packed: &Packed,
@@ -804,10 +902,50 @@ fn rest_paths<V: Vector, const G: usize, const P: usize>(
     }
     let x = (V::load(&x5[0]), V::load(&x5[1]));
     let sums = Sums::Ahead(&prefix.recurrent);
-    lstm1_step::<V, G, P>(packed, x, &mut h, &mut c, sums, None);
     let mut step5 = Aligned([[[0.0f32; LANES]; 4]; P]);
+    let mut c2 = [V::splat(0.0); 2];
+    let mut h2 = Aligned([[0.0f32; LANES]; 2]);
+    step5_pair::<V, G>(packed, 0, x, &mut h, &mut c, sums);
     snapshot::<V, G, P>(&h, &mut step5);
-    across_tail::<V, P>(packed, &step5, &mut pre, h_out);
+    let first = P.min(2);
+    project_range::<V, P>(packed, 1, &step5, &mut pre, 0, first);
+    across_step::<V>(packed, 0, &mut pre[0], &mut c2, &mut h2);
+    if P > 2 {
+        step5_pair::<V, G>(packed, 1, x, &mut h, &mut c, sums);
+        snapshot::<V, G, P>(&h, &mut step5);
+    }
+    if P > 1 {
+        across_step::<V>(packed, 1, &mut pre[1], &mut c2, &mut h2);
+    }
+    if P > 2 {
+        project_range::<V, P>(packed, 1, &step5, &mut pre, 2, P);
+    }
+    for p in 2..P {
+        across_step::<V>(packed, p, &mut pre[p], &mut c2, &mut h2);
+    }
+    h_out.copy_from_slice(h2.as_flattened());
+}
+
+/// Step 5 of pair `i` of paths (`2 i`, `2 i + 1`; or of the last path alone).
+#[inline(always)]
+fn step5_pair<V: Vector, const G: usize>(
+    packed: &Packed,
+    i: usize,
+    x: (V, V),
+    h: &mut [[V; 2]; G],
+    c: &mut [[V; 2]; G],
+    sums: Sums<'_>,
+) {
+    if 4 * i + 4 <= G {
+        for parity in 0..GROUPS_PER_PATH {
+            let groups = [4 * i + parity, 4 * i + 2 + parity];
+            groups_step::<V, G, 2, 4>(packed, groups, x, h, c, sums);
+        }
+    } else {
+        for g in 4 * i..G {
+            groups_step::<V, G, 1, 2>(packed, [g], x, h, c, sums);
+        }
+    }
 }
 
 /// `N` LSTM cells from their gate sums `t[q][k]` (gate `q` = i, f, g, o, pre-scaled so that
@@ -1256,16 +1394,29 @@ fn snapshot<V: Vector, const G: usize, const P: usize>(
     }
 }
 
-/// Half of LSTM2's input projection for every path in one sweep over its weights:
-/// `pre[p] += W_ih[:, 20 f + 10 s + u] x_p`, `x_p` = path `p`'s LSTM1 hidden states after step
-/// `HISTORY − 2 + s` (`hs[p][2 m + half]`, lane `5 (f mod 3) + u mod 5` of group `m = f / 3`,
-/// half `u / 5`); each weight vector is loaded once and used `P` times.
+/// [`project_range`] over every path.
 #[inline(always)]
 fn project<V: Vector, const P: usize>(
     packed: &Packed,
     s: usize,
     hs: &Aligned<[[Lane; 4]; P]>,
     pre: &mut [[V; ACROSS_VECTORS]; P],
+) {
+    project_range::<V, P>(packed, s, hs, pre, 0, P);
+}
+
+/// Half of LSTM2's input projection for the paths `from..to` in one sweep over its weights:
+/// `pre[p] += W_ih[:, 20 f + 10 s + u] x_p`, `x_p` = path `p`'s LSTM1 hidden states after step
+/// `HISTORY − 2 + s` (`hs[p][2 m + half]`, lane `5 (f mod 3) + u mod 5` of group `m = f / 3`,
+/// half `u / 5`); each weight vector is loaded once and used for each of those paths.
+#[inline(always)]
+fn project_range<V: Vector, const P: usize>(
+    packed: &Packed,
+    s: usize,
+    hs: &Aligned<[[Lane; 4]; P]>,
+    pre: &mut [[V; ACROSS_VECTORS]; P],
+    from: usize,
+    to: usize,
 ) {
     for f in 0..FEATURES {
         for u in 0..FEATURE_HIDDEN {
@@ -1276,7 +1427,7 @@ fn project<V: Vector, const P: usize>(
             }
             let k = 2 * (f / TRIPLE) + u / UNITS_PER_VECTOR;
             let lane = UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR;
-            for p in 0..P {
+            for p in from..to {
                 let xv = V::splat(hs[p][k][lane]);
                 for v in 0..ACROSS_VECTORS {
                     pre[p][v] = wv[v].mul_add(xv, pre[p][v]);
