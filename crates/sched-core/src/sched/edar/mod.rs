@@ -552,6 +552,8 @@ pub struct Edar {
     pending: Option<EdarAction>,
     receive_window: u64,
     decisions: u64,
+    /// The history entries the last decision used ([`used_mask`]; `None` before the first).
+    last_used: Option<u8>,
     redundant_decisions: u64,
     /// The next decision's pass computed ahead, a unit per `select` inside the interval (the
     /// module docs, "Prefix"); `None` without weights.
@@ -648,6 +650,7 @@ impl Edar {
             pending: None,
             receive_window: 0,
             decisions: 0,
+            last_used: None,
             redundant_decisions: 0,
             prefix: config.weights.as_ref().map(|_| Prefix::new()),
             prefix_stats: EdarPrefixStats::default(),
@@ -790,8 +793,29 @@ impl Edar {
         // (they read decisions `n − AWAITING − 1` to `n − 1`).
         let slot = (self.decisions % STATES as u64) as usize;
         let connection = self.connection(paths);
-        observe_into(&self.histories, connection, paths, &mut self.states[slot]);
         let used = used_mask(paths);
+        if self.last_used == Some(used) {
+            // The same entries as the decision before: its state, one step on.
+            let previous = (slot + STATES - 1) % STATES;
+            let (before, state) = two_slots(&mut self.states, previous, slot);
+            observe_shifted(before, &self.histories, connection, used, state);
+            debug_assert!({
+                let mut full = EdarState::EMPTY;
+                observe_into(&self.histories, connection, paths, &mut full);
+                let bits = |s: &EdarState| -> Vec<u32> {
+                    let paths = s.paths.as_flattened().iter();
+                    s.connection
+                        .iter()
+                        .chain(paths)
+                        .map(|v| v.to_bits())
+                        .collect()
+                };
+                full.path_count == state.path_count && bits(&full) == bits(state)
+            });
+        } else {
+            observe_into(&self.histories, connection, paths, &mut self.states[slot]);
+        }
+        self.last_used = Some(used);
         // The closed intervals wait for their reports only to become transitions: with no
         // experience queue (no learner) nothing waits.
         if let Some(action) = self.pending.take()
@@ -987,6 +1011,50 @@ fn used_mask(paths: &[PathView]) -> u8 {
 /// decision `n − 1`'s steps 1–5, and its `continues` is `lineage(n − 1, used)`.
 fn lineage(decision: u64, used: u8) -> u64 {
     (decision << 8) | u64::from(used)
+}
+
+/// [`observe_into`] for a decision that uses the entries `used` as the decision before did,
+/// whose state is `before`: since then every entry in use took one sample (histories change
+/// only when an interval closes), so each is `before`'s shifted one step, with the newest sample.
+fn observe_shifted(
+    before: &EdarState,
+    histories: &[PathHistory; EDAR_MAX_PATHS],
+    connection: [f32; CONNECTION_FEATURES],
+    used: u8,
+    out: &mut EdarState,
+) {
+    out.connection = connection;
+    let mut count = 0usize;
+    for (index, history) in histories.iter().enumerate() {
+        if used & (1 << index) != 0 {
+            let (from, to) = (&before.paths[count], &mut out.paths[count]);
+            to[..FEATURES * HISTORY - 1].copy_from_slice(&from[1..]);
+            for (f, &value) in history.newest().iter().enumerate() {
+                to[f * HISTORY + HISTORY - 1] = value;
+            }
+            count += 1;
+        }
+    }
+    for unused in &mut out.paths[count..] {
+        *unused = [0.0; FEATURES * HISTORY];
+    }
+    out.path_count = count as u8;
+}
+
+/// `states[read]` and `states[write]` (two different slots) at once.
+fn two_slots(
+    states: &mut [EdarState; STATES],
+    read: usize,
+    write: usize,
+) -> (&EdarState, &mut EdarState) {
+    debug_assert_ne!(read, write);
+    if read < write {
+        let (low, high) = states.split_at_mut(write);
+        (&low[read], &mut high[0])
+    } else {
+        let (low, high) = states.split_at_mut(read);
+        (&high[0], &mut low[write])
+    }
 }
 
 /// TI: the smallest srtt of the usable paths, clamped to [1 ms, 1 s].

@@ -120,6 +120,11 @@ impl PathHistory {
         self.samples[HISTORY - 1] = sample;
     }
 
+    /// The newest sample.
+    pub fn newest(&self) -> &[f32; FEATURES] {
+        &self.samples[HISTORY - 1]
+    }
+
     /// Forgets everything (a path that left or failed and came back starts afresh).
     pub fn clear(&mut self) {
         *self = PathHistory::default();
