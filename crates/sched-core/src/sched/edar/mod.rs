@@ -95,8 +95,9 @@
 //! this), so the Q-values are the same bit for bit. Otherwise (paths changed, weights swapped,
 //! fewer than two units done) the full pass runs, as before. [`Edar::prefix_stats`] counts
 //! both. The states decided on stay in a ring (`Edar::states`) that the decision and the
-//! transitions read in place. Without an experience queue no closed interval waits for its
-//! reports (they would only become transitions).
+//! transitions read in place; a decision on the same entries as the one before writes its state
+//! as that one's shifted a step plus the newest samples. Without an experience queue no closed
+//! interval waits for its reports (they would only become transitions).
 //!
 //! Failed, rate-limited and backup paths are handled by [`TierGate`] and
 //! [`PathView::can_send`]; nothing here allocates after [`Edar::new`].
