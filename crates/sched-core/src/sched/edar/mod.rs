@@ -803,15 +803,14 @@ impl Edar {
             debug_assert!({
                 let mut full = EdarState::EMPTY;
                 observe_into(&self.histories, connection, paths, &mut full);
-                let bits = |s: &EdarState| -> Vec<u32> {
-                    let paths = s.paths.as_flattened().iter();
-                    s.connection
+                // Bit for bit, without allocating (the no-allocation test runs debug builds).
+                let (a, b) = (&full, &*state);
+                a.path_count == b.path_count
+                    && a.connection
                         .iter()
-                        .chain(paths)
-                        .map(|v| v.to_bits())
-                        .collect()
-                };
-                full.path_count == state.path_count && bits(&full) == bits(state)
+                        .chain(a.paths.as_flattened())
+                        .zip(b.connection.iter().chain(b.paths.as_flattened()))
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
             });
         } else {
             observe_into(&self.histories, connection, paths, &mut self.states[slot]);
