@@ -795,22 +795,16 @@ impl Edar {
         let slot = (self.decisions % STATES as u64) as usize;
         let connection = self.connection(paths);
         let used = used_mask(paths);
-        if self.last_used == Some(used) {
+        let previous = (slot + STATES - 1) % STATES;
+        if self.last_used == Some(used)
+            && let Ok([before, state]) = self.states.get_disjoint_mut([previous, slot])
+        {
             // The same entries as the decision before: its state, one step on.
-            let previous = (slot + STATES - 1) % STATES;
-            let (before, state) = two_slots(&mut self.states, previous, slot);
             observe_shifted(before, &self.histories, connection, used, state);
             debug_assert!({
                 let mut full = EdarState::EMPTY;
                 observe_into(&self.histories, connection, paths, &mut full);
-                // Bit for bit, without allocating (the no-allocation test runs debug builds).
-                let (a, b) = (&full, &*state);
-                a.path_count == b.path_count
-                    && a.connection
-                        .iter()
-                        .chain(a.paths.as_flattened())
-                        .zip(b.connection.iter().chain(b.paths.as_flattened()))
-                        .all(|(x, y)| x.to_bits() == y.to_bits())
+                same_bits(&full, state)
             });
         } else {
             observe_into(&self.histories, connection, paths, &mut self.states[slot]);
@@ -1041,20 +1035,14 @@ fn observe_shifted(
     out.path_count = count as u8;
 }
 
-/// `states[read]` and `states[write]` (two different slots) at once.
-fn two_slots(
-    states: &mut [EdarState; STATES],
-    read: usize,
-    write: usize,
-) -> (&EdarState, &mut EdarState) {
-    debug_assert_ne!(read, write);
-    if read < write {
-        let (low, high) = states.split_at_mut(write);
-        (&low[read], &mut high[0])
-    } else {
-        let (low, high) = states.split_at_mut(read);
-        (&high[0], &mut low[write])
+/// True when `a` and `b` hold the same values bit for bit (without allocating: the
+/// no-allocation test runs debug builds, where this checks [`observe_shifted`]).
+fn same_bits(a: &EdarState, b: &EdarState) -> bool {
+    fn values(s: &EdarState) -> impl Iterator<Item = u32> + '_ {
+        let paths = s.paths.as_flattened();
+        s.connection.iter().chain(paths).map(|v| v.to_bits())
     }
+    a.path_count == b.path_count && values(a).eq(values(b))
 }
 
 /// TI: the smallest srtt of the usable paths, clamped to [1 ms, 1 s].
