@@ -695,7 +695,7 @@ impl Packed {
         };
         let q = match kernel {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the prefix's kernel (equal to `kernel`, checked by `valid_for`) came from
+            // SAFETY: the prefix's kernel (equal to `kernel`, checked by `serves`) came from
             // `Kernel::best` or `Kernel::available`, which checked the CPU's features.
             Kernel::Avx512 => unsafe { rest_avx512(self, state, &x5, prefix) },
             #[cfg(target_arch = "x86_64")]
