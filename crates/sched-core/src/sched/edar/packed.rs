@@ -60,8 +60,10 @@
 //! lines costs the kernel about a fifth of its time on Zen 5.
 //!
 //! The same generic kernel ([`run`]) is compiled three times: with AVX-512F/DQ intrinsics, with
-//! AVX2+FMA auto-vectorised 16-float arrays, and portable; the best the CPU supports is picked
-//! at run time. Nothing allocates: the intermediate values live on the stack.
+//! AVX2+FMA intrinsics over two 8-lane halves (the portable operations bit for bit), and
+//! portable; the best the CPU supports is picked at run time. Loop orders that keep many
+//! accumulators live check [`Vector::REGISTERS`] (the AVX2 build holds a quarter as many
+//! 16-lane values as the AVX-512 one). Nothing allocates: the intermediate values live on the stack.
 
 // The kernel walks several arrays in lockstep by index (weights, accumulators, lanes); index
 // loops state the layout more plainly than chains of zips.
@@ -331,7 +333,7 @@ unsafe fn run_avx512(packed: &Packed, state: &EdarState) -> [f32; 2] {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn run_avx2_fma(packed: &Packed, state: &EdarState) -> [f32; 2] {
-    run::<Portable<true>>(packed, state)
+    run::<vector::avx2::V>(packed, state)
 }
 
 /// The forward pass (module docs), for any [`Vector`] implementation.
@@ -749,7 +751,7 @@ unsafe fn prefix_unit_avx512(packed: &Packed, prefix: &mut Prefix) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn prefix_unit_avx2_fma(packed: &Packed, prefix: &mut Prefix) {
-    prefix_unit::<Portable<true>>(packed, prefix)
+    prefix_unit::<vector::avx2::V>(packed, prefix)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -771,7 +773,7 @@ unsafe fn rest_avx2_fma(
     x5: &[Lane; 2],
     prefix: &mut Prefix,
 ) -> [f32; 2] {
-    rest::<Portable<true>>(packed, state, x5, prefix)
+    rest::<vector::avx2::V>(packed, state, x5, prefix)
 }
 
 /// The prefix's next unit for its path count.
@@ -1418,6 +1420,23 @@ fn project_range<V: Vector, const P: usize>(
     from: usize,
     to: usize,
 ) {
+    if (to - from + 1) * ACROSS_VECTORS > V::REGISTERS {
+        // The paths' sums and a row of weights do not fit in registers: path by path, each
+        // weight read from memory by its multiply-add (the same sums in the same order).
+        for p in from..to {
+            for f in 0..FEATURES {
+                for u in 0..FEATURE_HIDDEN {
+                    let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
+                    let (k, lane) = feature_unit_slot(f, u);
+                    let xv = V::splat(hs[p][k][lane]);
+                    for v in 0..ACROSS_VECTORS {
+                        pre[p][v] = V::load(&w[v]).mul_add(xv, pre[p][v]);
+                    }
+                }
+            }
+        }
+        return;
+    }
     for f in 0..FEATURES {
         for u in 0..FEATURE_HIDDEN {
             let w = &packed.across_ih[f * 2 * FEATURE_HIDDEN + s * FEATURE_HIDDEN + u];
@@ -1425,8 +1444,7 @@ fn project_range<V: Vector, const P: usize>(
             for v in 0..ACROSS_VECTORS {
                 wv[v] = V::load(&w[v]);
             }
-            let k = 2 * (f / TRIPLE) + u / UNITS_PER_VECTOR;
-            let lane = UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR;
+            let (k, lane) = feature_unit_slot(f, u);
             for p in from..to {
                 let xv = V::splat(hs[p][k][lane]);
                 for v in 0..ACROSS_VECTORS {
@@ -1435,6 +1453,16 @@ fn project_range<V: Vector, const P: usize>(
             }
         }
     }
+}
+
+/// Where unit `u` of feature `f` of a path sits in [`PathStates`]: vector `2 m + half` (group
+/// `m = f / 3`, half `u / 5`), lane `5 (f mod 3) + u mod 5`.
+#[inline(always)]
+fn feature_unit_slot(f: usize, u: usize) -> (usize, usize) {
+    (
+        2 * (f / TRIPLE) + u / UNITS_PER_VECTOR,
+        UNITS_PER_VECTOR * (f % TRIPLE) + u % UNITS_PER_VECTOR,
+    )
 }
 
 /// The first core layer's bias plus its connection-feature columns (`M_t`).
@@ -1644,13 +1672,15 @@ mod cycles {
     #[test]
     #[ignore]
     fn prefix_cycles() {
-        if Kernel::best() != Kernel::Avx512 {
-            return;
-        }
         let net = EdarNetwork::initial(1);
         let packed = Packed::new(net.features(), net.across(), net.core());
         let p = &packed;
-        for _ in 0..2 {
+        // Each SIMD build this CPU runs, twice (the portable one is an order of magnitude slower).
+        let kernels = Kernel::available()
+            .into_iter()
+            .filter(|k| *k != Kernel::Portable);
+        for kernel in kernels.flat_map(|kernel| [kernel; 2]) {
+            let name = format!("{kernel:?}").to_lowercase();
             for k in [2u8, 4] {
                 let s = state(k);
                 // The previous decision's state: `s` one interval earlier (steps 1-5 of it are
@@ -1662,51 +1692,54 @@ mod cycles {
                     }
                 }
                 let mut ready = Prefix::new();
-                p.prefix_begin(&previous, 0, Kernel::Avx512, &mut ready);
+                p.prefix_begin(&previous, 0, kernel, &mut ready);
                 while p.prefix_advance(&mut ready) {}
-                let (q, used) = p.q_values_prefixed(&s, 0, Kernel::Avx512, &mut ready.clone());
+                let (q, used) = p.q_values_prefixed(&s, 0, kernel, &mut ready.clone());
                 assert_eq!(used, PrefixUse::Ready);
-                assert_eq!(q.map(f32::to_bits), p.q_values(&s).map(f32::to_bits));
+                assert_eq!(
+                    q.map(f32::to_bits),
+                    p.q_values_with(kernel, &s).map(f32::to_bits)
+                );
                 let work = std::cell::RefCell::new(ready.clone());
                 time_each(
-                    &format!("full K={k}"),
+                    &format!("full K={k} {name}"),
                     || (),
                     |()| {
-                        black_box(p.q_values(black_box(&s)));
+                        black_box(p.q_values_with(kernel, black_box(&s)));
                     },
                 );
                 time_each(
-                    &format!("rest (prefix ready) K={k}"),
+                    &format!("rest (prefix ready) K={k} {name}"),
                     || work.borrow_mut().clone_from(&ready),
                     |()| {
                         let mut work = work.borrow_mut();
-                        black_box(p.q_values_prefixed(black_box(&s), 0, Kernel::Avx512, &mut work));
+                        black_box(p.q_values_prefixed(black_box(&s), 0, kernel, &mut work));
                     },
                 );
                 time_each(
-                    &format!("rest after the units K={k}"),
+                    &format!("rest after the units K={k} {name}"),
                     || {
                         let mut work = work.borrow_mut();
-                        p.prefix_begin(&previous, 0, Kernel::Avx512, &mut work);
+                        p.prefix_begin(&previous, 0, kernel, &mut work);
                         while p.prefix_advance(&mut work) {}
                     },
                     |()| {
                         let mut work = work.borrow_mut();
-                        black_box(p.q_values_prefixed(black_box(&s), 0, Kernel::Avx512, &mut work));
+                        black_box(p.q_values_prefixed(black_box(&s), 0, kernel, &mut work));
                     },
                 );
                 time_each(
-                    &format!("inputs + check K={k}"),
+                    &format!("inputs + check K={k} {name}"),
                     || (),
                     |()| {
                         let s = black_box(&s);
                         let xs = inputs(s.used_paths());
-                        black_box(ready.valid_for(&xs, k, 0, Kernel::Avx512));
+                        black_box(ready.valid_for(&xs, k, 0, kernel));
                     },
                 );
                 for unit in 0..PREFIX_UNITS {
                     time_each(
-                        &format!("unit {unit} K={k}"),
+                        &format!("unit {unit} K={k} {name}"),
                         || {
                             let mut work = work.borrow_mut();
                             work.clone_from(&ready);
@@ -1718,11 +1751,11 @@ mod cycles {
                     );
                 }
                 time_each(
-                    &format!("begin + all units K={k}"),
+                    &format!("begin + all units K={k} {name}"),
                     || (),
                     |()| {
                         let mut work = work.borrow_mut();
-                        p.prefix_begin(black_box(&previous), 0, Kernel::Avx512, &mut work);
+                        p.prefix_begin(black_box(&previous), 0, kernel, &mut work);
                         while p.prefix_advance(&mut work) {}
                     },
                 );

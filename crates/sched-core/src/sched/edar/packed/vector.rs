@@ -30,6 +30,10 @@ pub(super) const POW2_MAX: f32 = 40.0;
 /// `2^t` is within 2⁻⁴⁰ of 0, like the products above [`POW2_MAX`]).
 const POW2_MIN: f32 = -POW2_MAX;
 
+/// `2^23 + 127`: `n + EXPONENT_MAGIC` holds the biased exponent `n + 127` in its low mantissa
+/// bits for an integer `n` in `[−127, 128]`.
+const EXPONENT_MAGIC: f32 = 8_388_735.0;
+
 /// `2^f ≈ Σ POW2_POLY[k] f^k` on `[0, 1)` (relative minimax, degree 5).
 const POW2_POLY: [f32; 6] = [
     0.999_999_94,
@@ -42,6 +46,9 @@ const POW2_POLY: [f32; 6] = [
 
 /// The lane-wise operations the kernel needs, on 16 `f32`.
 pub(super) trait Vector: Copy {
+    /// How many values of this type the CPU's registers hold (the kernel picks loop orders
+    /// that keep its accumulators within them).
+    const REGISTERS: usize;
     fn splat(value: f32) -> Self;
     fn load(values: &Lane) -> Self;
     fn store(self, out: &mut Lane);
@@ -102,6 +109,8 @@ fn pow2_poly<V: Vector>(f: V) -> V {
 pub(super) struct Portable<const FUSED: bool>(Lane);
 
 impl<const FUSED: bool> Vector for Portable<FUSED> {
+    // Sixteen 16-byte registers on x86-64 (SSE) and 32 on AArch64 (NEON), four per value.
+    const REGISTERS: usize = 4;
     #[inline(always)]
     fn splat(value: f32) -> Self {
         Portable([value; LANES])
@@ -162,8 +171,11 @@ impl<const FUSED: bool> Vector for Portable<FUSED> {
             let t = self.0[i].clamp(POW2_MIN, POW2_MAX);
             n.0[i] = t.floor();
             f.0[i] = t - n.0[i];
-            // 2^n for an integer n in [−126, 40]: a normal f32 built from its exponent bits.
-            scale.0[i] = f32::from_bits((((n.0[i] as i32) + 127) as u32) << 23);
+            // 2^n for an integer n in [−40, 40]: `n + 127 + 2^23` is exact and its low
+            // mantissa bits are `n + 127`, which the shift moves into the exponent field (the
+            // sum's own exponent bits fall off the top). Integer operations only, so the loop
+            // vectorises; a float-to-int `as` does not (it saturates).
+            scale.0[i] = f32::from_bits((n.0[i] + EXPONENT_MAGIC).to_bits() << 23);
         }
         pow2_poly(f).mul(scale)
     }
@@ -276,6 +288,8 @@ pub(super) mod avx512 {
     // which runs only on CPUs with AVX-512F and AVX-512DQ; loads and stores go through `&Lane`,
     // or `&mut Lane`, 16 valid `f32` (unaligned access is allowed).
     impl Vector for V {
+        // Thirty-two `zmm` registers.
+        const REGISTERS: usize = 32;
         #[inline(always)]
         fn splat(value: f32) -> Self {
             V(unsafe { _mm512_set1_ps(value) })
@@ -404,6 +418,175 @@ pub(super) mod avx512 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    //! [`super::Vector`] over two `__m256`, with AVX2 and FMA: the same operations, in the same
+    //! order, as [`super::Portable`]`<true>` (so the same values bit for bit), written with
+    //! intrinsics because the compiler did not vectorise two of them in the portable form: the
+    //! permutes with an index table (16 scalar moves each) and, before, the float-to-int cast
+    //! in `pow2`. Only ever used inside the kernel builds compiled with `avx2,fma`; the methods
+    //! are `inline(always)` so that they compile into those functions with their features.
+
+    use super::{EXPONENT_MAGIC, LANES, Lane, POW2_MAX, POW2_MIN, POW2_POLY, Vector};
+    use std::arch::x86_64::*;
+
+    /// Lanes 0–7 and 8–15.
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct V([__m256; 2]);
+
+    /// Lane `l` of an output half: lane `index[l] mod 16` of `v` (bit 3 picks the half,
+    /// `vpermps` reads bits 0–2).
+    #[inline(always)]
+    unsafe fn pick(v: &[__m256; 2], index: __m256i) -> __m256 {
+        unsafe {
+            let lo = _mm256_permutevar8x32_ps(v[0], index);
+            let hi = _mm256_permutevar8x32_ps(v[1], index);
+            // `vblendvps` takes each lane's sign bit: bit 3 moved there.
+            _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(index)))
+        }
+    }
+
+    // SAFETY (every `unsafe` block below): `V` values exist only inside the kernel builds
+    // compiled with `avx2,fma`, which run only on CPUs that have both; loads and stores go
+    // through `&Lane` or `&mut Lane` (16 valid `f32`) or `&[u32; LANES]`, eight values from
+    // offset 0 or 8 (unaligned access is allowed).
+    impl Vector for V {
+        // Sixteen `ymm` registers, two per value.
+        const REGISTERS: usize = 8;
+        #[inline(always)]
+        fn splat(value: f32) -> Self {
+            let v = unsafe { _mm256_set1_ps(value) };
+            V([v, v])
+        }
+        #[inline(always)]
+        fn load(values: &Lane) -> Self {
+            let p = values.as_ptr();
+            V(unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] })
+        }
+        #[inline(always)]
+        fn store(self, out: &mut Lane) {
+            let p = out.as_mut_ptr();
+            unsafe {
+                _mm256_storeu_ps(p, self.0[0]);
+                _mm256_storeu_ps(p.add(8), self.0[1]);
+            }
+        }
+        #[inline(always)]
+        fn add(self, other: Self) -> Self {
+            V(unsafe {
+                [
+                    _mm256_add_ps(self.0[0], other.0[0]),
+                    _mm256_add_ps(self.0[1], other.0[1]),
+                ]
+            })
+        }
+        #[inline(always)]
+        fn sub(self, other: Self) -> Self {
+            V(unsafe {
+                [
+                    _mm256_sub_ps(self.0[0], other.0[0]),
+                    _mm256_sub_ps(self.0[1], other.0[1]),
+                ]
+            })
+        }
+        #[inline(always)]
+        fn mul(self, other: Self) -> Self {
+            V(unsafe {
+                [
+                    _mm256_mul_ps(self.0[0], other.0[0]),
+                    _mm256_mul_ps(self.0[1], other.0[1]),
+                ]
+            })
+        }
+        #[inline(always)]
+        fn mul_add(self, b: Self, c: Self) -> Self {
+            V(unsafe {
+                [
+                    _mm256_fmadd_ps(self.0[0], b.0[0], c.0[0]),
+                    _mm256_fmadd_ps(self.0[1], b.0[1], c.0[1]),
+                ]
+            })
+        }
+        #[inline(always)]
+        fn relu(self) -> Self {
+            V(unsafe {
+                let zero = _mm256_setzero_ps();
+                [
+                    _mm256_max_ps(self.0[0], zero),
+                    _mm256_max_ps(self.0[1], zero),
+                ]
+            })
+        }
+        #[inline(always)]
+        fn pow2(self) -> Self {
+            unsafe {
+                let (min, max) = (_mm256_set1_ps(POW2_MIN), _mm256_set1_ps(POW2_MAX));
+                let mut f = self;
+                let mut scale = self;
+                for h in 0..2 {
+                    let t = _mm256_min_ps(_mm256_max_ps(self.0[h], min), max);
+                    let n = _mm256_floor_ps(t);
+                    f.0[h] = _mm256_sub_ps(t, n);
+                    let biased =
+                        _mm256_castps_si256(_mm256_add_ps(n, _mm256_set1_ps(EXPONENT_MAGIC)));
+                    scale.0[h] = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(biased));
+                }
+                let mut p = V::splat(POW2_POLY[5]);
+                for k in (0..5).rev() {
+                    p = p.mul_add(f, V::splat(POW2_POLY[k]));
+                }
+                p.mul(scale)
+            }
+        }
+        #[inline(always)]
+        fn recip(self) -> Self {
+            V(unsafe {
+                let one = _mm256_set1_ps(1.0);
+                [_mm256_div_ps(one, self.0[0]), _mm256_div_ps(one, self.0[1])]
+            })
+        }
+        #[inline(always)]
+        fn swap_halves(self) -> Self {
+            V([self.0[1], self.0[0]])
+        }
+        #[inline(always)]
+        fn permute(self, index: &[u32; LANES]) -> Self {
+            unsafe {
+                let p = index.as_ptr().cast::<__m256i>();
+                let (lo, hi) = (_mm256_loadu_si256(p), _mm256_loadu_si256(p.add(1)));
+                V([pick(&self.0, lo), pick(&self.0, hi)])
+            }
+        }
+        #[inline(always)]
+        fn permute2(lo: Self, hi: Self, index: &[u32; LANES]) -> Self {
+            unsafe {
+                let p = index.as_ptr().cast::<__m256i>();
+                let mut out = lo;
+                for h in 0..2 {
+                    let i = _mm256_loadu_si256(p.add(h));
+                    // Bit 4 picks `hi`; moved to the sign bit.
+                    let from_hi = _mm256_castsi256_ps(_mm256_slli_epi32::<27>(i));
+                    out.0[h] = _mm256_blendv_ps(pick(&lo.0, i), pick(&hi.0, i), from_hi);
+                }
+                out
+            }
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            // Pairwise, as `Portable` does: lanes l + 8, then l + 4, l + 2, l + 1.
+            unsafe {
+                let eight = _mm256_add_ps(self.0[0], self.0[1]);
+                let four = _mm_add_ps(
+                    _mm256_castps256_ps128(eight),
+                    _mm256_extractf128_ps::<1>(eight),
+                );
+                let two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+                _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,6 +643,59 @@ mod tests {
             unsafe { check_avx512(&mut pow2, &mut recip) };
             println!("avx512 pow2 {pow2:e} recip {recip:e}");
             assert!(pow2 < 3e-7 && recip < 2e-7, "avx512: {pow2:e} {recip:e}");
+        }
+    }
+
+    /// Every operation of `V` on `a`, `b`, `c` and the index tables, as bit patterns.
+    fn every_op<V: Vector>(a: &Lane, b: &Lane, c: &Lane, index: &[u32; LANES]) -> Vec<u32> {
+        let (va, vb, vc) = (V::load(a), V::load(b), V::load(c));
+        let mut out = Vec::new();
+        let mut push = |v: V| {
+            let mut lanes = [0.0; LANES];
+            v.store(&mut lanes);
+            out.extend(lanes.map(f32::to_bits));
+        };
+        push(V::splat(a[3]));
+        push(va.add(vb));
+        push(va.sub(vb));
+        push(va.mul(vb));
+        push(va.mul_add(vb, vc));
+        push(va.relu());
+        push(va.pow2());
+        push(V::pow2_n([va, vb])[1]);
+        // 1 / (1 + |b|): inside the reciprocal's range.
+        push(V::load(&b.map(|x| 1.0 + x.abs())).recip());
+        push(va.swap_halves());
+        push(va.permute(index));
+        push(V::permute2(va, vb, index));
+        out.push(va.sum().to_bits());
+        out
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_is_portable_with_fma_bit_for_bit() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2_ops(a: &Lane, b: &Lane, c: &Lane, index: &[u32; LANES]) -> Vec<u32> {
+            every_op::<avx2::V>(a, b, c, index)
+        }
+        let mut rng = crate::sched::edar::network::SplitMix64(17);
+        for trial in 0..2_000 {
+            let scale = [1.0, 10.0, 60.0][trial % 3];
+            let a: Lane = std::array::from_fn(|_| rng.uniform(scale));
+            let b: Lane = std::array::from_fn(|_| rng.uniform(scale));
+            let c: Lane = std::array::from_fn(|_| rng.uniform(scale));
+            // Indexes up to 63: the permutes use them modulo 16 and 32.
+            let index: [u32; LANES] = std::array::from_fn(|_| (rng.unit() * 64.0) as u32);
+            let want = every_op::<Portable<true>>(&a, &b, &c, &index);
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            let got = unsafe { avx2_ops(&a, &b, &c, &index) };
+            assert_eq!(got, want, "trial {trial}: {a:?} {b:?} {c:?} {index:?}");
         }
     }
 }
