@@ -30,6 +30,10 @@ pub(super) const POW2_MAX: f32 = 40.0;
 /// `2^t` is within 2⁻⁴⁰ of 0, like the products above [`POW2_MAX`]).
 const POW2_MIN: f32 = -POW2_MAX;
 
+/// `1.5 · 2^23`: `(t + ROUND_MAGIC) − ROUND_MAGIC` is `t` rounded to the nearest integer (ties
+/// to even) for `|t| ≤ 2^22`.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
 /// `2^23 + 127`: `n + EXPONENT_MAGIC` holds the biased exponent `n + 127` in its low mantissa
 /// bits for an integer `n` in `[−127, 128]`.
 const EXPONENT_MAGIC: f32 = 8_388_735.0;
@@ -169,7 +173,12 @@ impl<const FUSED: bool> Vector for Portable<FUSED> {
         let mut scale = self;
         for i in 0..LANES {
             let t = self.0[i].clamp(POW2_MIN, POW2_MAX);
-            n.0[i] = t.floor();
+            // ⌊t⌋ without `floor`, which is a library call per lane where the CPU has no
+            // rounding instruction (x86-64 before SSE4.1): `t` rounded to the nearest integer
+            // by adding and subtracting 1.5 · 2^23 (exact for |t| ≤ 2^22), less one where
+            // that rounded up.
+            let nearest = (t + ROUND_MAGIC) - ROUND_MAGIC;
+            n.0[i] = if nearest > t { nearest - 1.0 } else { nearest };
             f.0[i] = t - n.0[i];
             // 2^n for an integer n in [−40, 40]: `n + 127 + 2^23` is exact and its low
             // mantissa bits are `n + 127`, which the shift moves into the exponent field (the
