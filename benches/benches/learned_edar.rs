@@ -18,7 +18,10 @@
 //!   that compute the next prefix (the total work per interval).
 //! - `sched/select/edar_in_interval/4`: a `select` inside an interval with no prefix work left
 //!   (the mode is already chosen: what most packets cost).
-//! - `learned/rust/edar_forward/{2,4}`: the Q-network alone (the packed pass `select` uses);
+//! - `learned/rust/edar_forward/{2,4}`: the Q-network alone (the packed pass `select` uses, the
+//!   fastest build this CPU runs); `learned/rust/edar_forward_{avx2,portable}/{2,4}`: the same
+//!   pass in the slower builds this CPU also runs (what CPUs without AVX-512, or without AVX2,
+//!   run);
 //!   `learned/rust/edar_forward_reference/{2,4}`: the same network evaluated layer by layer with
 //!   the `nn` parts (the pass before the re-layout), on the same state.
 //! - `learned/tch/edar_forward/{2,4}` (feature `torch`): the tch twin on the same state, one
@@ -37,7 +40,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use braid_sched_core::sched::edar::{Edar, EdarConfig, EdarNetwork, EdarState, SplitMix64};
+use braid_sched_core::sched::edar::{
+    Edar, EdarConfig, EdarKernel, EdarNetwork, EdarState, SplitMix64,
+};
 use braid_sched_core::slot::weight_slot;
 use braid_sched_core::{PacketMeta, PathId, PathView, Scheduler, Timestamp};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
@@ -220,6 +225,15 @@ fn bench_rust<M: Measurement>(
         group.bench_function(format!("edar_forward/{k}"), |b| {
             b.iter(|| black_box(network.q_values(black_box(&st), &mut scratch).unwrap()))
         });
+        // The other builds this CPU runs (`edar_forward` is the fastest, the one `select` uses).
+        for kernel in EdarKernel::available() {
+            if kernel != EdarKernel::best() {
+                let name = format!("edar_forward_{}/{k}", kernel.name());
+                group.bench_function(name, |b| {
+                    b.iter(|| black_box(network.q_values_with_kernel(kernel, black_box(&st))))
+                });
+            }
+        }
         group.bench_function(format!("edar_forward_reference/{k}"), |b| {
             b.iter(|| {
                 black_box(

@@ -121,7 +121,7 @@ use crate::time::Timestamp;
 
 use std::time::Duration;
 
-pub use network::{EdarNetwork, EdarNetworkError, EdarScratch, SplitMix64};
+pub use network::{EdarKernel, EdarNetwork, EdarNetworkError, EdarScratch, SplitMix64};
 use packed::{Kernel, Prefix, PrefixUse};
 pub use reward::{ReportTotals, RewardWeights, reward};
 pub use state::{

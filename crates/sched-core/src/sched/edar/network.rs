@@ -31,6 +31,29 @@ pub const ACROSS_HIDDEN: usize = 24;
 /// Core network widths: input, 128, 32, Q-values.
 pub const CORE_WIDTHS: [usize; 4] = [CONNECTION_FEATURES + ACROSS_HIDDEN, 128, 32, 2];
 
+/// A build of the fast forward pass that this CPU runs: `portable` (any CPU), `avx2` (AVX2 and
+/// FMA) or `avx512` (AVX-512F and DQ). Only [`EdarKernel::available`] and [`EdarKernel::best`]
+/// make one, so a value always names a build this CPU can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EdarKernel(Kernel);
+
+impl EdarKernel {
+    /// Every build this CPU runs, slowest first (portable always).
+    pub fn available() -> Vec<EdarKernel> {
+        Kernel::available().into_iter().map(EdarKernel).collect()
+    }
+
+    /// The build the scheduler uses: the fastest this CPU runs.
+    pub fn best() -> EdarKernel {
+        EdarKernel(Kernel::best())
+    }
+
+    /// `portable`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+}
+
 /// Why a set of parts is not an EdAR Q-network.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum EdarNetworkError {
@@ -209,6 +232,12 @@ impl EdarNetwork {
     ) -> Result<[f32; 2], NnError> {
         let _ = scratch;
         Ok(self.packed.q_values(state))
+    }
+
+    /// The fast pass of [`EdarNetwork::q_values`] run by the build `kernel` instead of the one
+    /// the scheduler picks (the fastest this CPU runs), to compare the builds.
+    pub fn q_values_with_kernel(&self, kernel: EdarKernel, state: &EdarState) -> [f32; 2] {
+        self.packed.q_values_with(kernel.0, state)
     }
 
     /// Starts `prefix` for the decision after the one on `state`, with these weights (`version`)

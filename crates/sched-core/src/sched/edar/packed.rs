@@ -312,14 +312,7 @@ impl Packed {
     pub(super) fn q_values_every_kernel(&self, state: &EdarState) -> Vec<(&'static str, [f32; 2])> {
         Kernel::available()
             .into_iter()
-            .map(|kernel| {
-                let name = match kernel {
-                    Kernel::Portable => "portable",
-                    Kernel::Avx2 => "avx2",
-                    Kernel::Avx512 => "avx512",
-                };
-                (name, self.q_values_with(kernel, state))
-            })
+            .map(|kernel| (kernel.name(), self.q_values_with(kernel, state)))
             .collect()
     }
 }
@@ -368,6 +361,15 @@ pub(super) enum Kernel {
 }
 
 impl Kernel {
+    /// The build's name: `portable`, `avx2` or `avx512`.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Avx2 => "avx2",
+            Kernel::Avx512 => "avx512",
+        }
+    }
+
     /// The fastest build this CPU runs (what [`Packed::q_values`] uses).
     pub(super) fn best() -> Kernel {
         #[cfg(target_arch = "x86_64")]
@@ -386,8 +388,7 @@ impl Kernel {
         Kernel::Portable
     }
 
-    /// Every build this CPU runs (portable always), for tests of each.
-    #[cfg(test)]
+    /// Every build this CPU runs (portable always).
     pub(super) fn available() -> Vec<Kernel> {
         let mut out = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
@@ -1680,7 +1681,7 @@ mod cycles {
             .into_iter()
             .filter(|k| *k != Kernel::Portable);
         for kernel in kernels.flat_map(|kernel| [kernel; 2]) {
-            let name = format!("{kernel:?}").to_lowercase();
+            let name = kernel.name();
             for k in [2u8, 4] {
                 let s = state(k);
                 // The previous decision's state: `s` one interval earlier (steps 1-5 of it are
