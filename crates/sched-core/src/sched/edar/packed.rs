@@ -63,7 +63,8 @@
 //! AVX2+FMA intrinsics over two 8-lane halves (the portable operations bit for bit), and
 //! portable; the best the CPU supports is picked at run time. Loop orders that keep many
 //! accumulators live check [`Vector::REGISTERS`] (the AVX2 build holds a quarter as many
-//! 16-lane values as the AVX-512 one). Nothing allocates: the intermediate values live on the stack.
+//! 16-lane values as the AVX-512 one). Nothing allocates: the intermediate values live on the
+//! stack.
 
 // The kernel walks several arrays in lockstep by index (weights, accumulators, lanes); index
 // loops state the layout more plainly than chains of zips.

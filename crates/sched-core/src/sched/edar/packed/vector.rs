@@ -1,6 +1,7 @@
-//! The 16-lane `f32` operations the packed EdAR kernel is written in ([`Vector`]), with two
+//! The 16-lane `f32` operations the packed EdAR kernel is written in ([`Vector`]), with three
 //! implementations: [`Portable`] (plain arrays, auto-vectorised where the CPU allows) and, on
-//! x86-64, `avx512::V` over `__m512`.
+//! x86-64, `avx2::V` over two `__m256` (the portable operations with FMA, bit for bit) and
+//! `avx512::V` over `__m512`.
 //!
 //! The activations are built from two primitives: [`Vector::pow2`] (`2^t`) and
 //! [`Vector::recip`] (`1 / x`). The kernel's gate weights are pre-scaled at load time by
@@ -113,7 +114,7 @@ fn pow2_poly<V: Vector>(f: V) -> V {
 pub(super) struct Portable<const FUSED: bool>(Lane);
 
 impl<const FUSED: bool> Vector for Portable<FUSED> {
-    // Sixteen 16-byte registers on x86-64 (SSE) and 32 on AArch64 (NEON), four per value.
+    // The fewest of its targets: x86-64's sixteen 16-byte SSE registers hold four values.
     const REGISTERS: usize = 4;
     #[inline(always)]
     fn splat(value: f32) -> Self {
@@ -429,12 +430,13 @@ pub(super) mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    //! [`super::Vector`] over two `__m256`, with AVX2 and FMA: the same operations, in the same
-    //! order, as [`super::Portable`]`<true>` (so the same values bit for bit), written with
-    //! intrinsics because the compiler did not vectorise two of them in the portable form: the
-    //! permutes with an index table (16 scalar moves each) and, before, the float-to-int cast
-    //! in `pow2`. Only ever used inside the kernel builds compiled with `avx2,fma`; the methods
-    //! are `inline(always)` so that they compile into those functions with their features.
+    //! [`super::Vector`] over two `__m256`, with AVX2 and FMA: the arithmetic of
+    //! [`super::Portable`]`<true>` in the same order (so the same values bit for bit; `⌊t⌋` is
+    //! `vroundps` here), written with intrinsics because the compiler did not vectorise the
+    //! portable form's permutes (an index table: 16 scalar moves each) nor, before its `2^n` was
+    //! built from bits, `pow2`'s float-to-int cast. Only ever used inside the kernel builds
+    //! compiled with `avx2,fma`; the methods are `inline(always)` so that they compile into those
+    //! functions with their features.
 
     use super::{EXPONENT_MAGIC, LANES, Lane, POW2_MAX, POW2_MIN, POW2_POLY, Vector};
     use std::arch::x86_64::*;
