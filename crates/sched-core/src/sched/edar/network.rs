@@ -33,9 +33,10 @@ pub const CORE_WIDTHS: [usize; 4] = [CONNECTION_FEATURES + ACROSS_HIDDEN, 128, 3
 
 /// A build of the fast forward pass that this CPU runs: `portable` (any CPU), `avx2` (AVX2 and
 /// FMA) or `avx512` (AVX-512F and DQ). Only [`EdarKernel::available`] and [`EdarKernel::best`]
-/// make one, so a value always names a build this CPU can run.
+/// make one outside the `edar` module (inside it, only from a `Kernel` that came from those), so
+/// a value always names a build this CPU can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EdarKernel(Kernel);
+pub struct EdarKernel(pub(super) Kernel);
 
 impl EdarKernel {
     /// Every build this CPU runs, slowest first (portable always).
@@ -292,12 +293,6 @@ impl EdarNetwork {
     #[cfg(test)]
     pub(super) fn packed_q(&self, state: &EdarState) -> [f32; 2] {
         self.packed.q_values(state)
-    }
-
-    /// The full pass with `kernel` (tests compare every build).
-    #[cfg(test)]
-    pub(super) fn q_values_with(&self, kernel: Kernel, state: &EdarState) -> [f32; 2] {
-        self.packed.q_values_with(kernel, state)
     }
 
     /// Q(s, normal) and Q(s, redundant) layer by layer with the [`crate::nn`] parts: each LSTM1

@@ -541,7 +541,7 @@ fn prefix_then_rest_equals_the_full_pass_bit_for_bit_in_every_kernel() {
                     _ => (net, 0, PrefixUse::Finished),
                 };
                 let kernel = finish_kernel;
-                let full = net.q_values_with(kernel, &next);
+                let full = net.q_values_with_kernel(EdarKernel(kernel), &next);
                 let (q, used) = net.q_values_prefixed(&next, version, kernel, &mut prefix);
                 assert_eq!(
                     bits(q),
