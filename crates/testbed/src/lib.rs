@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod emu;
+pub mod input;
 pub mod link;
 pub mod report;
 pub mod scenario;

@@ -182,10 +182,11 @@ pub struct Scenario {
 impl ScenarioFile {
     /// Reads, parses and validates a scenario file, loading the traces it names.
     pub fn load(file: &Path) -> Result<ScenarioFile, ScenarioError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ScenarioError::Io {
-            file: file.to_path_buf(),
-            source,
-        })?;
+        let text = crate::input::read_text_capped(file, crate::input::MAX_INPUT_FILE_BYTES)
+            .map_err(|source| ScenarioError::Io {
+                file: file.to_path_buf(),
+                source,
+            })?;
         ScenarioFile::parse(&text, file)
     }
 

@@ -223,7 +223,7 @@ impl ClientConfig {
             user: raw.user,
             key,
             trust,
-            server_name: raw.server_name.unwrap_or_else(|| "braid".to_owned()),
+            server_name: server_name(file, raw.server_name)?,
             state_dir: raw
                 .state_dir
                 .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),
@@ -235,6 +235,20 @@ impl ClientConfig {
             flow_receive_window: super::flow_receive_window(file, &raw.session)?,
         })
     }
+}
+
+/// `server_name` (default `braid`): a name TLS can send, a DNS name or an IP address.
+fn server_name(file: &Path, raw: Option<String>) -> Result<String, ConfigFileError> {
+    let name = raw.unwrap_or_else(|| "braid".to_owned());
+    if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+        return Err(invalid(
+            file,
+            "server_name",
+            "a DNS name or an IP address",
+            &name,
+        ));
+    }
+    Ok(name)
 }
 
 fn socks_users(file: &Path, raw: &RawSocks) -> Result<Vec<SocksUser>, ConfigFileError> {
@@ -378,9 +392,14 @@ mod tests {
                 "link[1].weight: expected 1..=65535, got \"0\"",
             ),
             ("bogus = 1\n", "bogus"),
+            (
+                "server_name = \"\"\n",
+                "server_name: expected a DNS name or an IP address, got \"\"",
+            ),
+            ("server_name = \"a b\"\n", "server_name"),
         ];
         for (extra, want) in cases {
-            let text = if extra.starts_with("bogus") {
+            let text = if !extra.starts_with("[[link]]") {
                 format!("{extra}{}", base())
             } else {
                 format!("{}{extra}", base())

@@ -66,10 +66,12 @@ pub(crate) fn invalid(
 
 /// Reads `file` and parses it as `T`.
 pub(crate) fn read_toml<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<T, ConfigFileError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ConfigFileError::Read {
-        file: file.to_owned(),
-        source,
-    })?;
+    let text =
+        braid_testbed::input::read_text_capped(file, braid_testbed::input::MAX_INPUT_FILE_BYTES)
+            .map_err(|source| ConfigFileError::Read {
+                file: file.to_owned(),
+                source,
+            })?;
     parse_toml(file, &text)
 }
 
@@ -177,8 +179,12 @@ pub(crate) fn socket_addr(
 /// Checks a `host:port` field (a name or address; the port must be 1..=65535).
 pub(crate) fn host_port(file: &Path, field: &str, value: &str) -> Result<String, ConfigFileError> {
     let bad = || invalid(file, field, "host:port", value);
-    if value.parse::<SocketAddr>().is_ok() {
-        return Ok(value.to_owned());
+    if let Ok(address) = value.parse::<SocketAddr>() {
+        return if address.port() == 0 {
+            Err(bad())
+        } else {
+            Ok(value.to_owned())
+        };
     }
     let (host, port) = value.rsplit_once(':').ok_or_else(bad)?;
     let port: u16 = port.parse().map_err(|_| bad())?;
@@ -290,7 +296,16 @@ mod tests {
         assert!(host_port(f, "x", "vps.example.net:4433").is_ok());
         assert!(host_port(f, "x", "127.0.0.1:1").is_ok());
         assert!(host_port(f, "x", "[::1]:4433").is_ok());
-        for bad in ["x", "host:", ":80", "host:0", "host:70000", "a b:1"] {
+        for bad in [
+            "x",
+            "host:",
+            ":80",
+            "host:0",
+            "127.0.0.1:0",
+            "[::1]:0",
+            "host:70000",
+            "a b:1",
+        ] {
             let e = host_port(f, "link[1].server", bad).unwrap_err().to_string();
             assert!(
                 e.contains("f.toml: link[1].server: expected host:port"),

@@ -75,10 +75,11 @@ pub struct EmuConfig {
 impl EmuConfig {
     /// Reads and validates `file`.
     pub fn load(file: &Path) -> Result<EmuConfig, EmuConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| EmuConfigError::Io {
-            file: file.to_path_buf(),
-            source,
-        })?;
+        let text = crate::input::read_text_capped(file, crate::input::MAX_INPUT_FILE_BYTES)
+            .map_err(|source| EmuConfigError::Io {
+                file: file.to_path_buf(),
+                source,
+            })?;
         EmuConfig::parse(&text, file)
     }
 
