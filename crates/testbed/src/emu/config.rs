@@ -137,6 +137,15 @@ impl EmuConfig {
             };
             let listen = addr(RELAY_KEYS[0])?;
             let forward = addr(RELAY_KEYS[1])?;
+            if forward.port() == 0 {
+                // Port 0 means "any free port" only when binding; nothing can be sent to it.
+                return Err(parse_err(
+                    &format!("path[{i}].forward"),
+                    format!(
+                        "port 0 cannot be sent to; expected the server's port, found {forward}"
+                    ),
+                ));
+            }
             if listen.port() != 0 && !listens.insert(listen) {
                 let field = format!("path[{i}].listen");
                 return Err(parse_err(
@@ -146,6 +155,24 @@ impl EmuConfig {
             }
             relays.push((listen, forward));
             links.push(toml::Value::Table(table));
+        }
+        // A forward address that is a relay's own listen address (this path's or another's)
+        // sends the relayed datagrams back into the emulator: a loop that multiplies them.
+        for (i, (_, forward)) in relays.iter().enumerate() {
+            if let Some(j) = relays.iter().position(|(listen, _)| listen == forward) {
+                let whose = if i == j {
+                    "its own".to_string()
+                } else {
+                    format!("path[{j}]'s")
+                };
+                return Err(parse_err(
+                    &format!("path[{i}].forward"),
+                    format!(
+                        "{forward} is {whose} listen address: the relay would send to itself \
+                         (a feedback loop); expected the server's address"
+                    ),
+                ));
+            }
         }
         let specs = link_specs(links, seed, file)?;
         let paths = relays
@@ -319,6 +346,41 @@ mod tests {
         let text = TWO.replace("127.0.0.1:0", "127.0.0.1:40001");
         let e = parse(&text).unwrap_err().to_string();
         assert!(e.contains("path[1].listen"), "{e}");
+    }
+
+    #[test]
+    fn forward_to_port_zero_is_refused() {
+        let text = TWO.replace("127.0.0.1:4433", "127.0.0.1:0");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("emu.toml"), "{e}");
+        assert!(e.contains("path[0].forward"), "{e}");
+        assert!(e.contains("port 0"), "{e}");
+    }
+
+    #[test]
+    fn forward_to_a_listen_address_is_refused() {
+        // Its own listen address.
+        let own = TWO.replacen("127.0.0.1:0", "127.0.0.1:4433", 1);
+        let e = parse(&own).unwrap_err().to_string();
+        assert!(e.contains("emu.toml"), "{e}");
+        assert!(e.contains("path[0].forward"), "{e}");
+        assert!(e.contains("its own listen"), "{e}");
+        // A later path's listen address.
+        let later = TWO
+            .replacen("127.0.0.1:4433", "127.0.0.1:40002", 1)
+            .replacen("127.0.0.1:0", "127.0.0.1:40001", 1)
+            .replacen("127.0.0.1:0", "127.0.0.1:40002", 1);
+        let e = parse(&later).unwrap_err().to_string();
+        assert!(e.contains("path[0].forward"), "{e}");
+        assert!(e.contains("path[1]'s listen"), "{e}");
+        // An earlier path's listen address.
+        let earlier = TWO.replacen("127.0.0.1:0", "127.0.0.1:40001", 1).replace(
+            "forward = \"127.0.0.1:4433\"\n        rate_mbps = 20",
+            "forward = \"127.0.0.1:40001\"\n        rate_mbps = 20",
+        );
+        let e = parse(&earlier).unwrap_err().to_string();
+        assert!(e.contains("path[1].forward"), "{e}");
+        assert!(e.contains("path[0]'s listen"), "{e}");
     }
 
     #[test]
