@@ -7,6 +7,14 @@ use std::path::Path;
 use super::raw::{Param, RawApp, RawChange, RawPath, RawReverse, RawScenario};
 use super::{MAX_SCENARIO_PATHS, ScenarioError};
 
+/// `[objective] rtt_scale_ms` bounds: the range `OlmsConfig::set("rtt_scale_ms", ..)` accepts
+/// (`braid_sched_core::sched::olms`, literals there, not public constants).
+const OLMS_RTT_SCALE_MS: (f64, f64) = (1e-3, 1e7);
+
+/// `[objective] bw_scale_mbps` bounds: the range `OlmsConfig::set("bw_scale_mbps", ..)` accepts
+/// (same place).
+const OLMS_BW_SCALE_MBPS: (f64, f64) = (1e-6, 1e7);
+
 /// The domain a number must lie in.
 #[derive(Clone, Copy)]
 enum Domain {
@@ -124,12 +132,26 @@ impl Checker<'_> {
                     o.threshold,
                 ));
             }
-            for (field, v) in [
-                ("objective.rtt_scale_ms", o.rtt_scale_ms),
-                ("objective.bw_scale_mbps", o.bw_scale_mbps),
+            // `braid sim` hands both scales to OLMS (`OlmsConfig::set`); accept exactly what
+            // it accepts, or `--scheduler all` fails only when it reaches olms.
+            for (field, v, low, high, expected) in [
+                (
+                    "objective.rtt_scale_ms",
+                    o.rtt_scale_ms,
+                    OLMS_RTT_SCALE_MS.0,
+                    OLMS_RTT_SCALE_MS.1,
+                    "milliseconds in [0.001, 1e7]",
+                ),
+                (
+                    "objective.bw_scale_mbps",
+                    o.bw_scale_mbps,
+                    OLMS_BW_SCALE_MBPS.0,
+                    OLMS_BW_SCALE_MBPS.1,
+                    "Mbit/s in [0.000001, 1e7]",
+                ),
             ] {
-                if let Some(v) = v.filter(|v| !(*v > 0.0 && *v <= 1e9)) {
-                    return Err(self.invalid(field, "a scale > 0", v));
+                if let Some(v) = v.filter(|v| !(*v >= low && *v <= high)) {
+                    return Err(self.invalid(field, expected, v));
                 }
             }
             if let Some(l) = o
@@ -298,6 +320,46 @@ impl Checker<'_> {
                     ));
                 }
                 self.param("app.deadline_ms", *deadline_ms, Domain::NonNegative)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use braid_sched_core::sched::olms::OlmsConfig;
+
+    use crate::scenario::ScenarioFile;
+
+    fn with_objective(key: &str, value: f64) -> String {
+        format!(
+            "name = \"t\"\nduration_s = 10.0\n[[path]]\nname = \"a\"\nrate_mbps = 10.0\n\
+             [app]\nkind = \"bulk\"\nbytes = 1000\n\
+             [objective]\nkind = \"maxrtt\"\nthreshold = 0.5\n{key} = {value:e}\n"
+        )
+    }
+
+    /// The scenario check and OLMS agree on every scale, inside, at and beyond both bounds.
+    #[test]
+    fn objective_scales_accept_exactly_what_olms_accepts() {
+        for key in ["rtt_scale_ms", "bw_scale_mbps"] {
+            for value in [
+                1e-9, 1e-7, 1e-6, 5e-4, 1e-3, 1.0, 100.0, 1e7, 1.5e7, 1e9, -1.0, 0.0,
+            ] {
+                let olms = OlmsConfig::default().set(key, value).is_ok();
+                let scenario = ScenarioFile::parse(&with_objective(key, value), "s.toml".as_ref());
+                assert_eq!(
+                    scenario.is_ok(),
+                    olms,
+                    "{key} = {value}: scenario {scenario:?}, olms accepts: {olms}"
+                );
+                if let Err(e) = scenario {
+                    let e = e.to_string();
+                    assert!(e.contains("s.toml"), "{e}");
+                    assert!(e.contains(&format!("objective.{key}")), "{e}");
+                }
             }
         }
     }
