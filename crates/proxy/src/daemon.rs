@@ -170,6 +170,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
         socks_users: config.socks_users.clone(),
+        handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
     });
     let mut tasks = vec![
         tokio::spawn(session_loop(links, slot)),

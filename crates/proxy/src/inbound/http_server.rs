@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::http_connect::{self, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
-use super::server::{InboundContext, InboundError, accept_loop, read_message};
+use super::server::{Deadline, InboundContext, InboundError, accept_loop, read_message};
 use crate::transport::relay::{RelayError, relay_tcp};
 
 /// Serves HTTP CONNECT on `listener` until the task is dropped.
@@ -22,7 +22,8 @@ async fn serve_connection(
     ctx: Arc<InboundContext>,
 ) -> Result<(), InboundError> {
     let mut buf = BytesMut::with_capacity(1024);
-    let n = read_message(&mut stream, &mut buf, MAX_HEAD + 1, |b| {
+    let deadline = Deadline::start(&ctx);
+    let n = read_message(&mut stream, &mut buf, MAX_HEAD + 1, deadline, |b| {
         http_connect::parse_request(b).map(|o| o.map(|(_, n)| n))
     })
     .await;
@@ -38,11 +39,15 @@ async fn serve_connection(
         return Err(InboundError::Closed);
     };
     let target = request.target;
+    let asked = target.to_string();
     buf.advance(n);
     match ctx.connect(target).await {
-        Err(_) => {
+        Err(code) => {
             stream.write_all(BAD_GATEWAY).await?;
-            Ok(())
+            Err(InboundError::Refused {
+                target: asked,
+                reason: code.name(),
+            })
         }
         Ok((writer, reader, first)) => {
             stream.write_all(ESTABLISHED).await?;

@@ -9,7 +9,8 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
-use tracing::debug;
+use tokio::time::Instant;
+use tracing::{debug, info};
 
 use super::socks5::Reply;
 use crate::config::SocksUser;
@@ -23,6 +24,10 @@ use crate::transport::flow::{
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// Connections an inbound listener serves at once.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// How long a client has from connecting to the end of its request (SOCKS5 greeting,
+/// authentication and request; the HTTP CONNECT head). A client that sends nothing would
+/// otherwise hold one of the [`MAX_CONNECTIONS`] slots for as long as it likes.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A failed inbound connection.
 #[derive(Debug, thiserror::Error)]
@@ -31,8 +36,26 @@ pub enum InboundError {
     #[error("socket: {0}")]
     Io(#[from] std::io::Error),
     /// The client closed before its request was complete.
-    #[error("the client closed during its request")]
+    #[error("the client closed before its request was complete")]
     Closed,
+    /// The request was not complete in time.
+    #[error("no complete request within {0:?} of connecting")]
+    HandshakeTimeout(Duration),
+    /// The SOCKS5 client offered no method this inbound accepts.
+    #[error("SOCKS5 client offered no acceptable authentication method")]
+    NoAcceptableMethod,
+    /// The SOCKS5 username or password was wrong.
+    #[error("SOCKS5 username or password refused")]
+    BadCredentials,
+    /// The destination could not be reached; the client was told so.
+    #[error("{target}: {reason}")]
+    Refused {
+        /// The destination asked for.
+        target: String,
+        /// Why, as the SOCKS5 reply code words it (the server's verdict, or "TTL expired" when
+        /// none came within [`CONNECT_WAIT`]).
+        reason: &'static str,
+    },
     /// The SOCKS5 input is malformed.
     #[error(transparent)]
     Socks5(#[from] super::socks5::Socks5Error),
@@ -48,6 +71,8 @@ pub struct InboundContext {
     pub session: watch::Receiver<Option<SessionHandle>>,
     /// SOCKS5 users; empty: no authentication.
     pub socks_users: Vec<SocksUser>,
+    /// How long a client has to complete its request ([`HANDSHAKE_TIMEOUT`] in the daemon).
+    pub handshake_timeout: Duration,
 }
 
 impl InboundContext {
@@ -86,11 +111,31 @@ impl InboundContext {
     }
 }
 
-/// Reads into `buf` until `complete` reports a whole message (its length), or fails.
+/// When a client's request must be complete: [`InboundContext::handshake_timeout`] after it
+/// connected.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    at: Instant,
+    after: Duration,
+}
+
+impl Deadline {
+    /// The deadline of a client that connects now.
+    pub(crate) fn start(ctx: &InboundContext) -> Self {
+        Deadline {
+            at: Instant::now() + ctx.handshake_timeout,
+            after: ctx.handshake_timeout,
+        }
+    }
+}
+
+/// Reads into `buf` until `complete` reports a whole message (its length), or fails; a
+/// message not complete by `deadline` is [`InboundError::HandshakeTimeout`].
 pub(crate) async fn read_message<E>(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     limit: usize,
+    deadline: Deadline,
     complete: impl Fn(&[u8]) -> Result<Option<usize>, E>,
 ) -> Result<usize, InboundError>
 where
@@ -106,7 +151,10 @@ where
             return Err(InboundError::Closed);
         }
         buf.reserve(512);
-        if stream.read_buf(buf).await? == 0 {
+        let read = tokio::time::timeout_at(deadline.at, stream.read_buf(buf))
+            .await
+            .map_err(|_| InboundError::HandshakeTimeout(deadline.after))?;
+        if read? == 0 {
             return Err(InboundError::Closed);
         }
     }
@@ -135,9 +183,58 @@ where
         let fut = serve(stream, ctx.clone());
         tokio::spawn(async move {
             if let Err(e) = fut.await {
-                debug!(%peer, error = %e, "inbound connection ended");
+                info!(%peer, error = %e, "inbound connection failed");
             }
             drop(permit);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use tokio::io::AsyncWriteExt as _;
+
+    /// A client that stops sending before its request is complete is closed at the handshake
+    /// deadline (which frees its connection slot), in both inbounds and at every stage.
+    #[tokio::test]
+    async fn a_client_silent_mid_request_is_closed_at_the_deadline() {
+        let timeout = Duration::from_millis(300);
+        let cases: [(&str, &[u8]); 4] = [
+            ("socks5, nothing sent", b""),
+            ("socks5, half a greeting", &[5, 1]),
+            ("socks5, half a request", &[5, 1, 0, 5, 1]),
+            ("http, half a head", b"CONNECT example.com:443 HTTP/1.1\r\n"),
+        ];
+        for (case, sent) in cases {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (_slot, session) = watch::channel(None);
+            let ctx = Arc::new(InboundContext {
+                session,
+                socks_users: Vec::new(),
+                handshake_timeout: timeout,
+            });
+            let server = if case.starts_with("socks5") {
+                tokio::spawn(super::super::socks5_server::serve_socks5(listener, ctx))
+            } else {
+                tokio::spawn(super::super::http_server::serve_http_connect(listener, ctx))
+            };
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            client.write_all(sent).await.unwrap();
+            let started = Instant::now();
+            let mut answer = Vec::new();
+            let closed =
+                tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+                    .await;
+            assert!(closed.is_ok(), "{case}: still open after 10 s");
+            assert!(
+                started.elapsed() >= timeout - Duration::from_millis(50),
+                "{case}: closed after {:?}, before the deadline",
+                started.elapsed()
+            );
+            server.abort();
+        }
     }
 }

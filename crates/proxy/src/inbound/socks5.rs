@@ -126,6 +126,21 @@ impl Reply {
             Reply::AddressTypeNotSupported => 8,
         }
     }
+
+    /// The reply's meaning, as RFC 1928 words it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reply::Succeeded => "succeeded",
+            Reply::GeneralFailure => "general SOCKS server failure",
+            Reply::NotAllowed => "connection not allowed by ruleset",
+            Reply::NetworkUnreachable => "network unreachable",
+            Reply::HostUnreachable => "host unreachable",
+            Reply::ConnectionRefused => "connection refused",
+            Reply::TtlExpired => "TTL expired",
+            Reply::CommandNotSupported => "command not supported",
+            Reply::AddressTypeNotSupported => "address type not supported",
+        }
+    }
 }
 
 /// Malformed SOCKS5 input, naming what was wrong.

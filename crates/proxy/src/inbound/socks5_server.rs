@@ -11,7 +11,7 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-use super::server::{InboundContext, InboundError, accept_loop, read_message};
+use super::server::{Deadline, InboundContext, InboundError, accept_loop, read_message};
 use super::socks5::{self, Command, Method, Reply};
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::FlowMsg;
@@ -43,13 +43,15 @@ fn credentials_match(ctx: &InboundContext, user: &[u8], password: &[u8]) -> bool
     ok
 }
 
-/// Greeting and (optional) authentication; false when the client is turned away.
+/// Greeting and (optional) authentication; an error when the client is turned away (after
+/// it was told).
 async fn authenticate(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     ctx: &InboundContext,
-) -> Result<bool, InboundError> {
-    let n = read_message(stream, buf, socks5::MAX_GREETING, |b| {
+    deadline: Deadline,
+) -> Result<(), InboundError> {
+    let n = read_message(stream, buf, socks5::MAX_GREETING, deadline, |b| {
         socks5::parse_greeting(b).map(|o| o.map(|(_, n)| n))
     })
     .await?;
@@ -66,10 +68,10 @@ async fn authenticate(
         .write_all(&socks5::encode_method_selection(method))
         .await?;
     match method {
-        None => Ok(false),
-        Some(Method::NoAuth) => Ok(true),
+        None => Err(InboundError::NoAcceptableMethod),
+        Some(Method::NoAuth) => Ok(()),
         Some(Method::UserPass) => {
-            let n = read_message(stream, buf, 3 + 2 * 255, |b| {
+            let n = read_message(stream, buf, 3 + 2 * 255, deadline, |b| {
                 socks5::parse_credentials(b).map(|o| o.map(|(_, n)| n))
             })
             .await?;
@@ -81,7 +83,11 @@ async fn authenticate(
             stream
                 .write_all(&socks5::encode_credentials_status(ok))
                 .await?;
-            Ok(ok)
+            if ok {
+                Ok(())
+            } else {
+                Err(InboundError::BadCredentials)
+            }
         }
     }
 }
@@ -91,10 +97,9 @@ async fn serve_connection(
     ctx: Arc<InboundContext>,
 ) -> Result<(), InboundError> {
     let mut buf = BytesMut::with_capacity(512);
-    if !authenticate(&mut stream, &mut buf, &ctx).await? {
-        return Ok(());
-    }
-    let n = read_message(&mut stream, &mut buf, socks5::MAX_REQUEST, |b| {
+    let deadline = Deadline::start(&ctx);
+    authenticate(&mut stream, &mut buf, &ctx, deadline).await?;
+    let n = read_message(&mut stream, &mut buf, socks5::MAX_REQUEST, deadline, |b| {
         socks5::parse_request(b).map(|o| o.map(|(_, n)| n))
     })
     .await;
@@ -132,8 +137,15 @@ async fn connect(
     target: Target,
     ctx: &InboundContext,
 ) -> Result<(), InboundError> {
+    let asked = target.to_string();
     match ctx.connect(target).await {
-        Err(code) => reply(&mut stream, code, unspecified()).await,
+        Err(code) => {
+            reply(&mut stream, code, unspecified()).await?;
+            Err(InboundError::Refused {
+                target: asked,
+                reason: code.name(),
+            })
+        }
         Ok((writer, reader, first)) => {
             reply(&mut stream, Reply::Succeeded, unspecified()).await?;
             relay_tcp(stream, writer, reader, early, first)

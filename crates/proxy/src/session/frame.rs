@@ -85,6 +85,17 @@ impl Target {
     }
 }
 
+/// `ip:port` (IPv6 in brackets) or `name:port`, the name's control characters escaped (it
+/// came from a client).
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Addr(a) => write!(f, "{a}"),
+            Target::Domain { name, port } => write!(f, "{}:{port}", name.escape_debug()),
+        }
+    }
+}
+
 /// A target as decoded from a packet (borrowing its domain name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetRef<'a> {
