@@ -109,6 +109,16 @@ pub fn run(args: &SimArgs) -> ExitCode {
         Ok(s) => s.objective,
         Err(e) => return usage(e.to_string()),
     };
+    // The report directory is created before simulating, so that a path that cannot be one
+    // is a usage error now rather than a failure after the whole simulation has run.
+    if let Some(dir) = &args.report
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return usage(format!(
+            "--report {}: cannot create the directory: {e}",
+            dir.display()
+        ));
+    }
     let mut summaries = Vec::with_capacity(kinds.len());
     let started = Instant::now();
     let mut events = 0u64;
@@ -320,5 +330,38 @@ paths_per_decision = 2
         );
         assert_eq!(run(&args(good, "nope", 1)), ExitCode::from(2));
         assert_eq!(run(&args(good, "minrtt", 0)), ExitCode::from(2));
+    }
+
+    /// A `--report` directory that cannot be created is a usage error found before any
+    /// simulation runs (exit 2), not a write failure after it (exit 1); the directory is
+    /// created up front, and the run then writes the report into it.
+    #[test]
+    fn report_directory_is_created_before_simulating() {
+        let scratch = std::env::temp_dir().join(format!("braid-sim-report-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).unwrap();
+        // A regular file where a directory should be: no directory can be made under it.
+        let file = scratch.join("not-a-directory");
+        std::fs::write(&file, b"x").unwrap();
+        let scenario = scratch.join("short.toml");
+        std::fs::write(
+            &scenario,
+            "name = \"short\"\nduration_s = 0.5\n[[path]]\nname = \"a\"\nrate_mbps = 10.0\n\
+             delay_ms = 10.0\n[app]\nkind = \"bulk\"\nbytes = 100_000\n",
+        )
+        .unwrap();
+        let args = |report: PathBuf| SimArgs {
+            scenario: scenario.clone(),
+            scheduler: "minrtt".into(),
+            seed: None,
+            runs: 1,
+            json: false,
+            report: Some(report),
+        };
+        assert_eq!(run(&args(file.join("report"))), ExitCode::from(2));
+        assert_eq!(run(&args(PathBuf::from("/proc/x"))), ExitCode::from(2));
+        let nested = scratch.join("a/b/report");
+        assert_eq!(run(&args(nested.clone())), ExitCode::SUCCESS);
+        assert!(nested.join("summary.md").is_file());
+        std::fs::remove_dir_all(&scratch).unwrap();
     }
 }
