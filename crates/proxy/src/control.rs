@@ -17,6 +17,9 @@ use crate::transport::{DaemonStatus, SessionHandle};
 
 /// Largest status document `query` accepts, bytes.
 pub const MAX_STATUS: u64 = 4 << 20;
+/// How long `query` waits for the whole document (a live daemon answers in milliseconds; a
+/// socket that accepts and never answers would otherwise hold `braid status` for ever).
+pub const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A control endpoint problem.
 #[derive(Debug, thiserror::Error)]
@@ -95,9 +98,14 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         source,
     };
     if let Some(dir) = path.parent() {
+        // Named by the directory: that is what could not be made (e.g. `state_dir` is a file).
+        let dir_error = |source| ControlError::Io {
+            path: dir.to_owned(),
+            source,
+        };
         crate::tls::create_private_dir(dir).map_err(|e| match e {
-            crate::tls::TlsError::Io { source, .. } => io(source),
-            other => io(std::io::Error::other(other.to_string())),
+            crate::tls::TlsError::Io { source, .. } => dir_error(source),
+            other => dir_error(std::io::Error::other(other.to_string())),
         })?;
     }
     if std::fs::symlink_metadata(path).is_ok() {
@@ -129,21 +137,87 @@ pub async fn serve(listener: UnixListener, source: StatusSource) {
     }
 }
 
-/// Asks the daemon behind `path` for its status.
+/// Asks the daemon behind `path` for its status, waiting at most [`QUERY_TIMEOUT`].
 pub async fn query(path: &Path) -> Result<DaemonStatus, ControlError> {
+    query_within(path, QUERY_TIMEOUT).await
+}
+
+/// [`query`] with its own time limit.
+async fn query_within(
+    path: &Path,
+    limit: std::time::Duration,
+) -> Result<DaemonStatus, ControlError> {
     let io = |source| ControlError::Io {
         path: path.to_owned(),
         source,
     };
-    let stream = UnixStream::connect(path).await.map_err(io)?;
-    let mut body = Vec::new();
-    stream
-        .take(MAX_STATUS)
-        .read_to_end(&mut body)
+    let read = async {
+        let stream = UnixStream::connect(path).await?;
+        let mut body = Vec::new();
+        stream.take(MAX_STATUS).read_to_end(&mut body).await?;
+        Ok(body)
+    };
+    let body = tokio::time::timeout(limit, read)
         .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {limit:?}"),
+            ))
+        })
         .map_err(io)?;
     serde_json::from_slice(&body).map_err(|e| ControlError::Malformed {
         path: path.to_owned(),
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("braid-control-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_never_answers_times_out() {
+        let dir = scratch("silent");
+        let path = dir.join("client.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let limit = std::time::Duration::from_millis(200);
+        let e = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            query_within(&path, limit),
+        )
+        .await
+        .expect("query returned within 10 s")
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("client.sock: no answer within 200ms"), "{e}");
+        held.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_is_named_in_the_error() {
+        let dir = scratch("file");
+        let state_dir = dir.join("state");
+        std::fs::write(&state_dir, "").unwrap();
+        let e = bind(&socket_path(&state_dir, Role::Client))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(&format!("{}: ", state_dir.display())), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -238,25 +238,33 @@ pub(crate) fn hex_digit(c: u8) -> Option<u8> {
     }
 }
 
-/// Which daemon a configuration file is for, guessed from its fields (`listen` or `[[user]]`:
-/// server; `[[link]]`: client). Used by `braid status -c FILE`.
+/// Which daemon a configuration file is for, told by its fields (`listen` or `[[user]]`:
+/// server; otherwise client), and its state directory. The file is validated as that daemon's
+/// configuration, so a file the daemon would refuse is refused here too. Used by
+/// `braid status -c FILE`.
 pub fn detect_role(file: &Path) -> Result<(crate::session::Role, PathBuf), ConfigFileError> {
     #[derive(Deserialize)]
     struct Probe {
-        listen: Option<String>,
+        listen: Option<toml::Value>,
         user: Option<toml::Value>,
-        state_dir: Option<PathBuf>,
     }
-    let probe: Probe = read_toml(file)?;
-    let role = if probe.listen.is_some() || matches!(probe.user, Some(toml::Value::Array(_))) {
-        crate::session::Role::Server
+    let text =
+        braid_testbed::input::read_text_capped(file, braid_testbed::input::MAX_INPUT_FILE_BYTES)
+            .map_err(|source| ConfigFileError::Read {
+                file: file.to_owned(),
+                source,
+            })?;
+    let probe: Probe = parse_toml(file, &text).unwrap_or(Probe {
+        listen: None,
+        user: None,
+    });
+    if probe.listen.is_some() || matches!(probe.user, Some(toml::Value::Array(_))) {
+        let config = ServerConfig::parse(file, &text)?;
+        Ok((crate::session::Role::Server, config.state_dir))
     } else {
-        crate::session::Role::Client
-    };
-    let dir = probe
-        .state_dir
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    Ok((role, dir))
+        let config = ClientConfig::parse(file, &text)?;
+        Ok((crate::session::Role::Client, config.state_dir))
+    }
 }
 
 /// The state directory used when a file names none.
@@ -265,6 +273,45 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/braid";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn detect_role_validates_the_file_as_that_daemon_would() {
+        let dir = std::env::temp_dir().join(format!("braid-detect-role-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = "ab".repeat(32);
+        let client = format!(
+            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{key}\"\n\
+             state_dir = \"/run/c\"\n[[link]]\nname = \"w\"\nserver = \"h:1\"\n"
+        );
+        let server = format!(
+            "listen = \"0.0.0.0:1\"\nstate_dir = \"/run/s\"\n[[user]]\nname = \"a\"\nkey = \"{key}\"\n"
+        );
+        let role = |text: &str| {
+            let file = dir.join("f.toml");
+            std::fs::write(&file, text).unwrap();
+            detect_role(&file).map_err(|e| e.to_string())
+        };
+        use crate::session::Role;
+        assert_eq!(role(&client), Ok((Role::Client, PathBuf::from("/run/c"))));
+        assert_eq!(role(&server), Ok((Role::Server, PathBuf::from("/run/s"))));
+        // Files the daemons refuse: empty, a scenario, a bad value in either kind.
+        for (text, want) in [
+            (String::new(), "missing field `user`"),
+            (
+                "name = \"x\"\nduration_s = 1.0\n".to_owned(),
+                "unknown field `duration_s`",
+            ),
+            (
+                client.replace("server = \"h:1\"", "server = \"h:1\"\nweight = 0"),
+                "link[0].weight",
+            ),
+            (server.replace("0.0.0.0:1", "nowhere"), "listen"),
+        ] {
+            let e = role(&text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn flow_receive_window_is_checked() {
