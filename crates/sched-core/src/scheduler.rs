@@ -415,6 +415,15 @@ impl SchedulerConfig {
         if known { Ok(()) } else { Err(unknown()) }
     }
 
+    /// Checks the parameters together, once all are set (a pair that must be ordered, say);
+    /// [`SchedulerConfig::set`] checks each alone.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        match self {
+            SchedulerConfig::Blest(c) => c.validate(),
+            _ => Ok(()),
+        }
+    }
+
     /// Builds the scheduler. Allocation happens here, never per packet.
     pub fn build(&self) -> AnyScheduler {
         match self {

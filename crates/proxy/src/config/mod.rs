@@ -130,6 +130,14 @@ pub(crate) fn scheduler(
             ParamError::OutOfRange { expected, .. } => invalid(file, &field, expected, value),
         })?;
     }
+    config.validate().map_err(|e| match e {
+        ParamError::OutOfRange {
+            name,
+            value,
+            expected,
+        } => invalid(file, format!("scheduler.params.{name}"), expected, value),
+        unknown => invalid(file, "scheduler.params", "known parameters", unknown),
+    })?;
     Ok(config)
 }
 
@@ -399,6 +407,22 @@ mod tests {
             e,
             "f.toml: scheduler.params.paths_per_decision: expected an integer in [1, 16], got \"0\""
         );
+        // A pair checked once both are set (in any order), and a good pair accepted.
+        let blest = |min: f64, max: f64| RawScheduler {
+            name: "blest".into(),
+            params: BTreeMap::from([
+                ("min_lambda".to_owned(), min),
+                ("max_lambda".to_owned(), max),
+            ]),
+        };
+        let e = scheduler(f, Some(&blest(5.0, 1.0)))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "f.toml: scheduler.params.max_lambda: expected a factor >= min_lambda, got \"1\""
+        );
+        assert!(scheduler(f, Some(&blest(0.5, 0.8))).is_ok());
     }
 }
 

@@ -67,6 +67,19 @@ impl BlestConfig {
         }
         Ok(true)
     }
+
+    /// Checks what no single parameter can: the bounds of λ in order (λ itself is clamped into
+    /// them, as in the kernel).
+    pub fn validate(&self) -> Result<(), ParamError> {
+        if self.max_lambda < self.min_lambda {
+            return Err(ParamError::OutOfRange {
+                name: "max_lambda",
+                value: self.max_lambda,
+                expected: "a factor >= min_lambda",
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for BlestConfig {
@@ -124,7 +137,7 @@ impl Blest {
             ParamInfo {
                 name: "max_lambda",
                 default: 1.3,
-                description: "upper bound of lambda, in [0.1, 10]",
+                description: "upper bound of lambda, in [0.1, 10] and at least min_lambda",
             },
             ParamInfo {
                 name: "lambda_decrease",
@@ -142,6 +155,7 @@ impl Blest {
     /// Builds the scheduler.
     pub fn new(config: &BlestConfig) -> Self {
         let min_lambda_1000 = thousandths(config.min_lambda);
+        // `validate` refuses max < min; a config built without it still gets ordered bounds.
         let max_lambda_1000 = thousandths(config.max_lambda).max(min_lambda_1000);
         Blest {
             lambda_1000: thousandths(config.lambda).clamp(min_lambda_1000, max_lambda_1000),
@@ -284,6 +298,25 @@ impl Scheduler for Blest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inverted_lambda_bounds_are_refused() {
+        let mut config = BlestConfig::default();
+        // Set one at a time, max first (as a file's parameters come, by name): the pair is
+        // checked once both are in.
+        assert_eq!(config.set("max_lambda", 0.8), Ok(true));
+        assert_eq!(config.set("min_lambda", 0.5), Ok(true));
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.set("min_lambda", 5.0), Ok(true));
+        assert_eq!(
+            config.validate(),
+            Err(ParamError::OutOfRange {
+                name: "max_lambda",
+                value: 0.8,
+                expected: "a factor >= min_lambda",
+            })
+        );
+    }
 
     /// Fast: 10 ms, 20 kB window, full. Slow: 50 ms, 20 kB window, empty. 1200-byte MSS.
     fn paths() -> [PathView; 2] {
