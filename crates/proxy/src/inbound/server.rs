@@ -196,6 +196,34 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt as _;
 
+    /// No session, no SOCKS5 users.
+    fn context(handshake_timeout: Duration) -> Arc<InboundContext> {
+        let (_slot, session) = watch::channel(None);
+        Arc::new(InboundContext {
+            session,
+            socks_users: Vec::new(),
+            handshake_timeout,
+        })
+    }
+
+    /// A SOCKS5 greeting offering no methods is answered "no acceptable methods" (05 FF).
+    #[tokio::test]
+    async fn a_greeting_with_no_methods_is_answered_no_acceptable_method() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ctx = context(Duration::from_secs(10));
+        let server = tokio::spawn(super::super::socks5_server::serve_socks5(listener, ctx));
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(&[5, 0]).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer, [5, 0xff]);
+        server.abort();
+    }
+
     /// A client that stops sending before its request is complete is closed at the handshake
     /// deadline (which frees its connection slot), in both inbounds and at every stage.
     #[tokio::test]
@@ -210,12 +238,7 @@ mod tests {
         for (case, sent) in cases {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
-            let (_slot, session) = watch::channel(None);
-            let ctx = Arc::new(InboundContext {
-                session,
-                socks_users: Vec::new(),
-                handshake_timeout: timeout,
-            });
+            let ctx = context(timeout);
             let server = if case.starts_with("socks5") {
                 tokio::spawn(super::super::socks5_server::serve_socks5(listener, ctx))
             } else {

@@ -51,10 +51,21 @@ async fn authenticate(
     ctx: &InboundContext,
     deadline: Deadline,
 ) -> Result<(), InboundError> {
-    let n = read_message(stream, buf, socks5::MAX_GREETING, deadline, |b| {
+    let n = match read_message(stream, buf, socks5::MAX_GREETING, deadline, |b| {
         socks5::parse_greeting(b).map(|o| o.map(|(_, n)| n))
     })
-    .await?;
+    .await
+    {
+        Ok(n) => n,
+        Err(InboundError::Socks5(e @ socks5::Socks5Error::NoMethods)) => {
+            // A SOCKS5 greeting that offers nothing: "no acceptable methods" (RFC 1928 §3).
+            stream
+                .write_all(&socks5::encode_method_selection(None))
+                .await?;
+            return Err(InboundError::Socks5(e));
+        }
+        Err(e) => return Err(e),
+    };
     let greeting = socks5::parse_greeting(&buf[..n])?
         .map(|(g, _)| g)
         .unwrap_or_default();
