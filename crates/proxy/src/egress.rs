@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::net::{TcpStream, UdpSocket};
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::config::EgressPolicy;
 use crate::inbound::socks5::{self, Reply};
@@ -157,7 +157,7 @@ async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy) {
     let stream = match connect(&target, policy).await {
         Ok(s) => s,
         Err(reply) => {
-            debug!(flow = id.0, ?target, ?reply, "egress refused or failed");
+            info!(flow = id.0, %target, reason = reply.name(), "egress refused or failed");
             let _ = writer.reset(reset_code(reply)).await;
             return;
         }

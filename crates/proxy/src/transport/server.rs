@@ -3,14 +3,21 @@
 //! one (user, session id) into one session driver whose flows go to the egress. A refused join
 //! gets one generic refusal byte and the connection is closed; the log says "join refused" with
 //! the remote address only (the reason is logged at debug level).
+//!
+//! The pending joins are guarded against a flood of Initial packets, which costs an attacker
+//! nothing: once half of `max_pending_joins` is taken, a source must first prove its address
+//! with a stateless QUIC Retry (so spoofed sources hold no slot), and one source address holds at
+//! most a quarter of the slots (at least 8). Connections turned away count as refused joins and are logged
+//! (at most once a second, with how many since the last line).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::driver::{self, Command, DriverSetup};
@@ -26,12 +33,19 @@ use crate::session::{PathConfig, Role};
 /// How long a client has from the first packet to a complete JOIN.
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Pending joins one source address may always have (unless `max_pending_joins` is smaller).
+const PER_SOURCE_FLOOR: usize = 8;
+
 /// State shared by the accept loop, the join tasks and the control endpoint.
 #[derive(Debug)]
 pub struct ServerShared {
     pub(crate) config: Arc<ServerConfig>,
     sessions: Mutex<HashMap<(String, SessionId), SessionHandle>>,
     pending: Arc<Semaphore>,
+    /// Pending joins by source address (entries with none are removed).
+    pending_by_source: Mutex<HashMap<IpAddr, usize>>,
+    /// Connections turned away since the last log line about them, and when that was.
+    turned_away: Mutex<(u64, Option<Instant>)>,
     /// Joins refused since start.
     pub joins_refused: AtomicU64,
     /// Joins accepted since start.
@@ -43,6 +57,8 @@ impl ServerShared {
     pub fn new(config: Arc<ServerConfig>) -> Arc<ServerShared> {
         Arc::new(ServerShared {
             pending: Arc::new(Semaphore::new(config.max_pending_joins)),
+            pending_by_source: Mutex::new(HashMap::new()),
+            turned_away: Mutex::new((0, None)),
             config,
             sessions: Mutex::new(HashMap::new()),
             joins_refused: AtomicU64::new(0),
@@ -62,19 +78,107 @@ impl ServerShared {
     }
 }
 
+/// One pending join's hold on the limits: a `max_pending_joins` slot and one of its source's.
+#[derive(Debug)]
+struct PendingSlot {
+    _permit: OwnedSemaphorePermit,
+    shared: Arc<ServerShared>,
+    source: IpAddr,
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        if let Ok(mut by_source) = self.shared.pending_by_source.lock()
+            && let Some(n) = by_source.get_mut(&self.source)
+        {
+            *n -= 1;
+            if *n == 0 {
+                by_source.remove(&self.source);
+            }
+        }
+    }
+}
+
+impl ServerShared {
+    /// Whether a source that has not proved its address must do so (a Retry) before it gets a
+    /// pending slot: once half the slots are taken.
+    fn under_load(&self) -> bool {
+        2 * self.pending.available_permits() < self.config.max_pending_joins
+    }
+
+    /// Most joins one source address may have pending: a quarter of the slots, but at least
+    /// [`PER_SOURCE_FLOOR`] (a client joins all its links at once, and several clients may share
+    /// an address) or every slot when there are fewer.
+    fn per_source_limit(&self) -> usize {
+        let max = self.config.max_pending_joins;
+        max.div_ceil(4).max(PER_SOURCE_FLOOR).min(max)
+    }
+
+    /// A pending slot for a join from `source`, or why there is none.
+    fn try_pending(self: &Arc<Self>, source: IpAddr) -> Result<PendingSlot, &'static str> {
+        let source = source.to_canonical();
+        let mut by_source = self
+            .pending_by_source
+            .lock()
+            .map_err(|_| "pending joins poisoned")?;
+        let held = by_source.get(&source).copied().unwrap_or(0);
+        if held >= self.per_source_limit() {
+            return Err("too many pending joins from this address");
+        }
+        let permit = self
+            .pending
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| "too many pending joins")?;
+        by_source.insert(source, held + 1);
+        Ok(PendingSlot {
+            _permit: permit,
+            shared: self.clone(),
+            source,
+        })
+    }
+
+    /// Counts a connection turned away before its join and logs it, at most once a second.
+    fn turn_away(&self, remote: SocketAddr, reason: &'static str) {
+        self.joins_refused.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut turned) = self.turned_away.lock() else {
+            return;
+        };
+        turned.0 += 1;
+        let now = Instant::now();
+        if turned
+            .1
+            .is_none_or(|last| now.duration_since(last) >= Duration::from_secs(1))
+        {
+            info!(%remote, reason, since_last_line = turned.0, "join refused before the handshake");
+            *turned = (0, Some(now));
+        }
+    }
+}
+
 /// Accepts connections until the endpoint is closed.
 pub async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<ServerShared>) {
     while let Some(incoming) = endpoint.accept().await {
-        let Ok(permit) = shared.pending.clone().try_acquire_owned() else {
-            debug!(remote = %incoming.remote_address(), "too many pending joins");
-            incoming.refuse();
+        let remote = incoming.remote_address();
+        if shared.under_load() && !incoming.remote_address_validated() && incoming.may_retry() {
+            // Stateless: the source gets a slot only when it comes back with the token.
+            if incoming.retry().is_err() {
+                debug!(%remote, "retry not possible");
+            }
             continue;
+        }
+        let slot = match shared.try_pending(remote.ip()) {
+            Ok(slot) => slot,
+            Err(reason) => {
+                shared.turn_away(remote, reason);
+                incoming.refuse();
+                continue;
+            }
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            let remote = incoming.remote_address();
             let result = tokio::time::timeout(JOIN_TIMEOUT, admit(incoming, &shared)).await;
-            drop(permit);
+            drop(slot);
             match result {
                 Ok(Ok(())) => {}
                 Ok(Err(reason)) => refused(&shared, remote, reason),
@@ -204,4 +308,80 @@ fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
     });
     map.insert(key, handle.clone());
     Some(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn shared(max_pending_joins: usize) -> Arc<ServerShared> {
+        let key = "ab".repeat(32);
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\n[[user]]\nname = \"a\"\nkey = \"{key}\"\n\
+             [limits]\nmax_pending_joins = {max_pending_joins}\n"
+        );
+        let config = ServerConfig::parse(std::path::Path::new("s.toml"), &text).unwrap();
+        ServerShared::new(Arc::new(config))
+    }
+
+    fn source(i: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, i])
+    }
+
+    #[test]
+    fn one_source_holds_at_most_its_share_of_the_pending_slots() {
+        let s = shared(64);
+        assert_eq!(s.per_source_limit(), 16);
+        let first: Vec<_> = (0..16).map(|_| s.try_pending(source(1)).unwrap()).collect();
+        assert_eq!(
+            s.try_pending(source(1)).unwrap_err(),
+            "too many pending joins from this address"
+        );
+        // The IPv4-mapped form is the same source.
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert!(s.try_pending(mapped).is_err());
+        assert!(!s.under_load());
+        let mut others: Vec<_> = (2..5)
+            .flat_map(|i| (0..16).map(move |_| i))
+            .map(|i| s.try_pending(source(i)).unwrap())
+            .collect();
+        assert!(s.under_load());
+        assert_eq!(
+            s.try_pending(source(5)).unwrap_err(),
+            "too many pending joins"
+        );
+        // Slots come back when joins end, and the map forgets sources with none.
+        others.truncate(8);
+        assert!(s.try_pending(source(5)).is_ok());
+        drop(first);
+        drop(others);
+        assert!(s.pending_by_source.lock().unwrap().is_empty());
+        assert!(!s.under_load());
+    }
+
+    #[test]
+    fn small_limits_leave_one_source_every_slot_up_to_eight() {
+        assert_eq!(shared(1).per_source_limit(), 1);
+        assert_eq!(shared(4).per_source_limit(), 4);
+        assert_eq!(shared(16).per_source_limit(), 8);
+        assert_eq!(shared(100).per_source_limit(), 25);
+        let s = shared(2);
+        let _held = s.try_pending(source(1)).unwrap();
+        assert!(!s.under_load());
+        let _second = s.try_pending(source(1)).unwrap();
+        assert!(s.under_load());
+    }
+
+    #[test]
+    fn turned_away_connections_count_as_refused_joins() {
+        let s = shared(4);
+        let remote = SocketAddr::from(([10, 0, 0, 1], 5000));
+        for _ in 0..3 {
+            s.turn_away(remote, "too many pending joins");
+        }
+        assert_eq!(s.joins_refused.load(Ordering::Relaxed), 3);
+        // Logged once (the first); the other two wait for the next line.
+        assert_eq!(s.turned_away.lock().unwrap().0, 2);
+    }
 }
