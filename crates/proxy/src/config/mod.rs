@@ -64,14 +64,18 @@ pub(crate) fn invalid(
     }
 }
 
+/// Reads `file` (at most [`braid_testbed::input::MAX_INPUT_FILE_BYTES`]).
+fn read_text(file: &Path) -> Result<String, ConfigFileError> {
+    use braid_testbed::input::{MAX_INPUT_FILE_BYTES, read_text_capped};
+    read_text_capped(file, MAX_INPUT_FILE_BYTES).map_err(|source| ConfigFileError::Read {
+        file: file.to_owned(),
+        source,
+    })
+}
+
 /// Reads `file` and parses it as `T`.
 pub(crate) fn read_toml<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<T, ConfigFileError> {
-    let text =
-        braid_testbed::input::read_text_capped(file, braid_testbed::input::MAX_INPUT_FILE_BYTES)
-            .map_err(|source| ConfigFileError::Read {
-                file: file.to_owned(),
-                source,
-            })?;
+    let text = read_text(file)?;
     parse_toml(file, &text)
 }
 
@@ -256,12 +260,7 @@ pub fn detect_role(file: &Path) -> Result<(crate::session::Role, PathBuf), Confi
         listen: Option<toml::Value>,
         user: Option<toml::Value>,
     }
-    let text =
-        braid_testbed::input::read_text_capped(file, braid_testbed::input::MAX_INPUT_FILE_BYTES)
-            .map_err(|source| ConfigFileError::Read {
-                file: file.to_owned(),
-                source,
-            })?;
+    let text = read_text(file)?;
     let probe: Probe = parse_toml(file, &text).unwrap_or(Probe {
         listen: None,
         user: None,
