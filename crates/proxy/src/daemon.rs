@@ -1,7 +1,8 @@
 //! The two daemons assembled from their parts, for the command line and for tests:
 //! [`start_client`] (links, session, SOCKS5 and HTTP CONNECT inbounds, control socket) and
 //! [`start_server`] (QUIC endpoint, joins, sessions, egress, control socket). Each returns a
-//! handle whose drop stops everything it started.
+//! handle whose drop stops everything it started; `shutdown_gracefully` first tells the peers
+//! (session CLOSE, then QUIC CONNECTION_CLOSE), bounded by [`CLOSE_GRACE`] and [`DRAIN_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,15 @@ use crate::transport::client::{LinkContext, session_loop};
 use crate::transport::quic::transport_config;
 use crate::transport::server::{ServerShared, accept_loop};
 use crate::transport::{DaemonStatus, SessionHandle};
+
+/// How long a graceful shutdown waits for its sessions to send their CLOSE and stop. A driver
+/// that sent CLOSE stops when the peer answers by closing the paths (one round trip) or at its
+/// next one-second tick, whichever comes first.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// How long a graceful shutdown then waits for the QUIC connections' CONNECTION_CLOSE to leave.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a graceful shutdown looks whether the sessions have stopped.
+const CLOSE_POLL: Duration = Duration::from_millis(10);
 
 /// A daemon that could not start.
 #[derive(Debug, thiserror::Error)]
@@ -103,11 +113,59 @@ impl ClientHandle {
         }
     }
 
-    /// Stops everything and removes the control socket (and the state directory when this
-    /// daemon created it and nothing else is left in it).
+    /// Closes the session so that the server hears of it (session CLOSE on every path, then
+    /// QUIC CONNECTION_CLOSE), then does what [`ClientHandle::shutdown`] does. Takes at most
+    /// [`CLOSE_GRACE`] plus [`DRAIN_TIMEOUT`], about a round trip when the server answers.
+    pub async fn shutdown_gracefully(&mut self) {
+        let conns: Vec<quinn::Connection> = self
+            .conns
+            .lock()
+            .map(|c| c.iter().flatten().cloned().collect())
+            .unwrap_or_default();
+        if let Some(session) = self.session() {
+            // The session loop publishes `None` once the driver has stopped, and stops the
+            // links in the same step; it starts a new session only after `BACKOFF_MIN`, by
+            // when its task is aborted below.
+            let slot = &mut self.session;
+            let stopped = async {
+                session.close().await;
+                let _ = slot
+                    .wait_for(|s| {
+                        s.as_ref()
+                            .is_none_or(|h| !h.commands.same_channel(&session.commands))
+                    })
+                    .await;
+            };
+            if tokio::time::timeout(CLOSE_GRACE, stopped).await.is_err() {
+                tracing::warn!(grace = ?CLOSE_GRACE, "session did not stop in time");
+            }
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        if tokio::time::timeout(DRAIN_TIMEOUT, close_links(&conns))
+            .await
+            .is_err()
+        {
+            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "CONNECTION_CLOSE not sent on every link");
+        }
+        self.shutdown();
+    }
+
+    /// Stops everything at once and removes the control socket (and the state directory when
+    /// this daemon created it and nothing else is left in it). Nothing waits for the server to be
+    /// told: were the process to exit now, the server's session would end only by its idle
+    /// timeout. The fallback of [`ClientHandle::shutdown_gracefully`].
     pub fn shutdown(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
+        }
+        // Aborting the session loop leaves its driver and link tasks running; closing the
+        // session ends them (the links stop when they find it gone).
+        if let Some(s) = self.session() {
+            let _ = s
+                .commands
+                .try_send(crate::transport::driver::Command::Close);
         }
         remove_control(&self.control_path, self.created_dir.take());
     }
@@ -116,6 +174,49 @@ impl ClientHandle {
 impl Drop for ClientHandle {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Closes the links' connections still open and waits until each is closed and nothing is left
+/// to send on it: the peer closed it (it sends nothing more then), or this end closed it and a
+/// datagram, its CONNECTION_CLOSE, has gone out since. (The link endpoints live in the link
+/// tasks, so there is no endpoint to `wait_idle` on; quinn counts no CONNECTION_CLOSE frames
+/// sent, but a closed connection sends nothing else.) A connection the session driver closed
+/// before the count was taken, on a server that does not answer, waits for the caller's timeout.
+async fn close_links(conns: &[quinn::Connection]) {
+    let sent_before: Vec<u64> = conns.iter().map(|c| c.stats().udp_tx.datagrams).collect();
+    // Only those still open: closing one the server has closed would make it look closed by
+    // this end.
+    for c in conns.iter().filter(|c| c.close_reason().is_none()) {
+        c.close(quinn::VarInt::from_u32(0), b"client stopping");
+    }
+    let done = |(c, before): (&quinn::Connection, &u64)| match c.close_reason() {
+        None => false,
+        Some(quinn::ConnectionError::LocallyClosed) => {
+            let stats = c.stats();
+            stats.frame_rx.connection_close > 0 || stats.udp_tx.datagrams > *before
+        }
+        Some(_) => true,
+    };
+    while !conns.iter().zip(&sent_before).all(done) {
+        tokio::time::sleep(CLOSE_POLL).await;
+    }
+}
+
+/// Sends CLOSE to every session in `sessions` and waits until their drivers have stopped, at
+/// most [`CLOSE_GRACE`].
+async fn close_sessions(sessions: &[SessionHandle]) {
+    let stopped = async {
+        for s in sessions {
+            s.close().await;
+        }
+        while !sessions.iter().all(SessionHandle::is_closed) {
+            tokio::time::sleep(CLOSE_POLL).await;
+        }
+    };
+    if tokio::time::timeout(CLOSE_GRACE, stopped).await.is_err() {
+        let open = sessions.iter().filter(|s| !s.is_closed()).count();
+        tracing::warn!(open, grace = ?CLOSE_GRACE, "sessions did not stop in time");
     }
 }
 
@@ -220,8 +321,30 @@ impl ServerHandle {
         StatusSource::Server(self.shared.clone()).collect().await
     }
 
-    /// Stops everything and removes the control socket (and the state directory when this
-    /// daemon created it and nothing else is left in it).
+    /// Tells every client before stopping: no new joins, CLOSE on every session (waiting until
+    /// their drivers have stopped, at most [`CLOSE_GRACE`]), then the endpoint closes and its
+    /// CONNECTION_CLOSE frames leave (at most [`DRAIN_TIMEOUT`]), then [`ServerHandle::shutdown`].
+    pub async fn shutdown_gracefully(&mut self) {
+        // The accept loop and the control socket first, so no session starts meanwhile.
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        close_sessions(&self.shared.sessions()).await;
+        self.endpoint
+            .close(quinn::VarInt::from_u32(0), b"server stopping");
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(timeout = ?DRAIN_TIMEOUT, "QUIC connections not drained in time");
+        }
+        self.shutdown();
+    }
+
+    /// Stops everything at once and removes the control socket (and the state directory when
+    /// this daemon created it and nothing else is left in it). Clients are not reliably told
+    /// (the endpoint closes before the sessions' CLOSE can go out); the fallback of
+    /// [`ServerHandle::shutdown_gracefully`].
     pub fn shutdown(&mut self) {
         self.endpoint
             .close(quinn::VarInt::from_u32(0), b"server stopping");

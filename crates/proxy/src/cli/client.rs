@@ -1,5 +1,6 @@
 //! `braid client -c FILE`: the client daemon (links, session, SOCKS5/HTTP CONNECT inbounds,
-//! control socket) until Ctrl-C or SIGTERM.
+//! control socket) until Ctrl-C or SIGTERM (then it closes its session so that the server hears
+//! of it, see [`crate::daemon::ClientHandle::shutdown_gracefully`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,7 +78,7 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
         shutdown_signal().await;
         tracing::info!("client stopping");
-        client.shutdown();
+        client.shutdown_gracefully().await;
         ExitCode::SUCCESS
     })
 }

@@ -1,5 +1,7 @@
-//! `braid server -c FILE [--print-fingerprint]`: the server daemon until Ctrl-C or SIGTERM, or
-//! just the certificate fingerprint clients pin (the certificate is generated on first use).
+//! `braid server -c FILE [--print-fingerprint]`: the server daemon until Ctrl-C or SIGTERM (then
+//! it closes its sessions so that clients hear of it, see
+//! [`crate::daemon::ServerHandle::shutdown_gracefully`]), or just the certificate fingerprint
+//! clients pin (the certificate is generated on first use).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,7 +62,7 @@ pub fn run(args: &ServerArgs) -> ExitCode {
         tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
         shutdown_signal().await;
         tracing::info!("server stopping");
-        server.shutdown();
+        server.shutdown_gracefully().await;
         ExitCode::SUCCESS
     })
 }
