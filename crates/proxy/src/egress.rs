@@ -67,13 +67,23 @@ fn v4_private(ip: Ipv4Addr) -> bool {
         || o[0] >= 240
 }
 
+/// The IPv4 address an IPv6 address reaches on hosts that translate it: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, deprecated; not `::` or `::1`) and the
+/// NAT64 well-known prefix (`64:ff9b::/96`, RFC 6052).
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let tail = Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
+    match s[..6] {
+        [0, 0, 0, 0, 0, 0xffff] | [0x64, 0xff9b, 0, 0, 0, 0] => Some(tail),
+        [0, 0, 0, 0, 0, 0] if !v6.is_loopback() && !v6.is_unspecified() => Some(tail),
+        _ => None,
+    }
+}
+
 /// True when `policy` lets the server send to `ip`.
 pub fn allowed(policy: &EgressPolicy, ip: IpAddr) -> bool {
     let ip = match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
     };
     let (loopback, private) = match ip {
@@ -88,7 +98,11 @@ pub fn allowed(policy: &EgressPolicy, ip: IpAddr) -> bool {
 
 fn v6_private(ip: Ipv6Addr) -> bool {
     let s = ip.segments();
-    (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80 || ip.is_multicast()
+    (s[0] & 0xfe00) == 0xfc00
+        || (s[0] & 0xffc0) == 0xfe80
+        || ip.is_multicast()
+        // The NAT64 local-use prefix (64:ff9b:1::/48, RFC 8215): a site's own translator.
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1)
 }
 
 /// Resolves `target` and keeps the addresses the policy allows; `Err` carries the SOCKS5 reply.
@@ -298,10 +312,23 @@ mod tests {
             "ff02::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b::192.168.1.1",
+            "64:ff9b:1::8.8.8.8",
         ] {
             assert!(!allowed(&p, ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["8.8.8.8", "100.128.0.1", "2001:db8::1", "172.32.0.1"] {
+        for ip in [
+            "8.8.8.8",
+            "100.128.0.1",
+            "2001:db8::1",
+            "172.32.0.1",
+            "64:ff9b::8.8.8.8",
+            "::8.8.8.8",
+        ] {
             assert!(allowed(&p, ip.parse().unwrap()), "{ip}");
         }
     }
