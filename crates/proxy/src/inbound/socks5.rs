@@ -162,7 +162,7 @@ pub enum Socks5Error {
     #[error("SOCKS address type {0:#04x} is unknown")]
     BadAddressType(u8),
     /// A domain name is empty or not valid UTF-8 text.
-    #[error("SOCKS domain name is empty or not UTF-8")]
+    #[error("SOCKS domain name is empty, not UTF-8 or holds control characters")]
     BadDomain,
     /// A username or password is empty.
     #[error("SOCKS username/password field is empty")]
@@ -284,7 +284,7 @@ fn parse_address(buf: &[u8], at: usize) -> Result<Option<(Target, usize)>, Socks
         3 => match length_prefixed(buf, start) {
             Some((name, end)) => {
                 let name = std::str::from_utf8(name).map_err(|_| Socks5Error::BadDomain)?;
-                if name.is_empty() {
+                if name.is_empty() || name.chars().any(char::is_control) {
                     return Err(Socks5Error::BadDomain);
                 }
                 (Some(Host::Domain(name)), end)
@@ -478,6 +478,13 @@ mod tests {
             parse_request(&[5, 1, 0, 3, 2, 0xff, 0xfe, 0, 80]),
             Err(Socks5Error::BadDomain)
         );
+        // A NUL or other control character is no part of a name to resolve.
+        for bad in [0u8, b'\n', 0x7f] {
+            assert_eq!(
+                parse_request(&[5, 1, 0, 3, 3, b'a', bad, b'b', 0, 80]),
+                Err(Socks5Error::BadDomain)
+            );
+        }
     }
 
     #[test]
