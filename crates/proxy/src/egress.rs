@@ -193,6 +193,8 @@ struct UdpEgress<'a> {
     v4: UdpSocket,
     v6: Option<UdpSocket>,
     names: HashMap<(String, u16), SocketAddr>,
+    /// Whether a refused destination was logged (once per association: datagrams are many).
+    refusal_logged: bool,
 }
 
 impl UdpEgress<'_> {
@@ -214,7 +216,13 @@ impl UdpEgress<'_> {
                     }
                     a
                 }
-                Err(_) => None,
+                Err(reply) => {
+                    if !self.refusal_logged {
+                        self.refusal_logged = true;
+                        info!(%target, reason = reply.name(), "UDP egress refused or failed (further ones on this association are not logged)");
+                    }
+                    None
+                }
             },
         };
         let Some(addr) = addr else {
@@ -253,6 +261,7 @@ async fn udp_flow(flow: FlowHandle, policy: &EgressPolicy) {
         v4,
         v6,
         names: HashMap::new(),
+        refusal_logged: false,
     };
     let mut buf4 = vec![0u8; MAX_UDP];
     let mut buf6 = vec![0u8; MAX_UDP];
