@@ -1,5 +1,5 @@
 //! HTTP CONNECT (RFC 9110 §9.3.6): the request head a client sends to open a tunnel, and the
-//! replies braid sends back.
+//! replies braid sends back. Lines may end in CRLF or a bare LF (RFC 9112 §2.2).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -47,7 +47,7 @@ pub enum HttpConnectError {
 /// returns the length of the head (tunnel bytes may follow it in the same buffer).
 pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, HttpConnectError> {
     let window = &buf[..buf.len().min(MAX_HEAD)];
-    let Some(end) = window.windows(4).position(|w| w == b"\r\n\r\n") else {
+    let Some((end, length)) = head_end(window) else {
         return if buf.len() >= MAX_HEAD {
             Err(HttpConnectError::HeadTooLong)
         } else {
@@ -55,7 +55,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, 
         };
     };
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpConnectError::NotText)?;
-    let mut lines = head.split("\r\n");
+    let mut lines = head.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let request_line = lines.next().ok_or(HttpConnectError::BadRequestLine)?;
     let mut parts = request_line.split(' ');
     let (Some(method), Some(authority), Some(version), None) =
@@ -82,8 +82,23 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, 
             target,
             proxy_authorization,
         },
-        end + 4,
+        length,
     )))
+}
+
+/// Where the head ends: the index of its last line's terminating LF and the length through the
+/// blank line. Lines end in CRLF or, as RFC 9112 §2.2 lets a recipient accept, a bare LF.
+fn head_end(window: &[u8]) -> Option<(usize, usize)> {
+    window.iter().enumerate().find_map(|(i, &b)| {
+        if b != b'\n' {
+            return None;
+        }
+        match &window[i + 1..] {
+            [b'\n', ..] => Some((i, i + 2)),
+            [b'\r', b'\n', ..] => Some((i, i + 3)),
+            _ => None,
+        }
+    })
 }
 
 /// `host:port`, `a.b.c.d:port` or `[v6]:port`.
@@ -151,6 +166,20 @@ mod tests {
         assert_eq!(r.target, Target::Addr("127.0.0.1:80".parse().unwrap()));
         assert_eq!(
             parse_request(b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n"),
+            Ok(None)
+        );
+        // Bare LF line ends (RFC 9112 §2.2), alone or mixed with CRLF.
+        for req in [
+            &b"CONNECT a.b:443 HTTP/1.1\nHost: a.b\nProxy-Authorization: x\n\nTLS"[..],
+            b"CONNECT a.b:443 HTTP/1.1\r\nHost: a.b\nProxy-Authorization: x\r\n\r\nTLS",
+            b"CONNECT a.b:443 HTTP/1.1\nHost: a.b\r\nProxy-Authorization: x\n\r\nTLS",
+        ] {
+            let (r, n) = parse_request(req).unwrap().unwrap();
+            assert_eq!(&req[n..], b"TLS", "{:?}", String::from_utf8_lossy(req));
+            assert_eq!(r.proxy_authorization, Some("x"));
+        }
+        assert_eq!(
+            parse_request(b"CONNECT a.b:443 HTTP/1.1\nHost: a.b\n"),
             Ok(None)
         );
     }
