@@ -9,6 +9,7 @@ mod daemon_common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use braid_proxy::daemon::{ClientHandle, ServerHandle};
 use daemon_common::*;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream};
@@ -45,16 +46,23 @@ fn time_to_end(mut s: TcpStream, since: Instant) -> tokio::task::JoinHandle<Dura
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_shutdown_ends_the_clients_open_flow_at_once() {
-    let (mut server, client) = pair("stop-server", 2).await;
+/// A server and a client over two links with one SOCKS5 flow open through them to a silent
+/// server: the daemons, the flow's client end and the server's egress connection.
+async fn pair_with_a_flow(name: &str) -> (ServerHandle, ClientHandle, TcpStream, TcpStream) {
+    let (server, client) = pair(name, 2).await;
     let (target, mut accepted) = silent_server().await;
     let (code, flow) = socks_connect(client.socks_addr, "127.0.0.1", target.port()).await;
     assert_eq!(code, 0);
-    let _egress = tokio::time::timeout(TOLD_WITHIN, accepted.recv())
+    let egress = tokio::time::timeout(TOLD_WITHIN, accepted.recv())
         .await
         .unwrap()
         .unwrap();
+    (server, client, flow, egress)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_ends_the_clients_open_flow_at_once() {
+    let (mut server, client, flow, _egress) = pair_with_a_flow("stop-server").await;
     let session = client.session().expect("client session");
 
     let started = Instant::now();
@@ -78,14 +86,7 @@ async fn server_shutdown_ends_the_clients_open_flow_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_shutdown_ends_the_servers_session_and_egress() {
-    let (server, mut client) = pair("stop-client", 2).await;
-    let (target, mut accepted) = silent_server().await;
-    let (code, _flow) = socks_connect(client.socks_addr, "127.0.0.1", target.port()).await;
-    assert_eq!(code, 0);
-    let egress = tokio::time::timeout(TOLD_WITHIN, accepted.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let (server, mut client, _flow, egress) = pair_with_a_flow("stop-client").await;
     assert_eq!(server.status().await.sessions.len(), 1);
 
     let started = Instant::now();
