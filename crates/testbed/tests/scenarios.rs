@@ -233,6 +233,12 @@ fn bad_values_are_refused_naming_the_field() {
             "{text}"
         );
     }
+    // A whole number above the bound: the message states the bound it broke.
+    let huge = error_text(&MINIMAL.replace("bytes = 1000", "bytes = 9223372036854775807"));
+    assert!(
+        huge.contains("`app.bytes`") && huge.contains("[1, 1e15]"),
+        "{huge}"
+    );
     let wrong_type = error_text(&MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = \"fast\""));
     assert!(
         wrong_type.contains("rate_mbps") && wrong_type.contains("two-element"),

@@ -41,7 +41,7 @@ impl Domain {
             Domain::Rate => "a rate in (0, 1e6] Mbit/s",
             Domain::NonNegative => "a finite number >= 0",
             Domain::Fraction => "a probability/fraction in [0, 1]",
-            Domain::Count => "a whole number >= 1",
+            Domain::Count => "a whole number in [1, 1e15]",
             Domain::Queue => "a whole number of packets in [1, 1000000]",
         }
     }
