@@ -231,6 +231,27 @@ fn link_specs(
     seed: u64,
     file: &Path,
 ) -> Result<Vec<PathSpec>, EmuConfigError> {
+    let text = links_as_scenario(links.clone(), file)?;
+    let parsed = ScenarioFile::parse(&text, file).map_err(|e| match e {
+        // The parser's line and column would point into the generated text: keep its
+        // message (which names the key) and find the path it is in.
+        ScenarioError::Parse { file, message } => EmuConfigError::Parse {
+            field: failing_path(&links, &file),
+            file,
+            message: message
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("invalid link keys")
+                .trim()
+                .to_string(),
+        },
+        other => link_error(other),
+    })?;
+    Ok(parsed.resolve(seed).map_err(link_error)?.paths)
+}
+
+/// `links` as the text of a scenario file with only those paths.
+fn links_as_scenario(links: Vec<toml::Value>, file: &Path) -> Result<String, EmuConfigError> {
     let mut scenario = toml::Table::new();
     scenario.insert("name".into(), "emu".into());
     scenario.insert("duration_s".into(), toml::Value::Float(1e7));
@@ -239,27 +260,50 @@ fn link_specs(
     app.insert("bytes".into(), toml::Value::Integer(1));
     scenario.insert("app".into(), toml::Value::Table(app));
     scenario.insert("path".into(), toml::Value::Array(links));
-    let text = toml::to_string(&scenario).map_err(|e| EmuConfigError::Parse {
+    toml::to_string(&scenario).map_err(|e| EmuConfigError::Parse {
         file: file.to_path_buf(),
         field: "path".into(),
         message: e.to_string(),
-    })?;
-    let parsed = ScenarioFile::parse(&text, file).map_err(|e| match e {
-        // The parser's line and column would point into the generated text: keep its
-        // message (which names the key) and say which path it is in.
-        ScenarioError::Parse { file, message } => EmuConfigError::Parse {
+    })
+}
+
+/// `path[i]` for the first link that the scenario parser refuses on its own (`path` if none
+/// does alone).
+fn failing_path(links: &[toml::Value], file: &Path) -> String {
+    links
+        .iter()
+        .position(|link| {
+            links_as_scenario(vec![link.clone()], file)
+                .is_ok_and(|text| ScenarioFile::parse(&text, file).is_err())
+        })
+        .map_or_else(|| "path".to_string(), |i| format!("path[{i}]"))
+}
+
+/// A scenario error about a link as an emulator error: the same file and field, without the
+/// word "scenario" (this file is not one).
+fn link_error(e: ScenarioError) -> EmuConfigError {
+    match e {
+        ScenarioError::Invalid {
             file,
-            field: "path".into(),
-            message: message
-                .lines()
-                .rfind(|l| !l.trim().is_empty())
-                .unwrap_or("invalid link keys")
-                .trim()
-                .to_string(),
+            field,
+            expected,
+            found,
+        } => EmuConfigError::Parse {
+            file,
+            field,
+            message: format!("expected {expected}, found {found}"),
+        },
+        ScenarioError::Trace {
+            file,
+            field,
+            source,
+        } => EmuConfigError::Parse {
+            file,
+            field,
+            message: source.to_string(),
         },
         other => EmuConfigError::Link(other),
-    })?;
-    Ok(parsed.resolve(seed)?.paths)
+    }
 }
 
 #[cfg(test)]
@@ -325,6 +369,14 @@ mod tests {
                 "path[1].rate_mbps",
             ),
             (TWO.replace("delay_ms = 10", "delay_msx = 10"), "delay_msx"),
+            (
+                TWO.replace("delay_ms = 20", "delay_msx = 20"),
+                "field `path[1]`: unknown field `delay_msx`",
+            ),
+            (
+                TWO.replace("rate_mbps = 20", "rate_mbps = \"fast\""),
+                "field `path[1]`: invalid type",
+            ),
             (TWO.replace("seed = 7", "seed = \"x\""), "seed"),
             (TWO.replace("seed = 7", "speed = 7"), "speed"),
             (
@@ -337,6 +389,10 @@ mod tests {
         for (text, field) in cases {
             let e = parse(&text).unwrap_err().to_string();
             assert!(e.contains("emu.toml"), "{e}");
+            assert!(
+                !e.contains("scenario"),
+                "an emulator file is not a scenario: {e}"
+            );
             assert!(e.contains(field), "{field} not in {e}");
         }
     }
