@@ -4,7 +4,7 @@
 //! design's JSON; `--report` writes SVG plots and `summary.md`. Simulator speed (packet events
 //! per wall-clock second) goes to stderr only, so stdout stays byte-identical per seed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -112,12 +112,9 @@ pub fn run(args: &SimArgs) -> ExitCode {
     // The report directory is created before simulating, so that a path that cannot be one
     // is a usage error now rather than a failure after the whole simulation has run.
     if let Some(dir) = &args.report
-        && let Err(e) = std::fs::create_dir_all(dir)
+        && let Err(e) = writable_dir(dir)
     {
-        return usage(format!(
-            "--report {}: cannot create the directory: {e}",
-            dir.display()
-        ));
+        return usage(format!("--report {}: {e}", dir.display()));
     }
     let mut summaries = Vec::with_capacity(kinds.len());
     let started = Instant::now();
@@ -183,6 +180,16 @@ pub fn run(args: &SimArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Creates `dir` if needed and checks that a file can be written in it (a probe file, removed
+/// again), so that a report that cannot be written is found before the simulation runs.
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the directory: {e}"))?;
+    let probe = dir.join(format!(".braid-write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| format!("cannot write in the directory: {e}"))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -332,7 +339,7 @@ paths_per_decision = 2
         assert_eq!(run(&args(good, "minrtt", 0)), ExitCode::from(2));
     }
 
-    /// A `--report` directory that cannot be created is a usage error found before any
+    /// A `--report` directory that cannot be created, or that exists and cannot be written, is a usage error found before any
     /// simulation runs (exit 2), not a write failure after it (exit 1); the directory is
     /// created up front, and the run then writes the report into it.
     #[test]
@@ -359,6 +366,8 @@ paths_per_decision = 2
         };
         assert_eq!(run(&args(file.join("report"))), ExitCode::from(2));
         assert_eq!(run(&args(PathBuf::from("/proc/x"))), ExitCode::from(2));
+        // A directory that exists and cannot be written, even by root.
+        assert_eq!(run(&args(PathBuf::from("/proc/self"))), ExitCode::from(2));
         let nested = scratch.join("a/b/report");
         assert_eq!(run(&args(nested.clone())), ExitCode::SUCCESS);
         assert!(nested.join("summary.md").is_file());
