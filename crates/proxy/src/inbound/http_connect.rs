@@ -63,7 +63,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, 
     else {
         return Err(HttpConnectError::BadRequestLine);
     };
-    if !method.eq_ignore_ascii_case("CONNECT") {
+    // Methods are case-sensitive (RFC 9110 §9.1): `connect` is another method.
+    if method != "CONNECT" {
         return Err(HttpConnectError::NotConnect);
     }
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
@@ -187,8 +188,9 @@ mod tests {
     #[test]
     fn rejects_malformed_heads() {
         use HttpConnectError::*;
-        let cases: [(&[u8], HttpConnectError); 7] = [
+        let cases: [(&[u8], HttpConnectError); 8] = [
             (b"GET / HTTP/1.1\r\n\r\n", NotConnect),
+            (b"connect a:1 HTTP/1.1\r\n\r\n", NotConnect),
             (b"CONNECT a:1 HTTP/2\r\n\r\n", BadVersion),
             (b"CONNECT a HTTP/1.1\r\n\r\n", BadTarget),
             (b"CONNECT a:99999 HTTP/1.1\r\n\r\n", BadTarget),
