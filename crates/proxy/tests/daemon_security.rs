@@ -1,6 +1,6 @@
 //! Security defaults of the daemons: a wrong key is refused without detail, a wrong pin never
-//! joins, loopback egress is refused by the default policy, SOCKS5 username/password is
-//! enforced.
+//! joins, loopback egress is refused by the default policy, SOCKS5 username/password and the
+//! HTTP CONNECT inbound's Basic credentials are enforced.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_common;
@@ -151,4 +151,71 @@ async fn socks_username_password_is_enforced() {
         s.read_exact(&mut status).await.unwrap();
         assert_eq!(status, [1, ok]);
     }
+}
+
+/// The HTTP CONNECT head for `target` with an optional `Proxy-Authorization` value, sent on a
+/// fresh connection to `proxy`; the status line of the answer.
+async fn http_status(
+    proxy: std::net::SocketAddr,
+    target: &str,
+    authorization: Option<&str>,
+) -> String {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    let auth = authorization.map_or(String::new(), |a| format!("Proxy-Authorization: {a}\r\n"));
+    let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    reply.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connect_basic_credentials_are_enforced_with_users() {
+    let server = start_server(
+        server_config("httpauth", true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut config = client_config("httpauth", &server, 1, KEY);
+    config.socks_users = vec![SocksUser {
+        name: "bob".into(),
+        password: "s3cret".into(),
+    }];
+    let client = start_client(config).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let proxy = client.http_addr.unwrap();
+    // Port 1 on loopback: nothing listens, so a request that gets past the credentials is
+    // answered 502 by the egress, and one that does not, 407 before any flow is opened.
+    let target = "127.0.0.1:1";
+    // "bob:s3cret", "bob:wrong", "eve:s3cret" in base64.
+    for (authorization, want) in [
+        (None, "407"),
+        (Some("Basic Ym9iOndyb25n"), "407"),
+        (Some("Basic ZXZlOnMzY3JldA=="), "407"),
+        (Some("Bearer Ym9iOnMzY3JldA=="), "407"),
+        (Some("Basic Ym9iOnMzY3JldA=="), "502"),
+        (Some("basic Ym9iOnMzY3JldA=="), "502"),
+    ] {
+        let status = http_status(proxy, target, authorization).await;
+        assert!(
+            status.starts_with(&format!("HTTP/1.1 {want} ")),
+            "{authorization:?}: {status}"
+        );
+    }
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(b"GET http://example.com/ HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).await.unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 405 ") && reply.windows(15).any(|w| w == b"Allow: CONNECT\r"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
 }

@@ -129,12 +129,67 @@ fn parse_authority(authority: &str) -> Result<Target, HttpConnectError> {
     })
 }
 
+/// The user name and password of a `Proxy-Authorization: Basic` value (RFC 7617: base64 of
+/// `user:password`, the scheme name in any case); `None` for another scheme or bad encoding.
+pub fn basic_credentials(value: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = decode_base64(token.trim())?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    Some((decoded[..colon].to_vec(), decoded[colon + 1..].to_vec()))
+}
+
+/// Standard base64 (RFC 4648 §4) with its padding; `None` on any other character, a length
+/// that is not a multiple of four, or padding anywhere but at the end.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    fn value(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    let quads = bytes.len() / 4;
+    for (i, quad) in bytes.chunks_exact(4).enumerate() {
+        let pad = match quad {
+            [_, _, b'=', b'='] => 2,
+            [_, _, _, b'='] => 1,
+            _ => 0,
+        };
+        if pad > 0 && i + 1 != quads {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &quad[..4 - pad] {
+            n = (n << 6) | value(c)?;
+        }
+        n <<= 6 * pad;
+        let [_, a, b, c] = n.to_be_bytes();
+        out.extend_from_slice(&[a, b, c][..3 - pad]);
+    }
+    Some(out)
+}
+
 /// The reply once the tunnel is open.
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
 /// The reply to a malformed request.
 pub const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-/// The reply when credentials are missing or wrong.
-pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nContent-Length: 0\r\n\r\n";
+/// The reply to a method other than CONNECT (braid is not a forward HTTP proxy).
+pub const METHOD_NOT_ALLOWED: &[u8] =
+    b"HTTP/1.1 405 Method Not Allowed\r\nAllow: CONNECT\r\nContent-Length: 0\r\n\r\n";
+/// The reply when credentials are missing or wrong; the connection is closed after it, so a
+/// client retries with credentials on a new one.
+pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 /// The reply when the server could not reach the target.
 pub const BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n";
 
@@ -210,7 +265,64 @@ mod tests {
         assert_eq!(parse_request(&long), Err(HeadTooLong));
     }
 
+    #[test]
+    fn basic_credentials_are_decoded() {
+        // RFC 7617 §2's example, and the scheme name in another case.
+        let aladdin = (b"Aladdin".to_vec(), b"open sesame".to_vec());
+        assert_eq!(
+            basic_credentials("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="),
+            Some(aladdin.clone())
+        );
+        assert_eq!(
+            basic_credentials(" bAsIc  QWxhZGRpbjpvcGVuIHNlc2FtZQ== "),
+            Some(aladdin)
+        );
+        // One and two bytes of padding; a colon in the password stays in it.
+        assert_eq!(
+            basic_credentials("Basic Ym9iOnB3"),
+            Some((b"bob".to_vec(), b"pw".to_vec()))
+        );
+        assert_eq!(
+            basic_credentials("Basic Ym9iOnB3eA=="),
+            Some((b"bob".to_vec(), b"pwx".to_vec()))
+        );
+        assert_eq!(
+            basic_credentials("Basic Ym9iOmE6Yg=="),
+            Some((b"bob".to_vec(), b"a:b".to_vec()))
+        );
+        for bad in [
+            "Bearer Ym9iOnB3",
+            "Basic",
+            "Basic Ym9iOnB3e",
+            "Basic Ym9i",
+            "Basic Ym9=OnB3",
+            "Basic Ym9iOnB3eA==Ym9i",
+            "Basic Ym9*OnB3",
+        ] {
+            assert_eq!(basic_credentials(bad), None, "{bad}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn base64_decodes_what_was_encoded(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            // A plain encoder, written the way RFC 4648 §4 states it.
+            const ALPHABET: &[u8; 64] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let mut text = String::new();
+            for chunk in bytes.chunks(3) {
+                let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+                for i in 0..4 {
+                    if i <= chunk.len() {
+                        text.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+                    } else {
+                        text.push('=');
+                    }
+                }
+            }
+            prop_assert_eq!(decode_base64(&text), Some(bytes));
+        }
+
         #[test]
         fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
             if let Ok(Some((_, n))) = parse_request(&bytes) {

@@ -1,6 +1,8 @@
 //! The client's HTTP CONNECT inbound (RFC 9110 §9.3.6): a tunnel per CONNECT request; a
-//! destination the server cannot or may not reach answers 502 Bad Gateway. It has no
-//! authentication and should listen on loopback only (the default).
+//! destination the server cannot or may not reach answers 502 Bad Gateway, another method 405.
+//! With users configured (`[socks] users`, shared with the SOCKS5 inbound) a request must carry
+//! one user's `Proxy-Authorization: Basic` credentials (RFC 7617), or is answered 407; without
+//! users it has no authentication and should listen on loopback only (the default).
 
 use std::sync::Arc;
 
@@ -8,7 +10,10 @@ use bytes::{Buf as _, BytesMut};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::http_connect::{self, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
+use super::http_connect::{
+    self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, HttpConnectError, MAX_HEAD,
+    METHOD_NOT_ALLOWED,
+};
 use super::server::{Deadline, InboundContext, InboundError, accept_loop, read_message};
 use crate::transport::relay::{RelayError, relay_tcp};
 
@@ -30,7 +35,11 @@ async fn serve_connection(
     let n = match n {
         Ok(n) => n,
         Err(InboundError::Http(e)) => {
-            stream.write_all(BAD_REQUEST).await?;
+            let answer = match e {
+                HttpConnectError::NotConnect => METHOD_NOT_ALLOWED,
+                _ => BAD_REQUEST,
+            };
+            stream.write_all(answer).await?;
             return Err(InboundError::Http(e));
         }
         Err(e) => return Err(e),
@@ -38,6 +47,16 @@ async fn serve_connection(
     let Some((request, _)) = http_connect::parse_request(&buf[..n])? else {
         return Err(InboundError::Closed);
     };
+    if !ctx.socks_users.is_empty() {
+        let ok = request
+            .proxy_authorization
+            .and_then(http_connect::basic_credentials)
+            .is_some_and(|(user, password)| ctx.credentials_match(&user, &password));
+        if !ok {
+            stream.write_all(AUTH_REQUIRED).await?;
+            return Err(InboundError::HttpAuthRequired);
+        }
+    }
     let target = request.target;
     let asked = target.to_string();
     buf.advance(n);

@@ -1,4 +1,4 @@
-//! What the client's inbound servers share: the current session, the SOCKS5 users, opening a
+//! What the client's inbound servers share: the current session, the inbound users, opening a
 //! stream flow and waiting for the server's verdict, and reading a request head with one of the
 //! sans-IO parsers.
 
@@ -47,6 +47,10 @@ pub enum InboundError {
     /// The SOCKS5 username or password was wrong.
     #[error("SOCKS5 username or password refused")]
     BadCredentials,
+    /// The HTTP CONNECT request had no `Proxy-Authorization: Basic` credentials, or wrong ones;
+    /// the client was answered 407.
+    #[error("HTTP CONNECT proxy credentials missing or refused")]
+    HttpAuthRequired,
     /// The destination could not be reached; the client was told so.
     #[error("{target}: {reason}")]
     Refused {
@@ -69,13 +73,26 @@ pub enum InboundError {
 pub struct InboundContext {
     /// The client's current session (`None` between sessions).
     pub session: watch::Receiver<Option<SessionHandle>>,
-    /// SOCKS5 users; empty: no authentication.
+    /// The users of the SOCKS5 and HTTP CONNECT inbounds (`[socks] users`); empty: no
+    /// authentication.
     pub socks_users: Vec<SocksUser>,
     /// How long a client has to complete its request ([`HANDSHAKE_TIMEOUT`] in the daemon).
     pub handshake_timeout: Duration,
 }
 
 impl InboundContext {
+    /// Whether `user` and `password` are those of one of the users, comparing every user in
+    /// constant time.
+    pub fn credentials_match(&self, user: &[u8], password: &[u8]) -> bool {
+        let mut ok = false;
+        for u in &self.socks_users {
+            let name = crate::tls::constant_time_eq(u.name.as_bytes(), user);
+            let pass = crate::tls::constant_time_eq(u.password.as_bytes(), password);
+            ok |= name & pass;
+        }
+        ok
+    }
+
     /// Opens a flow on the current session.
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
         let handle = self.session.borrow().clone();

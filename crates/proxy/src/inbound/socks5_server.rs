@@ -33,16 +33,6 @@ async fn reply(
     Ok(())
 }
 
-fn credentials_match(ctx: &InboundContext, user: &[u8], password: &[u8]) -> bool {
-    let mut ok = false;
-    for u in &ctx.socks_users {
-        let name = crate::tls::constant_time_eq(u.name.as_bytes(), user);
-        let pass = crate::tls::constant_time_eq(u.password.as_bytes(), password);
-        ok |= name & pass;
-    }
-    ok
-}
-
 /// Greeting and (optional) authentication; an error when the client is turned away (after
 /// it was told).
 async fn authenticate(
@@ -87,7 +77,7 @@ async fn authenticate(
             })
             .await?;
             let ok = match socks5::parse_credentials(&buf[..n])? {
-                Some((c, _)) => credentials_match(ctx, c.username, c.password),
+                Some((c, _)) => ctx.credentials_match(c.username, c.password),
                 None => false,
             };
             buf.advance(n);
