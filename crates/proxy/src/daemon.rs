@@ -240,8 +240,30 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
         .map_err(|source| DaemonError::Bind { addr, source })
 }
 
+/// The inbounds that listen beyond loopback with no users (`[socks] users` empty): anyone who
+/// can reach them can use the proxy. Named by inbound for the warning at start.
+fn open_inbounds(config: &ClientConfig) -> Vec<(&'static str, SocketAddr)> {
+    if !config.socks_users.is_empty() {
+        return Vec::new();
+    }
+    [
+        ("SOCKS5", Some(config.socks_listen)),
+        ("HTTP CONNECT", config.http_listen),
+    ]
+    .into_iter()
+    .filter_map(|(name, addr)| addr.filter(|a| !a.ip().is_loopback()).map(|a| (name, a)))
+    .collect()
+}
+
 /// Starts the client: its session and links, inbounds and control socket.
 pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
+    for (inbound, addr) in open_inbounds(&config) {
+        tracing::warn!(
+            %addr,
+            "the {inbound} inbound listens beyond loopback with no users: anyone who can reach \
+             it can use the proxy (set [socks] users)"
+        );
+    }
     let crypto = tls::client_crypto(&config.trust)?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
@@ -405,4 +427,36 @@ pub async fn start_server(
         tasks,
         created_dir,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn client(extra: &str) -> ClientConfig {
+        let key = "ab".repeat(32);
+        let text = format!(
+            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{key}\"\n{extra}\n\
+             [[link]]\nname = \"w\"\nserver = \"127.0.0.1:1\"\n"
+        );
+        ClientConfig::parse(Path::new("client.toml"), &text).unwrap()
+    }
+
+    #[test]
+    fn inbounds_beyond_loopback_without_users_are_named() {
+        assert!(open_inbounds(&client("")).is_empty(), "the defaults");
+        let http = "http_listen = \"127.0.0.1:8080\"";
+        assert!(open_inbounds(&client(http)).is_empty());
+        let lan = "socks_listen = \"192.168.1.1:1080\"\nhttp_listen = \"[::]:8080\"";
+        assert_eq!(
+            open_inbounds(&client(lan)),
+            vec![
+                ("SOCKS5", "192.168.1.1:1080".parse().unwrap()),
+                ("HTTP CONNECT", "[::]:8080".parse().unwrap()),
+            ]
+        );
+        let users = format!("{lan}\n[socks]\nusers = [{{ name = \"u\", password = \"p\" }}]");
+        assert!(open_inbounds(&client(&users)).is_empty());
+    }
 }
