@@ -470,3 +470,38 @@ fn session_harness_runs_are_deterministic() {
     assert_eq!(run(11), run(11));
     assert_ne!(run(11).0, run(12).0, "the seed drives the links");
 }
+
+/// A reader that takes the last bytes of a flow whose other direction is already over still
+/// reads the end (`Ok(None)`) next, instead of finding the flow forgotten (`UnknownFlow`):
+/// the daemon turns that end into a FIN, and a missing one into a reset.
+#[test]
+fn the_last_read_of_a_finished_flow_is_followed_by_its_end() {
+    let mut h = two_paths();
+    let flow = h
+        .client()
+        .open_flow(
+            FlowKind::Stream,
+            Target::Addr("203.0.113.5:80".parse().unwrap()),
+        )
+        .unwrap();
+    // The client's side is over first: its request and FIN.
+    h.client().write(flow, b"request").unwrap();
+    h.client().finish(flow).unwrap();
+    h.run_until(secs(0.5), |_| {});
+    let mut buf = [0u8; 64];
+    assert_eq!(h.server().read(flow, &mut buf), Ok(Some(7)));
+    assert_eq!(h.server().read(flow, &mut buf), Ok(None));
+    // The server answers and finishes; answer and FIN arrive before the client reads.
+    h.server().write(flow, b"answer").unwrap();
+    h.server().finish(flow).unwrap();
+    h.run_until(secs(1.0), |_| {});
+    assert_eq!(h.client().read(flow, &mut buf), Ok(Some(6)));
+    assert_eq!(&buf[..6], b"answer");
+    assert_eq!(h.client().read(flow, &mut buf), Ok(None), "the end is read");
+    assert!(events(&mut h, CLIENT).contains(&Event::FlowClosed(flow)));
+    assert_eq!(
+        h.client().read(flow, &mut buf),
+        Err(FlowError::UnknownFlow(flow)),
+        "forgotten once the end was read"
+    );
+}

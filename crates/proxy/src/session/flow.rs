@@ -217,9 +217,9 @@ impl Session {
             self.maybe_forget(id);
             return Ok(None);
         }
-        if finished {
-            self.maybe_forget(id);
-        }
+        // A read that takes the last bytes does not forget the flow yet, even when both
+        // directions are over: the reader must still be able to read the end (`Ok(None)`);
+        // forgotten here, its next read would find no flow.
         Ok(Some(n))
     }
 
