@@ -100,6 +100,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         socks_users: Vec::new(),
+        tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
         links: (0..links)
             .map(|i| LinkConfig {
@@ -470,6 +471,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         socks_users: Vec::new(),
+        tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
         links: emu
             .listen_addrs()

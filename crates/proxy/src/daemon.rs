@@ -1,5 +1,5 @@
 //! The two daemons assembled from their parts, for the command line and for tests:
-//! [`start_client`] (links, session, SOCKS5 and HTTP CONNECT inbounds, control socket) and
+//! [`start_client`] (links, session, SOCKS5, HTTP CONNECT and TUN inbounds, control socket) and
 //! [`start_server`] (QUIC endpoint, joins, sessions, egress, control socket). Each returns a
 //! handle whose drop stops everything it started; `shutdown_gracefully` first tells the peers
 //! (session CLOSE, then QUIC CONNECTION_CLOSE), bounded by [`CLOSE_GRACE`] and [`DRAIN_TIMEOUT`].
@@ -15,6 +15,8 @@ use tokio::task::JoinHandle;
 use crate::config::{ClientConfig, ServerConfig};
 use crate::control::{self, ControlError, StatusSource};
 use crate::inbound::server::InboundContext;
+use crate::inbound::tun::device::TunDevice;
+use crate::inbound::tun::{TunCounters, serve_tun};
 use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
 use crate::transport::client::{LinkContext, session_loop};
@@ -51,6 +53,14 @@ pub enum DaemonError {
     /// quinn refused the TLS configuration.
     #[error("QUIC TLS configuration: {0}")]
     Quic(String),
+    /// The TUN device could not be opened.
+    #[error("TUN device {name:?} (config [tun] name): {source}")]
+    Tun {
+        /// The name asked for.
+        name: String,
+        /// Why (e.g. no `CAP_NET_ADMIN` to create it).
+        source: std::io::Error,
+    },
 }
 
 /// A running client.
@@ -62,6 +72,8 @@ pub struct ClientHandle {
     pub http_addr: Option<SocketAddr>,
     /// The control socket.
     pub control_path: PathBuf,
+    /// The TUN inbound's device name and counters, if enabled.
+    pub tun: Option<(String, Arc<TunCounters>)>,
     session: watch::Receiver<Option<SessionHandle>>,
     conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
     tasks: Vec<JoinHandle<()>>,
@@ -279,6 +291,25 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         None => None,
     };
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+    let tun = match &config.tun {
+        Some(t) => {
+            let device = TunDevice::open(&t.name).map_err(|source| DaemonError::Tun {
+                name: t.name.clone(),
+                source,
+            })?;
+            if let Err(e) = device.set_mtu(t.mtu) {
+                tracing::warn!(
+                    device = device.name(),
+                    mtu = t.mtu,
+                    error = %e,
+                    "could not set the TUN device's MTU; set it with `ip link set NAME mtu N`"
+                );
+            }
+            tracing::info!(device = device.name(), mtu = t.mtu, "TUN inbound open");
+            Some((device, usize::from(t.mtu)))
+        }
+        None => None,
+    };
     let control_path = control::socket_path(&config.state_dir, Role::Client);
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
@@ -308,13 +339,20 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     ];
     if let Some(l) = http {
         tasks.push(tokio::spawn(
-            crate::inbound::http_server::serve_http_connect(l, ctx),
+            crate::inbound::http_server::serve_http_connect(l, ctx.clone()),
         ));
     }
+    let tun = tun.map(|(device, mtu)| {
+        let counters = Arc::new(TunCounters::default());
+        let name = device.name().to_string();
+        tasks.push(tokio::spawn(serve_tun(device, ctx, mtu, counters.clone())));
+        (name, counters)
+    });
     Ok(ClientHandle {
         socks_addr,
         http_addr,
         control_path,
+        tun,
         session,
         conns,
         tasks,

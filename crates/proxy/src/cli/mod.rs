@@ -36,7 +36,7 @@ pub struct Cli {
 pub enum Command {
     /// List the built-in schedulers with their parameters and defaults.
     Schedulers,
-    /// The client daemon: links to the server, SOCKS5 and HTTP CONNECT inbounds.
+    /// The client daemon: links to the server, SOCKS5, HTTP CONNECT and TUN inbounds.
     Client(client::ClientArgs),
     /// The server daemon: accepts clients' paths and sends their traffic on.
     Server(server::ServerArgs),

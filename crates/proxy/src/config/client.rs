@@ -68,12 +68,34 @@ pub struct ClientConfig {
     pub http_listen: Option<SocketAddr>,
     /// SOCKS5 users; empty means no authentication.
     pub socks_users: Vec<SocksUser>,
+    /// The TUN inbound (`[tun]`), when enabled.
+    pub tun: Option<TunConfig>,
     /// The upstream scheduler.
     pub scheduler: SchedulerConfig,
     /// The links, in path-id order.
     pub links: Vec<LinkConfig>,
     /// Each stream flow's receive window, bytes (`[session] flow_receive_window_kib`).
     pub flow_receive_window: u64,
+}
+
+/// The TUN inbound's device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunConfig {
+    /// The interface name (opened, or created with `CAP_NET_ADMIN`).
+    pub name: String,
+    /// Its MTU, bytes: the largest packet read or written.
+    pub mtu: u16,
+}
+
+/// The default MTU of the TUN device.
+pub const DEFAULT_TUN_MTU: u16 = 1500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTun {
+    name: String,
+    /// Wider than the `u16` it becomes, so an out-of-range value is refused by name.
+    mtu: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +111,7 @@ struct RawClient {
     http_listen: Option<String>,
     #[serde(default)]
     socks: RawSocks,
+    tun: Option<RawTun>,
     scheduler: Option<RawScheduler>,
     #[serde(default)]
     session: RawSession,
@@ -195,6 +218,7 @@ impl ClientConfig {
             None => None,
         };
         let socks_users = socks_users(file, &raw.socks)?;
+        let tun = raw.tun.as_ref().map(|t| tun(file, t)).transpose()?;
         if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
             return Err(invalid(
                 file,
@@ -230,11 +254,33 @@ impl ClientConfig {
             socks_listen,
             http_listen,
             socks_users,
+            tun,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
             links,
             flow_receive_window: super::flow_receive_window(file, &raw.session)?,
         })
     }
+}
+
+/// `[tun]`: an interface name and an MTU from 576 (the least IPv4 host MTU) to 65535.
+fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
+    if !crate::inbound::tun::device::valid_name(&raw.name) {
+        return Err(invalid(
+            file,
+            "tun.name",
+            "an interface name of 1 to 15 printable bytes without '/' or ':'",
+            format!("{:?}", raw.name),
+        ));
+    }
+    let mtu = raw.mtu.unwrap_or(i64::from(DEFAULT_TUN_MTU));
+    let mtu = u16::try_from(mtu)
+        .ok()
+        .filter(|m| *m >= 576)
+        .ok_or_else(|| invalid(file, "tun.mtu", "576..=65535 bytes", mtu))?;
+    Ok(TunConfig {
+        name: raw.name.clone(),
+        mtu,
+    })
 }
 
 /// `server_name` (default `braid`): a name TLS can send, a DNS name or an IP address.
@@ -408,6 +454,49 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with("c.toml: ") && e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn tun_table_is_checked() {
+        let parse = |tun: &str| {
+            ClientConfig::parse(Path::new("c.toml"), &format!("{}{tun}", base()))
+                .map(|c| c.tun)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(""), Ok(None));
+        assert_eq!(
+            parse("[tun]\nname = \"braid0\"\n"),
+            Ok(Some(TunConfig {
+                name: "braid0".into(),
+                mtu: DEFAULT_TUN_MTU
+            }))
+        );
+        assert_eq!(
+            parse("[tun]\nname = \"braid0\"\nmtu = 1280\n")
+                .unwrap()
+                .unwrap()
+                .mtu,
+            1280
+        );
+        for (tun, want) in [
+            (
+                "[tun]\nname = \"a/b\"\n",
+                "c.toml: tun.name: expected an interface name",
+            ),
+            ("[tun]\nname = \"\"\n", "tun.name"),
+            ("[tun]\nname = \"sixteen-bytes-xx\"\n", "tun.name"),
+            (
+                "[tun]\nname = \"t\"\nmtu = 575\n",
+                "tun.mtu: expected 576..=65535 bytes, got \"575\"",
+            ),
+            ("[tun]\nname = \"t\"\nmtu = 65536\n", "tun.mtu"),
+            ("[tun]\nname = \"t\"\nmtu = -1\n", "tun.mtu"),
+            ("[tun]\nmtu = 1500\n", "name"),
+            ("[tun]\nname = \"t\"\naddress = \"10.0.0.1\"\n", "address"),
+        ] {
+            let e = parse(tun).unwrap_err();
+            assert!(e.contains(want), "{tun:?}: {e}");
         }
     }
 

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use braid_sched_core::{ParamError, SchedulerConfig, SchedulerKind};
 use serde::Deserialize;
 
-pub use client::{ClientConfig, LinkConfig, ServerTrust, SocksUser, parse_fingerprint};
+pub use client::{
+    ClientConfig, DEFAULT_TUN_MTU, LinkConfig, ServerTrust, SocksUser, TunConfig, parse_fingerprint,
+};
 pub use server::{EgressPolicy, ServerConfig, UserEntry};
 
 /// A configuration file that cannot be used.

@@ -367,6 +367,7 @@ impl Context {
             socks_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_listen: None,
             socks_users: Vec::new(),
+            tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             links,
             flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,

@@ -61,6 +61,7 @@ pub fn client_config(
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
         socks_users: Vec::new(),
+        tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
         links: (0..links)
             .map(|i| LinkConfig {

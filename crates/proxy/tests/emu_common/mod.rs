@@ -63,6 +63,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         socks_users: Vec::new(),
+        tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
         links: links
             .iter()

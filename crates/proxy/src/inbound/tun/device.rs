@@ -1,0 +1,253 @@
+//! A Linux TUN device, opened by name through `/dev/net/tun` with `IFF_TUN | IFF_NO_PI` (whole
+//! IP packets, no packet-information header) and read and written without blocking through
+//! tokio's `AsyncFd`. Creating a device needs `CAP_NET_ADMIN`; opening a persistent one made
+//! beforehand for the daemon's user (`ip tuntap add mode tun user braid name braid0`) does not.
+//! The device's addresses, routes and link state are the system's to set (docs/config.md).
+
+use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+
+use super::PacketIo;
+
+/// Longest interface name the kernel takes (`IFNAMSIZ` less the terminating NUL).
+pub const MAX_NAME: usize = 15;
+
+/// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags in the union.
+#[repr(C)]
+struct IfReq {
+    name: [u8; MAX_NAME + 1],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// An open TUN device.
+#[derive(Debug)]
+pub struct TunDevice {
+    fd: AsyncFd<OwnedFd>,
+    name: String,
+}
+
+/// Whether `name` can name a network interface: 1 to 15 bytes, no NUL, `/`, `:` or white space.
+pub fn valid_name(name: &str) -> bool {
+    (1..=MAX_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':')
+}
+
+impl TunDevice {
+    /// Opens (creating it if needed) the TUN device `name`. Must be called inside a tokio
+    /// runtime.
+    pub fn open(name: &str) -> io::Result<TunDevice> {
+        if !valid_name(name) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not an interface name (1 to {MAX_NAME} printable bytes)"),
+            ));
+        }
+        // SAFETY: a NUL-terminated path and plain flags; the result is checked below.
+        let raw = unsafe {
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a file descriptor just opened and owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut req = IfReq {
+            name: [0; MAX_NAME + 1],
+            flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
+            _pad: [0; 22],
+        };
+        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = req.name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
+        let name = String::from_utf8_lossy(&req.name[..len]).into_owned();
+        // SAFETY: `fd` owns a valid descriptor that is neither replaced nor closed while the
+        // `AsyncFd` holds it.
+        let fd = unsafe { AsyncFd::register(fd)? };
+        Ok(TunDevice { fd, name })
+    }
+
+    /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
+    pub fn set_mtu(&self, mtu: u16) -> io::Result<()> {
+        #[repr(C)]
+        struct IfReqMtu {
+            name: [u8; MAX_NAME + 1],
+            mtu: libc::c_int,
+            _pad: [u8; 20],
+        }
+        let mut req = IfReqMtu {
+            name: [0; MAX_NAME + 1],
+            mtu: libc::c_int::from(mtu),
+            _pad: [0; 20],
+        };
+        req.name[..self.name.len()].copy_from_slice(self.name.as_bytes());
+        // SAFETY: plain arguments; the result is checked.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` was just opened and is owned by nothing else.
+        let socket = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
+        let r = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFMTU, &mut req) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The interface's name as the kernel has it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe {
+            libc::read(
+                self.fd.get_ref().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+}
+
+impl PacketIo for TunDevice {
+    async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|_| self.read(buf)) {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(buf)
+    }
+
+    fn send(&self, packet: &[u8]) -> io::Result<()> {
+        // SAFETY: `packet` is readable for its length.
+        let n = unsafe {
+            libc::write(
+                self.fd.get_ref().as_raw_fd(),
+                packet.as_ptr().cast(),
+                packet.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::inbound::tun::udp::udp_packet;
+    use crate::inbound::tun::{Packet, classify};
+    use std::net::{SocketAddr, UdpSocket};
+    use std::process::Command;
+    use std::time::Duration;
+
+    /// Runs `ip ARGS` (in the calling thread's network namespace).
+    fn ip(args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The kernel's device end to end, in a network namespace of this test's own (so nothing
+    /// outside it is touched): a UDP datagram an application sends to an address routed into
+    /// the device is read as that IP packet, and a packet written to the device reaches the
+    /// application. Needs root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and
+    /// passes without them.
+    #[test]
+    fn a_kernel_tun_device_carries_packets_both_ways() {
+        let run = std::thread::spawn(|| {
+            // SAFETY: plain flags; this thread alone moves to the new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "no network namespace: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _guard = rt.enter();
+            let device =
+                TunDevice::open("braidtest0").map_err(|e| format!("no TUN device: {e}"))?;
+            assert_eq!(device.name(), "braidtest0");
+            device.set_mtu(1400).unwrap();
+            let link = Command::new("ip")
+                .args(["link", "show", "braidtest0"])
+                .output()
+                .map_err(|e| format!("no `ip`: {e}"))?;
+            let link = String::from_utf8_lossy(&link.stdout).into_owned();
+            assert!(link.contains(" mtu 1400 "), "{link}");
+            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest0"])
+                && ip(&["link", "set", "braidtest0", "up"]))
+            {
+                return Err("`ip` could not set the device up".into());
+            }
+            let app = UdpSocket::bind("10.7.0.1:0").unwrap();
+            app.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let app_addr = app.local_addr().unwrap();
+            let remote: SocketAddr = "10.7.0.9:5300".parse().unwrap();
+            app.send_to(b"query", remote).unwrap();
+            // The kernel may also send its own packets (IPv6 router solicitations): skip them.
+            let mut buf = vec![0u8; 2048];
+            let query = rt.block_on(async {
+                loop {
+                    let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
+                        .await
+                        .expect("no packet from the device")
+                        .unwrap();
+                    if let Packet::Udp { src, dst, payload } = classify(&buf[..n]) {
+                        break (src, dst, payload.to_vec());
+                    }
+                }
+            });
+            assert_eq!(query, (app_addr, remote, b"query".to_vec()));
+            let answer = udp_packet(remote, app_addr, b"answer", 1500).unwrap();
+            device.send(&answer).unwrap();
+            let mut got = [0u8; 64];
+            let (n, from) = app.recv_from(&mut got).expect("the answer did not arrive");
+            assert_eq!((&got[..n], from), (&b"answer"[..], remote));
+            Ok(())
+        });
+        match run.join().unwrap() {
+            Ok(()) => {}
+            Err(why) => eprintln!("skipped: {why}"),
+        }
+    }
+
+    #[test]
+    fn interface_names_are_checked() {
+        for good in ["braid0", "tun-lte.1", "a", "fifteen-bytes-x"] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", "sixteen-bytes-xx", "a/b", "a b", "a:1", "a\0", "é"] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
+}

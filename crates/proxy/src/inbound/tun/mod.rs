@@ -1,0 +1,150 @@
+//! The TUN inbound: IP packets from a TUN device become session flows, as a SOCKS5 request
+//! would make them. A userspace TCP/IP stack (smoltcp) terminates each TCP connection an
+//! application opens through the device, whatever its destination address, and the connection
+//! becomes a stream flow to that destination ([`stack`]). Each application UDP socket (source
+//! address and port) becomes one datagram flow that carries its datagrams to every destination
+//! and brings the answers back as UDP packets ([`udp`]). Other packets (ICMP, IP fragments,
+//! other protocols) are dropped and counted.
+//!
+//! The packet source is a [`PacketIo`]: the kernel device ([`device::TunDevice`]) in the daemon,
+//! an in-memory pipe in tests.
+
+pub mod device;
+mod stack;
+mod udp;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket};
+
+use super::server::InboundContext;
+
+pub use stack::TunCounters;
+
+/// Largest packet read from or written to the device.
+pub const MAX_PACKET: usize = 65_535;
+/// TCP connections (open or opening) the inbound holds at once; SYNs beyond are dropped.
+pub const MAX_TCP: usize = 1024;
+/// UDP sources (flows) the inbound holds at once; datagrams from more are dropped.
+pub const MAX_UDP: usize = 256;
+
+/// Where IP packets come from and go to.
+pub trait PacketIo {
+    /// Waits for the next packet and copies it into `buf`; its length.
+    fn recv(&self, buf: &mut [u8]) -> impl std::future::Future<Output = io::Result<usize>> + Send;
+    /// The next packet if one is waiting (`WouldBlock` if none).
+    fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Sends one packet (best effort: a packet the device refuses is lost, like any other).
+    fn send(&self, packet: &[u8]) -> io::Result<()>;
+}
+
+/// Serves the TUN inbound on `io` until the task is dropped; `mtu` is the device's MTU.
+pub async fn serve_tun<D: PacketIo + Send + Sync + 'static>(
+    io: D,
+    ctx: Arc<InboundContext>,
+    mtu: usize,
+    counters: Arc<TunCounters>,
+) {
+    stack::Stack::new(Arc::new(io), ctx, mtu, counters)
+        .run()
+        .await;
+}
+
+/// What the inbound needs to know of a packet before handing it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Packet<'a> {
+    /// A TCP segment; `syn` when it opens a connection (SYN without ACK).
+    Tcp {
+        src: SocketAddr,
+        dst: SocketAddr,
+        syn: bool,
+    },
+    /// A UDP datagram and its payload.
+    Udp {
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &'a [u8],
+    },
+    /// Anything else (ICMP, fragments, other protocols, malformed).
+    Other,
+}
+
+/// Classifies one IP packet; never panics on any input.
+fn classify(packet: &[u8]) -> Packet<'_> {
+    let (src, dst, protocol, payload) = match packet.first().map(|b| b >> 4) {
+        Some(4) => {
+            let Ok(ip) = Ipv4Packet::new_checked(packet) else {
+                return Packet::Other;
+            };
+            if ip.more_frags() || ip.frag_offset() != 0 {
+                return Packet::Other;
+            }
+            let header = usize::from(ip.header_len());
+            let total = usize::from(ip.total_len());
+            (
+                IpAddr::V4(ip.src_addr()),
+                IpAddr::V4(ip.dst_addr()),
+                ip.next_header(),
+                &packet[header..total],
+            )
+        }
+        Some(6) => {
+            let Ok(ip) = Ipv6Packet::new_checked(packet) else {
+                return Packet::Other;
+            };
+            let header = ip.header_len();
+            let total = header + usize::from(ip.payload_len());
+            (
+                IpAddr::V6(ip.src_addr()),
+                IpAddr::V6(ip.dst_addr()),
+                ip.next_header(),
+                &packet[header..total],
+            )
+        }
+        _ => return Packet::Other,
+    };
+    match protocol {
+        IpProtocol::Tcp => match TcpPacket::new_checked(payload) {
+            Ok(tcp) => Packet::Tcp {
+                src: SocketAddr::new(src, tcp.src_port()),
+                dst: SocketAddr::new(dst, tcp.dst_port()),
+                syn: tcp.syn() && !tcp.ack(),
+            },
+            Err(_) => Packet::Other,
+        },
+        IpProtocol::Udp => match UdpPacket::new_checked(payload) {
+            Ok(udp) => Packet::Udp {
+                src: SocketAddr::new(src, udp.src_port()),
+                dst: SocketAddr::new(dst, udp.dst_port()),
+                payload: &payload[8..usize::from(udp.len())],
+            },
+            Err(_) => Packet::Other,
+        },
+        _ => Packet::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn classify_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = classify(&bytes);
+        }
+
+        #[test]
+        fn classify_never_panics_on_ip_looking_input(
+            version in prop_oneof![Just(0x45u8), Just(0x60u8)],
+            rest in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            let mut p = vec![version];
+            p.extend(rest);
+            let _ = classify(&p);
+        }
+    }
+}
