@@ -27,8 +27,9 @@ use crate::inbound::server::InboundContext;
 use crate::session::Target;
 use crate::transport::flow::FlowMsg;
 
-/// Each TCP socket's receive and send buffers.
-const SOCKET_BUFFER: usize = 256 * 1024;
+/// Each TCP socket's receive and send buffers. The application is on this machine, microseconds
+/// away, so a small window keeps it busy; [`MAX_TCP`] connections hold at most 128 MiB of them.
+const SOCKET_BUFFER: usize = 64 * 1024;
 /// Largest chunk moved between a socket and its flow at once.
 const CHUNK: usize = 64 * 1024;
 /// Messages each way between the stack and a connection's task.
