@@ -8,7 +8,7 @@ mod daemon_common;
 use std::time::Duration;
 
 use braid_proxy::config::SocksUser;
-use braid_proxy::daemon::{start_client, start_server};
+use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
 use braid_proxy::tls::ServerIdentity;
 use daemon_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -116,21 +116,27 @@ async fn default_policy_refuses_loopback_egress() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn socks_username_password_is_enforced() {
+/// A server and a client whose inbounds have one user, bob (password "s3cret").
+async fn pair_with_user_bob(name: &str) -> (ServerHandle, ClientHandle) {
     let server = start_server(
-        server_config("socksauth", true),
+        server_config(name, true),
         ServerIdentity::generate("braid").unwrap(),
     )
     .await
     .unwrap();
-    let mut config = client_config("socksauth", &server, 1, KEY);
+    let mut config = client_config(name, &server, 1, KEY);
     config.socks_users = vec![SocksUser {
         name: "bob".into(),
         password: "s3cret".into(),
     }];
     let client = start_client(config).await.unwrap();
     assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    (server, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks_username_password_is_enforced() {
+    let (_server, client) = pair_with_user_bob("socksauth").await;
     // No-auth only: no acceptable method.
     let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
     s.write_all(&[5, 1, 0]).await.unwrap();
@@ -175,19 +181,7 @@ async fn http_status(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connect_basic_credentials_are_enforced_with_users() {
-    let server = start_server(
-        server_config("httpauth", true),
-        ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
-    let mut config = client_config("httpauth", &server, 1, KEY);
-    config.socks_users = vec![SocksUser {
-        name: "bob".into(),
-        password: "s3cret".into(),
-    }];
-    let client = start_client(config).await.unwrap();
-    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let (_server, client) = pair_with_user_bob("httpauth").await;
     let proxy = client.http_addr.unwrap();
     // Port 1 on loopback: nothing listens, so a request that gets past the credentials is
     // answered 502 by the egress, and one that does not, 407 before any flow is opened.

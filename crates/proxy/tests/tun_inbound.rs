@@ -278,31 +278,37 @@ async fn tcp_connections_through_the_tun_inbound_reach_their_destination() {
 
 /// A UDP packet from the application.
 fn udp_from_app(src_port: u16, to: SocketAddr, payload: &[u8]) -> Vec<u8> {
-    let IpAddr::V4(dst) = to.ip() else {
-        unreachable!()
-    };
     let udp = UdpRepr {
         src_port,
         dst_port: to.port(),
     };
-    let ip = IpRepr::new(
-        IpAddress::Ipv4(APP),
-        IpAddress::Ipv4(dst),
-        IpProtocol::Udp,
-        8 + payload.len(),
-        64,
-    );
-    let mut p = vec![0; ip.header_len() + 8 + payload.len()];
+    let (src, dst) = (IpAddress::Ipv4(APP), to.ip().into());
+    ip_packet(src, dst, IpProtocol::Udp, 8 + payload.len(), |p, caps| {
+        udp.emit(
+            &mut UdpPacket::new_unchecked(p),
+            &src,
+            &dst,
+            payload.len(),
+            |b| b.copy_from_slice(payload),
+            caps,
+        );
+    })
+}
+
+/// An IP packet from `src` to `dst` whose `len` payload bytes `emit` writes.
+fn ip_packet(
+    src: IpAddress,
+    dst: IpAddress,
+    protocol: IpProtocol,
+    len: usize,
+    emit: impl FnOnce(&mut [u8], &ChecksumCapabilities),
+) -> Vec<u8> {
+    let ip = IpRepr::new(src, dst, protocol, len, 64);
+    let mut p = vec![0; ip.header_len() + len];
     let caps = ChecksumCapabilities::default();
-    ip.emit(&mut p[..ip.header_len()], &caps);
-    udp.emit(
-        &mut UdpPacket::new_unchecked(&mut p[20..]),
-        &IpAddress::Ipv4(APP),
-        &IpAddress::Ipv4(dst),
-        payload.len(),
-        |b| b.copy_from_slice(payload),
-        &caps,
-    );
+    let (header, payload) = p.split_at_mut(ip.header_len());
+    ip.emit(header, &caps);
+    emit(payload, &caps);
     p
 }
 
@@ -380,23 +386,10 @@ fn syn6(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
         timestamp: None,
         payload: &[],
     };
-    let ip = IpRepr::new(
-        IpAddress::Ipv6(s),
-        IpAddress::Ipv6(d),
-        IpProtocol::Tcp,
-        tcp.header_len(),
-        64,
-    );
-    let mut p = vec![0; ip.header_len() + tcp.header_len()];
-    let caps = ChecksumCapabilities::default();
-    ip.emit(&mut p[..ip.header_len()], &caps);
-    tcp.emit(
-        &mut TcpPacket::new_unchecked(&mut p[40..]),
-        &IpAddress::Ipv6(s),
-        &IpAddress::Ipv6(d),
-        &caps,
-    );
-    p
+    let (src, dst) = (IpAddress::Ipv6(s), IpAddress::Ipv6(d));
+    ip_packet(src, dst, IpProtocol::Tcp, tcp.header_len(), |p, caps| {
+        tcp.emit(&mut TcpPacket::new_unchecked(p), &src, &dst, caps);
+    })
 }
 
 /// IPv6 TCP is accepted for any destination as IPv4 is: a SYN to a global address is answered
