@@ -11,6 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tracing::debug;
 
+use crate::inbound::tun::TunCounters;
 use crate::session::Role;
 use crate::transport::server::ServerShared;
 use crate::transport::{DaemonStatus, SessionHandle};
@@ -53,8 +54,11 @@ pub fn socket_path(state_dir: &Path, role: Role) -> PathBuf {
 /// Where a status comes from.
 #[derive(Debug, Clone)]
 pub enum StatusSource {
-    /// The client's current session.
-    Client(watch::Receiver<Option<SessionHandle>>),
+    /// The client's current session, and its TUN inbound's device name and counters.
+    Client(
+        watch::Receiver<Option<SessionHandle>>,
+        Option<(String, Arc<TunCounters>)>,
+    ),
     /// The server's sessions.
     Server(Arc<ServerShared>),
 }
@@ -62,8 +66,12 @@ pub enum StatusSource {
 impl StatusSource {
     /// Collects the status now.
     pub async fn collect(&self) -> DaemonStatus {
+        let tun = match self {
+            StatusSource::Client(_, Some((device, counters))) => Some(counters.status(device)),
+            _ => None,
+        };
         let (role, handles, refused, accepted) = match self {
-            StatusSource::Client(slot) => {
+            StatusSource::Client(slot, _) => {
                 let handle = slot.borrow().clone();
                 ("client", handle.into_iter().collect::<Vec<_>>(), 0, 0)
             }
@@ -86,6 +94,7 @@ impl StatusSource {
             joins_refused: refused,
             joins_accepted: accepted,
             sessions,
+            tun,
         }
     }
 }

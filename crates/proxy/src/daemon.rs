@@ -88,7 +88,9 @@ impl ClientHandle {
 
     /// The status as `braid status` would show it.
     pub async fn status(&self) -> DaemonStatus {
-        StatusSource::Client(self.session.clone()).collect().await
+        StatusSource::Client(self.session.clone(), self.tun.clone())
+            .collect()
+            .await
     }
 
     /// Waits until at least `paths` paths have joined; false on timeout.
@@ -306,10 +308,14 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 );
             }
             tracing::info!(device = device.name(), mtu = t.mtu, "TUN inbound open");
-            Some((device, usize::from(t.mtu)))
+            let counters = Arc::new(TunCounters::default());
+            Some((device, usize::from(t.mtu), counters))
         }
         None => None,
     };
+    let tun_status = tun
+        .as_ref()
+        .map(|(device, _, counters)| (device.name().to_owned(), counters.clone()));
     let control_path = control::socket_path(&config.state_dir, Role::Client);
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
@@ -334,7 +340,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         )),
         tokio::spawn(control::serve(
             control_listener,
-            StatusSource::Client(session.clone()),
+            StatusSource::Client(session.clone(), tun_status.clone()),
         )),
     ];
     if let Some(l) = http {
@@ -342,17 +348,14 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             crate::inbound::http_server::serve_http_connect(l, ctx.clone()),
         ));
     }
-    let tun = tun.map(|(device, mtu)| {
-        let counters = Arc::new(TunCounters::default());
-        let name = device.name().to_string();
-        tasks.push(tokio::spawn(serve_tun(device, ctx, mtu, counters.clone())));
-        (name, counters)
-    });
+    if let Some((device, mtu, counters)) = tun {
+        tasks.push(tokio::spawn(serve_tun(device, ctx, mtu, counters)));
+    }
     Ok(ClientHandle {
         socks_addr,
         http_addr,
         control_path,
-        tun,
+        tun: tun_status,
         session,
         conns,
         tasks,

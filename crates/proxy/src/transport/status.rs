@@ -137,6 +137,26 @@ pub struct DaemonStatus {
     pub joins_accepted: u64,
     /// The sessions.
     pub sessions: Vec<SessionStatus>,
+    /// The client's TUN inbound, when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tun: Option<TunStatus>,
+}
+
+/// The TUN inbound's counters since start.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunStatus {
+    /// The device's name.
+    pub device: String,
+    /// TCP connections handed to a flow.
+    pub tcp_connections: u64,
+    /// SYNs dropped because too many connections were open.
+    pub tcp_refused: u64,
+    /// UDP datagrams sent into a flow.
+    pub udp_datagrams: u64,
+    /// UDP datagrams dropped.
+    pub udp_dropped: u64,
+    /// Other packets (ICMP, fragments, other protocols), dropped.
+    pub other_dropped: u64,
 }
 
 impl DaemonStatus {
@@ -153,6 +173,19 @@ impl DaemonStatus {
             self.joins_accepted,
             self.joins_refused
         );
+        if let Some(t) = &self.tun {
+            let _ = writeln!(
+                out,
+                "TUN {}: {} TCP connections ({} refused), {} UDP datagrams ({} dropped), \
+                 {} other packets dropped",
+                t.device,
+                t.tcp_connections,
+                t.tcp_refused,
+                t.udp_datagrams,
+                t.udp_dropped,
+                t.other_dropped
+            );
+        }
         for s in &self.sessions {
             let c = &s.counters;
             let _ = writeln!(
@@ -202,5 +235,46 @@ impl DaemonStatus {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_tun_line_is_shown_and_optional_on_the_wire() {
+        let mut status = DaemonStatus {
+            role: "client".into(),
+            version: "0".into(),
+            ..DaemonStatus::default()
+        };
+        let plain = serde_json::to_string(&status).unwrap();
+        assert!(!plain.contains("tun"), "{plain}");
+        assert!(!status.to_table().contains("TUN"));
+        // A status without the field (from an older daemon) still parses.
+        assert_eq!(
+            serde_json::from_str::<DaemonStatus>(&plain).unwrap(),
+            status
+        );
+        status.tun = Some(TunStatus {
+            device: "braid0".into(),
+            tcp_connections: 3,
+            tcp_refused: 1,
+            udp_datagrams: 40,
+            udp_dropped: 2,
+            other_dropped: 5,
+        });
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<DaemonStatus>(&json).unwrap(), status);
+        assert!(
+            status.to_table().contains(
+                "TUN braid0: 3 TCP connections (1 refused), 40 UDP datagrams (2 dropped), \
+                 5 other packets dropped"
+            ),
+            "{}",
+            status.to_table()
+        );
     }
 }

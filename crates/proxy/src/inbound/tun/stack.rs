@@ -54,6 +54,21 @@ pub struct TunCounters {
     pub other_dropped: AtomicU64,
 }
 
+impl TunCounters {
+    /// The counters now, for `braid status`.
+    pub fn status(&self, device: &str) -> crate::transport::status::TunStatus {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        crate::transport::status::TunStatus {
+            device: device.to_owned(),
+            tcp_connections: get(&self.tcp_connections),
+            tcp_refused: get(&self.tcp_refused),
+            udp_datagrams: get(&self.udp_datagrams),
+            udp_dropped: get(&self.udp_dropped),
+            other_dropped: get(&self.other_dropped),
+        }
+    }
+}
+
 /// Bytes from the application to the flow.
 #[derive(Debug)]
 enum Up {
