@@ -355,6 +355,18 @@ async fn udp_datagrams_through_the_tun_inbound_are_answered() {
         assert_eq!(udp.payload(), &[b'r', b'e', b':', b'q', i]);
     }
     assert!(counters.udp_datagrams.load(Ordering::Relaxed) >= 3);
+    // Multicast (mDNS here) concerns the local link: dropped, not carried.
+    let dropped = counters.udp_dropped.load(Ordering::Relaxed);
+    let mdns = SocketAddr::from(([224, 0, 0, 251], 5353));
+    app.device.tx.send(udp_from_app(5353, mdns, b"m")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counters.udp_dropped.load(Ordering::Relaxed) == dropped {
+        assert!(
+            Instant::now() < deadline,
+            "the multicast datagram was not dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // A ping is not answered by the inbound (it would claim every address is up).
     let before = counters.other_dropped.load(Ordering::Relaxed);
     let mut ping = udp_from_app(1, echo_addr, b"x");

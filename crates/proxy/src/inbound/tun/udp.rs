@@ -57,8 +57,18 @@ impl UdpTable {
         }
     }
 
-    /// A datagram from the application socket `src` to `dst`.
+    /// A datagram from the application socket `src` to `dst`. Multicast and broadcast
+    /// destinations (mDNS, SSDP, DHCP the system sends into the device) concern the local link
+    /// only: they are dropped, not carried.
     pub(super) fn on_datagram(&mut self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        let link_only = match dst.ip() {
+            IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
+            IpAddr::V6(v6) => v6.is_multicast(),
+        };
+        if link_only {
+            self.counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let sender = match self.sources.get(&src) {
             Some(s) if !s.is_closed() => s,
             _ => {
