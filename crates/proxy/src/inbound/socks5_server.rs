@@ -128,7 +128,9 @@ async fn serve_connection(
     }
 }
 
-fn unspecified() -> SocketAddr {
+/// 0.0.0.0:0: the bound address of replies that name none, and the target of a UDP
+/// association's datagram flow (each datagram names its own destination).
+pub(crate) fn unspecified() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 0))
 }
 

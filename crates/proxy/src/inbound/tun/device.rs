@@ -14,12 +14,24 @@ use super::PacketIo;
 /// Longest interface name the kernel takes (`IFNAMSIZ` less the terminating NUL).
 pub const MAX_NAME: usize = 15;
 
-/// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags in the union.
+/// `struct ifreq`: the interface name, then the union the request reads (flags for
+/// `TUNSETIFF`, the MTU for `SIOCSIFMTU`) in native byte order.
 #[repr(C)]
 struct IfReq {
     name: [u8; MAX_NAME + 1],
-    flags: libc::c_short,
-    _pad: [u8; 22],
+    value: [u8; 24],
+}
+
+impl IfReq {
+    fn new(name: &str, value: &[u8]) -> IfReq {
+        let mut req = IfReq {
+            name: [0; MAX_NAME + 1],
+            value: [0; 24],
+        };
+        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        req.value[..value.len()].copy_from_slice(value);
+        req
+    }
 }
 
 /// An open TUN device.
@@ -59,12 +71,8 @@ impl TunDevice {
         }
         // SAFETY: `raw` is a file descriptor just opened and owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut req = IfReq {
-            name: [0; MAX_NAME + 1],
-            flags: (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short,
-            _pad: [0; 22],
-        };
-        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        let flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let mut req = IfReq::new(name, &flags.to_ne_bytes());
         // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
         let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) };
         if r < 0 {
@@ -80,18 +88,7 @@ impl TunDevice {
 
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
     pub fn set_mtu(&self, mtu: u16) -> io::Result<()> {
-        #[repr(C)]
-        struct IfReqMtu {
-            name: [u8; MAX_NAME + 1],
-            mtu: libc::c_int,
-            _pad: [u8; 20],
-        }
-        let mut req = IfReqMtu {
-            name: [0; MAX_NAME + 1],
-            mtu: libc::c_int::from(mtu),
-            _pad: [0; 20],
-        };
-        req.name[..self.name.len()].copy_from_slice(self.name.as_bytes());
+        let mut req = IfReq::new(&self.name, &libc::c_int::from(mtu).to_ne_bytes());
         // SAFETY: plain arguments; the result is checked.
         let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {

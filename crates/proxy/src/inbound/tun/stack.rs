@@ -303,7 +303,6 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         for packet in self.udp.take_replies() {
             let _ = self.io.send(&packet);
         }
-        self.udp.expire();
     }
 
     /// Connections whose handshake is done go to a flow; stale listeners are removed.

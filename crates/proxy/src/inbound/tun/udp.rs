@@ -19,6 +19,7 @@ use tracing::debug;
 use super::{MAX_UDP, TunCounters};
 use crate::inbound::server::InboundContext;
 use crate::inbound::socks5;
+use crate::inbound::socks5_server::unspecified;
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::FlowMsg;
 
@@ -105,8 +106,9 @@ impl UdpTable {
         q.drain(..).collect()
     }
 
-    /// Forgets sources whose flow has ended.
-    pub(super) fn expire(&mut self) {
+    /// Forgets sources whose flow has ended (before a new source is counted against
+    /// [`MAX_UDP`]; an ended flow's entry is otherwise replaced by its source's next datagram).
+    fn expire(&mut self) {
         self.sources.retain(|_, s| !s.is_closed());
     }
 }
@@ -121,9 +123,8 @@ async fn associate(
     counters: Arc<TunCounters>,
     mtu: usize,
 ) {
-    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let flow = match ctx
-        .open(FlowKind::Datagram, Target::Addr(unspecified))
+        .open(FlowKind::Datagram, Target::Addr(unspecified()))
         .await
     {
         Ok(f) => f,
