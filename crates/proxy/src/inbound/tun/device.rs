@@ -96,8 +96,11 @@ impl TunDevice {
         }
         // SAFETY: `raw` was just opened and is owned by nothing else.
         let socket = unsafe { OwnedFd::from_raw_fd(raw) };
+        // The request number's type differs between C libraries (`c_ulong` in glibc, `c_int`
+        // in musl, OpenWrt's); `Ioctl` is the one this target's `ioctl` takes.
+        let request = libc::SIOCSIFMTU as libc::Ioctl;
         // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
-        let r = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFMTU, &mut req) };
+        let r = unsafe { libc::ioctl(socket.as_raw_fd(), request, &mut req) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }

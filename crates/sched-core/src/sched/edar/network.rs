@@ -289,8 +289,8 @@ impl EdarNetwork {
             .q_values_then_begin(state, version, kernel, prefix, continues)
     }
 
-    /// The packed pass alone (test timing).
-    #[cfg(test)]
+    /// The packed pass alone (test timing, x86-64 only).
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(super) fn packed_q(&self, state: &EdarState) -> [f32; 2] {
         self.packed.q_values(state)
     }

@@ -301,8 +301,8 @@ impl Packed {
         self.q_values_with(Kernel::best(), state)
     }
 
-    /// The portable kernel (any CPU), for tests of the kernel itself.
-    #[cfg(test)]
+    /// The portable kernel (any CPU), for the x86-64 timing probes.
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(super) fn q_values_portable(&self, state: &EdarState) -> [f32; 2] {
         self.q_values_with(Kernel::Portable, state)
     }
@@ -356,8 +356,10 @@ pub(super) enum Kernel {
     /// Any CPU.
     Portable,
     /// AVX2 + FMA.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx2,
     /// AVX-512F/DQ.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx512,
 }
 
@@ -391,6 +393,7 @@ impl Kernel {
 
     /// Every build this CPU runs (portable always).
     pub(super) fn available() -> Vec<Kernel> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut out = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {

@@ -658,6 +658,7 @@ mod tests {
     }
 
     /// Every operation of `V` on `a`, `b`, `c` and the index tables, as bit patterns.
+    #[cfg(target_arch = "x86_64")]
     fn every_op<V: Vector>(a: &Lane, b: &Lane, c: &Lane, index: &[u32; LANES]) -> Vec<u32> {
         let (va, vb, vc) = (V::load(a), V::load(b), V::load(c));
         let mut out = Vec::new();
