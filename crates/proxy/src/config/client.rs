@@ -189,16 +189,27 @@ impl ClientConfig {
         }
         let key = key_hex(file, "key", &raw.key)?;
         let trust = match (&raw.server_fingerprint, &raw.ca_file) {
-            (Some(fp), None) => {
-                ServerTrust::Fingerprint(parse_fingerprint(fp).ok_or_else(|| {
-                    invalid(
+            (Some(fp), None) => match parse_fingerprint(fp) {
+                // All zeros is the example config's placeholder, never a certificate's hash.
+                Some(pin) if pin == [0; 32] => {
+                    return Err(invalid(
+                        file,
+                        "server_fingerprint",
+                        "the server's fingerprint (`braid server --print-fingerprint`), not the \
+                         example's zeros",
+                        fp,
+                    ));
+                }
+                Some(pin) => ServerTrust::Fingerprint(pin),
+                None => {
+                    return Err(invalid(
                         file,
                         "server_fingerprint",
                         "64 hex digits, colons optional",
                         fp,
-                    )
-                })?)
-            }
+                    ));
+                }
+            },
             (None, Some(ca)) => ServerTrust::CaFile(ca.clone()),
             _ => {
                 return Err(invalid(

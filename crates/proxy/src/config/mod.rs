@@ -240,6 +240,17 @@ pub(crate) fn key_hex(file: &Path, field: &str, value: &str) -> Result<[u8; 32],
             }
         }
     }
+    if out == [0; 32] {
+        // The example configs' placeholder: a daemon started from an unedited example must
+        // not run with a key that everyone knows.
+        return Err(invalid(
+            file,
+            field,
+            "a key of your own, not the example's 64 zeros (generate one with \
+             head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')",
+            "<redacted>",
+        ));
+    }
     Ok(out)
 }
 
@@ -379,6 +390,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("user[0].key") && !e.contains("zz"), "{e}");
+        let e = key_hex(f, "key", &"0".repeat(64)).unwrap_err().to_string();
+        assert!(e.contains("key") && e.contains("64 zeros"), "{e}");
+        assert_eq!(key_hex(f, "key", &"00".repeat(31)).map(|_| ()).ok(), None);
+        let mut one = "0".repeat(63);
+        one.push('1');
+        assert_eq!(key_hex(f, "key", &one).unwrap()[31], 1);
     }
 
     #[test]
@@ -499,12 +516,41 @@ mod example_tests {
             .join(name)
     }
 
+    /// The examples hold placeholders (a key and a pin of zeros) that the daemons refuse, naming
+    /// the field; with those replaced, they are valid as shipped.
     #[test]
-    fn shipped_examples_are_valid() {
-        let c = ClientConfig::load(&example("client.toml")).unwrap();
+    fn shipped_examples_are_valid_once_their_placeholders_are_replaced() {
+        let zero_key = "0".repeat(64);
+        let zero_pin = "00:".repeat(31) + "00";
+        let client_file = example("client.toml");
+        let client = std::fs::read_to_string(&client_file).unwrap();
+        let e = ClientConfig::parse(&client_file, &client)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("client.toml: key") && e.contains("64 zeros"),
+            "{e}"
+        );
+        let keyed = client.replace(&zero_key, &"5a".repeat(32));
+        let e = ClientConfig::parse(&client_file, &keyed)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("server_fingerprint") && e.contains("zeros"),
+            "{e}"
+        );
+        let edited = keyed.replace(&zero_pin, &("AB:".repeat(31) + "AB"));
+        let c = ClientConfig::parse(&client_file, &edited).unwrap();
         assert_eq!(c.links.len(), 2);
         assert_eq!(c.links[1].tier, crate::session::Tier::Backup);
-        let s = ServerConfig::load(&example("server.toml")).unwrap();
+        let server_file = example("server.toml");
+        let server = std::fs::read_to_string(&server_file).unwrap();
+        let e = ServerConfig::parse(&server_file, &server)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user[0].key") && e.contains("64 zeros"), "{e}");
+        let server = server.replace(&zero_key, &"5a".repeat(32));
+        let s = ServerConfig::parse(&server_file, &server).unwrap();
         assert!(!s.egress.allow_loopback && !s.egress.allow_private);
         assert_eq!(c.flow_receive_window, 2 << 20);
         assert_eq!(s.flow_receive_window, 2 << 20);
