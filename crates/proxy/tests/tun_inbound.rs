@@ -312,6 +312,21 @@ fn ip_packet(
     p
 }
 
+/// The payload of an IPv4 UDP packet (empty if it is not one).
+fn udp_payload(packet: &[u8]) -> Vec<u8> {
+    Ipv4Packet::new_checked(packet)
+        .ok()
+        .and_then(|ip| {
+            Some(
+                UdpPacket::new_checked(ip.payload())
+                    .ok()?
+                    .payload()
+                    .to_vec(),
+            )
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_datagrams_through_the_tun_inbound_are_answered() {
     let (mut app, counters, _keep) = setup("tun-udp").await;
@@ -327,12 +342,18 @@ async fn udp_datagrams_through_the_tun_inbound_are_answered() {
     });
     for (i, port) in [(0u8, 50_001u16), (1, 50_001), (2, 50_002)] {
         let payload = [b'q', i];
-        // UDP is unreliable: send again until the answer comes (at most 20 times).
+        let answer = [b'r', b'e', b':', b'q', i];
+        // UDP is unreliable: send again every 250 ms until the answer comes (at most 20
+        // times). A question sent twice is answered twice: answers to an earlier question that
+        // arrive now are not this one's.
         let mut tries = 0;
-        app.udp.clear();
+        let mut sent_at: Option<Instant> = None;
         app.run_until(|app| {
-            if app.udp.is_empty() && tries < 20 {
+            app.udp.retain(|p| udp_payload(p) == answer);
+            let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+            if app.udp.is_empty() && tries < 20 && due {
                 tries += 1;
+                sent_at = Some(Instant::now());
                 let _ = app.device.tx.send(udp_from_app(port, echo_addr, &payload));
             }
             !app.udp.is_empty()
