@@ -1,8 +1,10 @@
-//! Stable-Rust smoke pass of the fuzz targets `frame_decoder` and `join_decoder`: runs each
-//! target body over valid inputs (packets, JOIN messages), random bytes and mutations of valid
-//! inputs (bit flips, truncations, insertions, splices), from a fixed seed. Usage:
-//! `smoke [iterations]` (default 200000, per target). Exits non-zero (the target panics) on the
-//! first failure.
+//! Stable-Rust smoke pass of the fuzz targets `frame_decoder` and `join_decoder`, run by `cargo
+//! test` (the workspace's test suite): each target body over valid inputs (packets, JOIN
+//! messages), random bytes and mutations of valid inputs (bit flips, truncations, insertions,
+//! splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
+//! target; a target that panics fails its test. More at once: `BRAID_FUZZ_SMOKE_ITERATIONS=5000000
+//! cargo test --release -p braid-fuzz -- --nocapture`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 
@@ -204,11 +206,16 @@ fn mutate(rng: &mut Rng, mut p: Vec<u8>, corpus: &[Vec<u8>]) -> Vec<u8> {
     p
 }
 
-fn main() {
-    let iterations: u64 = std::env::args()
-        .nth(1)
+fn iterations() -> u64 {
+    std::env::var("BRAID_FUZZ_SMOKE_ITERATIONS")
+        .ok()
         .and_then(|a| a.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(200_000)
+}
+
+#[test]
+fn frame_decoder_smoke_pass() {
+    let iterations = iterations();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let frames = sample_frames();
     let corpus: Vec<Vec<u8>> = (0..256).map(|_| valid_packet(&mut rng, &frames)).collect();
@@ -231,11 +238,18 @@ fn main() {
         }
         braid_fuzz::frame_decoder(&input);
     }
+    // The corpus quarter and lightly mutated inputs decode: the pass reaches past the header.
+    assert!(valid >= iterations / 5, "{valid} of {iterations} valid");
     println!(
         "frame_decoder smoke pass: {iterations} inputs ({valid} fully valid) in {:.1} s, no panic",
         start.elapsed().as_secs_f64()
     );
+}
 
+#[test]
+fn join_decoder_smoke_pass() {
+    let iterations = iterations();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let joins: Vec<Vec<u8>> = (0..256).map(|_| valid_join(&mut rng)).collect();
     let start = std::time::Instant::now();
     let mut valid = 0u64;
@@ -253,6 +267,7 @@ fn main() {
         }
         braid_fuzz::join_decoder(&input);
     }
+    assert!(valid >= iterations / 5, "{valid} of {iterations} valid");
     println!(
         "join_decoder smoke pass: {iterations} inputs ({valid} valid) in {:.1} s, no panic",
         start.elapsed().as_secs_f64()
