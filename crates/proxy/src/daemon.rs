@@ -61,6 +61,43 @@ pub enum DaemonError {
         /// Why (e.g. no `CAP_NET_ADMIN` to create it).
         source: std::io::Error,
     },
+    /// An address, the link state or a route of the TUN device could not be set.
+    #[error("TUN device {name:?} (config {what}): {source}")]
+    TunSetup {
+        /// The device.
+        name: String,
+        /// What failed, as configured (e.g. `[tun] address[0] = 10.7.0.1/24`).
+        what: String,
+        /// Why (e.g. no `CAP_NET_ADMIN`).
+        source: std::io::Error,
+    },
+}
+
+/// Sets the TUN device's configured addresses, brings it up and adds the configured routes
+/// (nothing when `[tun]` lists neither).
+fn configure_tun(name: &str, t: &crate::config::TunConfig) -> Result<(), DaemonError> {
+    use crate::inbound::tun::netconf;
+    if t.address.is_empty() && t.routes.is_empty() {
+        return Ok(());
+    }
+    let failed = |what: String| {
+        let name = name.to_owned();
+        move |source| DaemonError::TunSetup { name, what, source }
+    };
+    for (i, net) in t.address.iter().enumerate() {
+        netconf::add_address(name, *net).map_err(failed(format!("[tun] address[{i}] = {net}")))?;
+    }
+    netconf::set_up(name).map_err(failed("[tun]: bringing the device up".to_owned()))?;
+    for (i, net) in t.routes.iter().enumerate() {
+        netconf::add_route(name, *net).map_err(failed(format!("[tun] routes[{i}] = {net}")))?;
+    }
+    tracing::info!(
+        device = name,
+        addresses = t.address.len(),
+        routes = t.routes.len(),
+        "TUN device configured and up"
+    );
+    Ok(())
 }
 
 /// A running client.
@@ -307,6 +344,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                     "could not set the TUN device's MTU; set it with `ip link set NAME mtu N`"
                 );
             }
+            configure_tun(device.name(), t)?;
             tracing::info!(device = device.name(), mtu = t.mtu, "TUN inbound open");
             let counters = Arc::new(TunCounters::default());
             Some((device, usize::from(t.mtu), counters))

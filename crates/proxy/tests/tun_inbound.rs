@@ -487,9 +487,12 @@ fn a_download_through_a_kernel_tun_device_arrives_whole() {
             .await
             .unwrap();
             let mut config = client_config("tun-kernel", &server, 1, KEY);
+            // braid gives the device its address and brings it up.
             config.tun = Some(braid_proxy::config::TunConfig {
                 name: "braidt0".into(),
                 mtu: 1500,
+                address: vec!["10.7.0.1/24".parse().unwrap()],
+                routes: Vec::new(),
             });
             let client = match braid_proxy::daemon::start_client(config).await {
                 Ok(c) => c,
@@ -499,11 +502,9 @@ fn a_download_through_a_kernel_tun_device_arrives_whole() {
                 Err(e) => panic!("{e}"),
             };
             assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
-            // The device's address; what the application sends from it goes into the device
-            // (the local table, which would deliver 10.7.0.9 at once, is consulted after).
+            // What the application sends from the device's address goes into the device (the
+            // local table, which would deliver 10.7.0.9 at once, is consulted after).
             let setup = [
-                "ip addr add 10.7.0.1/24 dev braidt0",
-                "ip link set braidt0 up",
                 "echo 1 > /proc/sys/net/ipv4/conf/all/accept_local",
                 "echo 1 > /proc/sys/net/ipv4/conf/braidt0/accept_local",
                 "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter",

@@ -7,6 +7,7 @@ use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
 
 use super::{ConfigFileError, RawScheduler, RawSession, host_port, invalid, key_hex, socket_addr};
+use crate::inbound::tun::netconf::IpNet;
 use crate::session::Tier;
 
 /// How the client checks the server's certificate.
@@ -85,7 +86,15 @@ pub struct TunConfig {
     pub name: String,
     /// Its MTU, bytes: the largest packet read or written.
     pub mtu: u16,
+    /// Addresses braid gives the device (at most one IPv4 and one IPv6); with these or
+    /// `routes`, braid also brings the device up. Empty: the system configures it.
+    pub address: Vec<IpNet>,
+    /// Networks braid routes into the device (at most [`MAX_TUN_ROUTES`]).
+    pub routes: Vec<IpNet>,
 }
+
+/// Most routes `[tun] routes` may list.
+pub const MAX_TUN_ROUTES: usize = 64;
 
 /// The default MTU of the TUN device.
 pub const DEFAULT_TUN_MTU: u16 = 1500;
@@ -96,6 +105,10 @@ struct RawTun {
     name: String,
     /// Wider than the `u16` it becomes, so an out-of-range value is refused by name.
     mtu: Option<i64>,
+    #[serde(default)]
+    address: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,7 +286,8 @@ impl ClientConfig {
     }
 }
 
-/// `[tun]`: an interface name and an MTU from 576 (the least IPv4 host MTU) to 65535.
+/// `[tun]`: an interface name, an MTU from 576 (the least IPv4 host MTU) to 65535, and the
+/// addresses and routes braid sets, if any.
 fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
     if !crate::inbound::tun::device::valid_name(&raw.name) {
         return Err(invalid(
@@ -288,9 +302,54 @@ fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
         .ok()
         .filter(|m| *m >= 576)
         .ok_or_else(|| invalid(file, "tun.mtu", "576..=65535 bytes", mtu))?;
+    let mut address = Vec::with_capacity(raw.address.len());
+    for (i, text) in raw.address.iter().enumerate() {
+        let field = format!("tun.address[{i}]");
+        let net: IpNet = text
+            .parse()
+            .map_err(|()| invalid(file, &field, "ADDRESS/PREFIX, e.g. \"10.7.0.1/24\"", text))?;
+        if address
+            .iter()
+            .any(|a: &IpNet| a.addr.is_ipv4() == net.addr.is_ipv4())
+        {
+            return Err(invalid(
+                file,
+                &field,
+                "at most one IPv4 and one IPv6 address",
+                text,
+            ));
+        }
+        address.push(net);
+    }
+    if raw.routes.len() > MAX_TUN_ROUTES {
+        return Err(invalid(
+            file,
+            "tun.routes",
+            format!("at most {MAX_TUN_ROUTES} networks"),
+            raw.routes.len(),
+        ));
+    }
+    let mut routes = Vec::with_capacity(raw.routes.len());
+    for (i, text) in raw.routes.iter().enumerate() {
+        let net = text
+            .parse::<IpNet>()
+            .ok()
+            .filter(IpNet::is_network)
+            .ok_or_else(|| {
+                invalid(
+                    file,
+                    format!("tun.routes[{i}]"),
+                    "a network NETWORK/PREFIX with no host bits set, e.g. \"203.0.113.0/24\"",
+                    text,
+                )
+            })?;
+        routes.push(net);
+    }
     Ok(TunConfig {
         name: raw.name.clone(),
         mtu,
+        address,
+        routes,
     })
 }
 
@@ -480,9 +539,28 @@ mod tests {
             parse("[tun]\nname = \"braid0\"\n"),
             Ok(Some(TunConfig {
                 name: "braid0".into(),
-                mtu: DEFAULT_TUN_MTU
+                mtu: DEFAULT_TUN_MTU,
+                address: Vec::new(),
+                routes: Vec::new(),
             }))
         );
+        let full = parse(
+            "[tun]\nname = \"braid0\"\naddress = [\"10.7.0.1/24\", \"fd07::1/64\"]\n\
+             routes = [\"203.0.113.0/24\", \"2001:db8::/32\", \"0.0.0.0/0\"]\n",
+        )
+        .unwrap()
+        .unwrap();
+        let nets = |list: &[IpNet]| list.iter().map(IpNet::to_string).collect::<Vec<_>>();
+        assert_eq!(nets(&full.address), ["10.7.0.1/24", "fd07::1/64"]);
+        assert_eq!(
+            nets(&full.routes),
+            ["203.0.113.0/24", "2001:db8::/32", "0.0.0.0/0"]
+        );
+        let many = (0..=MAX_TUN_ROUTES)
+            .map(|i| format!("\"10.{i}.0.0/16\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let many = format!("[tun]\nname = \"t\"\nroutes = [{many}]\n");
         assert_eq!(
             parse("[tun]\nname = \"braid0\"\nmtu = 1280\n")
                 .unwrap()
@@ -504,7 +582,35 @@ mod tests {
             ("[tun]\nname = \"t\"\nmtu = 65536\n", "tun.mtu"),
             ("[tun]\nname = \"t\"\nmtu = -1\n", "tun.mtu"),
             ("[tun]\nmtu = 1500\n", "name"),
-            ("[tun]\nname = \"t\"\naddress = \"10.0.0.1\"\n", "address"),
+            ("[tun]\nname = \"t\"\naddress = \"10.0.0.1/8\"\n", "address"),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"10.0.0.1\"]\n",
+                "tun.address[0]: expected ADDRESS/PREFIX",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"fd07::1/64\", \"10.0.0.1/33\"]\n",
+                "tun.address[1]: expected ADDRESS/PREFIX",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"10.0.0.1/8\", \"10.0.0.2/8\"]\n",
+                "tun.address[1]: expected at most one IPv4 and one IPv6 address",
+            ),
+            (
+                "[tun]\nname = \"t\"\nroutes = [\"10.0.0.0/8\", \"10.0.0.1/8\"]\n",
+                "tun.routes[1]: expected a network NETWORK/PREFIX with no host bits set",
+            ),
+            (
+                "[tun]\nname = \"t\"\nroutes = [\"default\"]\n",
+                "tun.routes[0]",
+            ),
+            (
+                many.as_str(),
+                "tun.routes: expected at most 64 networks, got \"65\"",
+            ),
+            (
+                "[tun]\nname = \"t\"\nroute = [\"10.0.0.0/8\"]\n",
+                "unknown field `route`",
+            ),
         ] {
             let e = parse(tun).unwrap_err();
             assert!(e.contains(want), "{tun:?}: {e}");

@@ -2,28 +2,31 @@
 //! IP packets, no packet-information header) and read and written without blocking through
 //! tokio's `AsyncFd`. Creating a device needs `CAP_NET_ADMIN`; opening a persistent one made
 //! beforehand for the daemon's user (`ip tuntap add mode tun user braid name braid0`) does not.
-//! The device's addresses, routes and link state are the system's to set (docs/config.md).
+//! The device's addresses, routes and link state are set by [`netconf`] when configured, else
+//! left to the system (docs/config.md).
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
 
-use super::PacketIo;
+use super::{PacketIo, netconf};
 
 /// Longest interface name the kernel takes (`IFNAMSIZ` less the terminating NUL).
 pub const MAX_NAME: usize = 15;
 
-/// `struct ifreq`: the interface name, then the union the request reads (flags for
-/// `TUNSETIFF`, the MTU for `SIOCSIFMTU`) in native byte order.
+/// `struct ifreq`: the interface name, then the union the request reads or writes (flags for
+/// `TUNSETIFF` and `SIOC[GS]IFFLAGS`, the MTU for `SIOCSIFMTU`, a `struct sockaddr` for
+/// `SIOCSIFADDR` and `SIOCSIFNETMASK`) in native byte order.
 #[repr(C)]
-struct IfReq {
+pub(super) struct IfReq {
     name: [u8; MAX_NAME + 1],
-    value: [u8; 24],
+    pub(super) value: [u8; 24],
 }
 
 impl IfReq {
-    fn new(name: &str, value: &[u8]) -> IfReq {
+    /// `name` (at most [`MAX_NAME`] bytes) and the start of the union.
+    pub(super) fn new(name: &str, value: &[u8]) -> IfReq {
         let mut req = IfReq {
             name: [0; MAX_NAME + 1],
             value: [0; 24],
@@ -89,22 +92,9 @@ impl TunDevice {
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
     pub fn set_mtu(&self, mtu: u16) -> io::Result<()> {
         let mut req = IfReq::new(&self.name, &libc::c_int::from(mtu).to_ne_bytes());
-        // SAFETY: plain arguments; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` was just opened and is owned by nothing else.
-        let socket = unsafe { OwnedFd::from_raw_fd(raw) };
-        // The request number's type differs between C libraries (`c_ulong` in glibc, `c_int`
-        // in musl, OpenWrt's); `Ioctl` is the one this target's `ioctl` takes.
-        let request = libc::SIOCSIFMTU as libc::Ioctl;
-        // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
-        let r = unsafe { libc::ioctl(socket.as_raw_fd(), request, &mut req) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        let socket = netconf::control_socket(libc::AF_INET)?;
+        // SAFETY: `SIOCSIFMTU` reads a `struct ifreq` with `ifr_mtu` set.
+        unsafe { netconf::ioctl(&socket, libc::SIOCSIFMTU, &mut req) }
     }
 
     /// The interface's name as the kernel has it.

@@ -10,6 +10,7 @@
 //! an in-memory pipe in tests.
 
 pub mod device;
+pub mod netconf;
 mod stack;
 mod udp;
 

@@ -1,0 +1,397 @@
+//! The TUN device's addresses, link state and routes, set with the kernel's classic `ioctl`
+//! interface (what `ifconfig` and `route` use; no netlink, no `ip` binary): `SIOCSIFADDR` and
+//! `SIOCSIFNETMASK` for IPv4, `SIOCSIFADDR` with `struct in6_ifreq` for IPv6, `SIOCSIFFLAGS`
+//! for `IFF_UP`, `SIOCADDRT` with `struct rtentry` / `struct in6_rtmsg` for routes through the
+//! device. Each needs `CAP_NET_ADMIN`. An address or route that is already there is not an
+//! error, so a restarted daemon sets up a persistent device again.
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::str::FromStr;
+
+use super::device::{IfReq, MAX_NAME};
+
+/// An address or a network with its prefix length: `10.7.0.1/24`, `fd07::/64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNet {
+    /// The address (for a route, the network: host bits zero).
+    pub addr: IpAddr,
+    /// The prefix length: 0..=32 for IPv4, 0..=128 for IPv6.
+    pub prefix: u8,
+}
+
+impl IpNet {
+    /// Whether the bits past the prefix are all zero (a network, as a route needs).
+    pub fn is_network(&self) -> bool {
+        match self.addr {
+            IpAddr::V4(a) => u32::from(a) & !mask32(self.prefix) == 0,
+            IpAddr::V6(a) => u128::from(a) & !mask128(self.prefix) == 0,
+        }
+    }
+}
+
+fn mask32(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+fn mask128(prefix: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
+}
+
+impl FromStr for IpNet {
+    type Err = ();
+
+    /// `ADDRESS/PREFIX`, the prefix in range for the address family.
+    fn from_str(s: &str) -> Result<IpNet, ()> {
+        let (addr, prefix) = s.split_once('/').ok_or(())?;
+        let addr: IpAddr = addr.parse().map_err(|_| ())?;
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(());
+        }
+        let prefix: u8 = prefix.parse().map_err(|_| ())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(());
+        }
+        Ok(IpNet { addr, prefix })
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// `struct rtentry` of `<linux/route.h>` (the kernel's layout; glibc's differs only in how it
+/// names the padding).
+#[repr(C)]
+struct RtEntry {
+    pad1: libc::c_ulong,
+    dst: libc::sockaddr,
+    gateway: libc::sockaddr,
+    genmask: libc::sockaddr,
+    flags: libc::c_ushort,
+    pad2: libc::c_short,
+    pad3: libc::c_ulong,
+    pad4: *mut libc::c_void,
+    metric: libc::c_short,
+    dev: *mut libc::c_char,
+    mtu: libc::c_ulong,
+    window: libc::c_ulong,
+    irtt: libc::c_ushort,
+}
+
+/// `struct in6_rtmsg` of `<linux/ipv6_route.h>`.
+#[repr(C)]
+struct In6Rtmsg {
+    dst: [u8; 16],
+    src: [u8; 16],
+    gateway: [u8; 16],
+    kind: u32,
+    dst_len: u16,
+    src_len: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    ifindex: libc::c_int,
+}
+
+/// `struct in6_ifreq` of `<linux/ipv6.h>`.
+#[repr(C)]
+struct In6Ifreq {
+    addr: [u8; 16],
+    prefix: u32,
+    ifindex: libc::c_int,
+}
+
+/// A datagram socket of `family`, the handle the interface `ioctl`s go through.
+pub(super) fn control_socket(family: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain arguments; the result is checked.
+    let raw = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` was just opened and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `ioctl(socket, request, arg)`.
+///
+/// # Safety
+/// `arg` must be the structure the kernel reads (and may write) for `request`.
+pub(super) unsafe fn ioctl<T>(
+    socket: &OwnedFd,
+    request: libc::c_ulong,
+    arg: &mut T,
+) -> io::Result<()> {
+    // The request number's type differs between C libraries (`c_ulong` in glibc, `c_int` in
+    // musl, OpenWrt's); `Ioctl` is the one this target's `ioctl` takes.
+    let request = request as libc::Ioctl;
+    // SAFETY: the caller passes the structure `request` expects; it lives across the call.
+    let r = unsafe { libc::ioctl(socket.as_raw_fd(), request, std::ptr::from_mut(arg)) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn sockaddr_v4(addr: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(addr.octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `sockaddr_in` and `sockaddr` are both 16 bytes of plain data.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+fn sockaddr_bytes(sa: &libc::sockaddr) -> [u8; 16] {
+    // SAFETY: `sockaddr` is 16 bytes of plain data.
+    unsafe { std::mem::transmute::<libc::sockaddr, [u8; 16]>(*sa) }
+}
+
+fn ifindex(name: &str) -> io::Result<libc::c_int> {
+    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is NUL-terminated and lives across the call.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    libc::c_int::try_from(index).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+fn already_there(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+        other => other,
+    }
+}
+
+/// Gives the interface `name` the address `net` (IPv4: the interface's address and netmask;
+/// IPv6: one more address with its prefix).
+pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
+    match net.addr {
+        IpAddr::V4(a) => {
+            let socket = control_socket(libc::AF_INET)?;
+            let mut req = IfReq::new(name, &sockaddr_bytes(&sockaddr_v4(a)));
+            // SAFETY: `SIOCSIFADDR` reads a `struct ifreq` with `ifr_addr` set.
+            unsafe { ioctl(&socket, libc::SIOCSIFADDR, &mut req) }?;
+            let mask = Ipv4Addr::from(mask32(net.prefix));
+            let mut req = IfReq::new(name, &sockaddr_bytes(&sockaddr_v4(mask)));
+            // SAFETY: `SIOCSIFNETMASK` reads a `struct ifreq` with `ifr_netmask` set.
+            unsafe { ioctl(&socket, libc::SIOCSIFNETMASK, &mut req) }
+        }
+        IpAddr::V6(a) => {
+            let socket = control_socket(libc::AF_INET6)?;
+            let mut req = In6Ifreq {
+                addr: a.octets(),
+                prefix: u32::from(net.prefix),
+                ifindex: ifindex(name)?,
+            };
+            // SAFETY: on an IPv6 socket `SIOCSIFADDR` reads a `struct in6_ifreq`.
+            already_there(unsafe { ioctl(&socket, libc::SIOCSIFADDR, &mut req) })
+        }
+    }
+}
+
+/// Brings the interface `name` up (`IFF_UP`).
+pub fn set_up(name: &str) -> io::Result<()> {
+    let socket = control_socket(libc::AF_INET)?;
+    let mut req = IfReq::new(name, &[]);
+    // SAFETY: `SIOCGIFFLAGS` reads the name and writes `ifr_flags` into a `struct ifreq`.
+    unsafe { ioctl(&socket, libc::SIOCGIFFLAGS, &mut req) }?;
+    let flags = libc::c_short::from_ne_bytes([req.value[0], req.value[1]]);
+    let flags = flags | libc::IFF_UP as libc::c_short;
+    let mut req = IfReq::new(name, &flags.to_ne_bytes());
+    // SAFETY: `SIOCSIFFLAGS` reads a `struct ifreq` with `ifr_flags` set.
+    unsafe { ioctl(&socket, libc::SIOCSIFFLAGS, &mut req) }
+}
+
+/// Routes the network `net` (host bits zero) through the interface `name`, which must be up.
+pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
+    if !net.is_network() || name.len() > MAX_NAME {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    match net.addr {
+        IpAddr::V4(a) => {
+            let socket = control_socket(libc::AF_INET)?;
+            let mut dev = CString::new(name)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?
+                .into_bytes_with_nul();
+            let mut entry = RtEntry {
+                pad1: 0,
+                dst: sockaddr_v4(a),
+                gateway: sockaddr_v4(Ipv4Addr::UNSPECIFIED),
+                genmask: sockaddr_v4(Ipv4Addr::from(mask32(net.prefix))),
+                flags: libc::RTF_UP,
+                pad2: 0,
+                pad3: 0,
+                pad4: std::ptr::null_mut(),
+                metric: 0,
+                dev: dev.as_mut_ptr().cast(),
+                mtu: 0,
+                window: 0,
+                irtt: 0,
+            };
+            // SAFETY: on an IPv4 socket `SIOCADDRT` reads a `struct rtentry`; `rt_dev` points
+            // at `dev`, NUL-terminated, which lives across the call.
+            already_there(unsafe { ioctl(&socket, libc::SIOCADDRT, &mut entry) })
+        }
+        IpAddr::V6(a) => {
+            let socket = control_socket(libc::AF_INET6)?;
+            let mut msg = In6Rtmsg {
+                dst: a.octets(),
+                src: [0; 16],
+                gateway: [0; 16],
+                kind: 0,
+                dst_len: u16::from(net.prefix),
+                src_len: 0,
+                metric: 1,
+                info: 0,
+                flags: u32::from(libc::RTF_UP),
+                ifindex: ifindex(name)?,
+            };
+            // SAFETY: on an IPv6 socket `SIOCADDRT` reads a `struct in6_rtmsg`.
+            already_there(unsafe { ioctl(&socket, libc::SIOCADDRT, &mut msg) })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::inbound::tun::device::TunDevice;
+    use crate::inbound::tun::{Packet, PacketIo as _, classify};
+    use std::net::{SocketAddr, UdpSocket};
+    use std::process::Command;
+    use std::time::Duration;
+
+    fn ip(args: &[&str]) -> String {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// In a network namespace of the test's own: addresses (IPv4 and IPv6), the link state and
+    /// routes (IPv4 and IPv6) set through the ioctls show in `ip`, setting them again is not an
+    /// error, and a datagram to a routed address comes out of the device. Needs root (or
+    /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and passes without them.
+    #[test]
+    fn addresses_link_state_and_routes_are_set_on_a_kernel_device() {
+        let run = std::thread::spawn(|| {
+            // SAFETY: plain flags; this thread alone moves to the new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "no network namespace: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            if Command::new("ip").arg("-V").output().is_err() {
+                return Err("no `ip`".to_owned());
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _guard = rt.enter();
+            let device = TunDevice::open("braidnc0").map_err(|e| format!("no TUN device: {e}"))?;
+            let name = device.name();
+            assert!(!ip(&["link", "show", name]).contains(",UP"));
+            let v4: IpNet = "10.9.0.1/24".parse().unwrap();
+            let v6: IpNet = "fd09::1/64".parse().unwrap();
+            let route4: IpNet = "198.18.0.0/15".parse().unwrap();
+            let route6: IpNet = "2001:db8:9::/48".parse().unwrap();
+            for _ in 0..2 {
+                add_address(name, v4).unwrap();
+                add_address(name, v6).unwrap();
+                set_up(name).unwrap();
+                add_route(name, route4).unwrap();
+                add_route(name, route6).unwrap();
+            }
+            let addresses = ip(&["addr", "show", "dev", name]);
+            assert!(addresses.contains("inet 10.9.0.1/24 "), "{addresses}");
+            assert!(addresses.contains("inet6 fd09::1/64 "), "{addresses}");
+            assert!(ip(&["link", "show", name]).contains(",UP"));
+            let routes = ip(&["route", "show", "dev", name]);
+            assert!(routes.contains("198.18.0.0/15"), "{routes}");
+            assert!(routes.contains("10.9.0.0/24"), "{routes}");
+            let routes6 = ip(&["-6", "route", "show", "dev", name]);
+            assert!(routes6.contains("2001:db8:9::/48"), "{routes6}");
+            // Not a network, or no such device: refused.
+            let host: IpNet = "198.18.0.1/15".parse().unwrap();
+            assert_eq!(
+                add_route(name, host).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+            assert!(add_address("braidnc-none", v4).is_err());
+            assert!(add_route("braidnc-none", route6).is_err());
+            // The route carries traffic into the device.
+            let app = UdpSocket::bind("10.9.0.1:0").unwrap();
+            let remote: SocketAddr = "198.19.1.2:5300".parse().unwrap();
+            app.send_to(b"routed", remote).unwrap();
+            let mut buf = vec![0u8; 2048];
+            let got = rt.block_on(async {
+                loop {
+                    let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
+                        .await
+                        .expect("nothing came out of the device")
+                        .unwrap();
+                    if let Packet::Udp { dst, payload, .. } = classify(&buf[..n]) {
+                        break (dst, payload.to_vec());
+                    }
+                }
+            });
+            assert_eq!(got, (remote, b"routed".to_vec()));
+            Ok(())
+        });
+        match run.join().unwrap() {
+            Ok(()) => {}
+            Err(why) => eprintln!("skipped: {why}"),
+        }
+    }
+
+    #[test]
+    fn networks_parse_with_prefixes_in_range() {
+        let n: IpNet = "10.7.0.1/24".parse().unwrap();
+        assert_eq!((n.addr, n.prefix), (IpAddr::from([10, 7, 0, 1]), 24));
+        assert!(!n.is_network());
+        assert!("10.7.0.0/24".parse::<IpNet>().unwrap().is_network());
+        assert!("0.0.0.0/0".parse::<IpNet>().unwrap().is_network());
+        assert!("10.7.0.1/32".parse::<IpNet>().unwrap().is_network());
+        assert!("fd07::/64".parse::<IpNet>().unwrap().is_network());
+        assert!(!"fd07::1/64".parse::<IpNet>().unwrap().is_network());
+        assert!("::/0".parse::<IpNet>().unwrap().is_network());
+        assert_eq!(
+            "2001:db8::1/128".parse::<IpNet>().unwrap().to_string(),
+            "2001:db8::1/128"
+        );
+        for bad in [
+            "10.7.0.1",
+            "10.7.0.1/",
+            "10.7.0.1/33",
+            "10.7.0.1/+8",
+            "10.7.0.1/-1",
+            "fd07::/129",
+            "braid/24",
+            "/24",
+            "10.7.0.1/24/1",
+            "10.7.0.1/ 24",
+            "10.7.0.1/256",
+        ] {
+            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+        }
+        assert_eq!(mask32(0), 0);
+        assert_eq!(mask32(24), 0xffff_ff00);
+        assert_eq!(mask32(32), u32::MAX);
+        assert_eq!(mask128(0), 0);
+        assert_eq!(mask128(128), u128::MAX);
+    }
+}
