@@ -306,6 +306,23 @@ fn open_inbounds(config: &ClientConfig) -> Vec<(&'static str, SocketAddr)> {
     .collect()
 }
 
+/// The links whose own packets a default route in `[tun] routes` (prefix 0) would take into
+/// the device: those not bound to an interface. Named for the warning at start.
+fn links_under_a_default_tun_route(config: &ClientConfig) -> Vec<&str> {
+    let Some(tun) = &config.tun else {
+        return Vec::new();
+    };
+    if !tun.routes.iter().any(|r| r.prefix == 0) {
+        return Vec::new();
+    }
+    config
+        .links
+        .iter()
+        .filter(|l| l.interface.is_none())
+        .map(|l| l.name.as_str())
+        .collect()
+}
+
 /// Starts the client: its session and links, inbounds and control socket.
 pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
     for (inbound, addr) in open_inbounds(&config) {
@@ -345,6 +362,15 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 );
             }
             configure_tun(device.name(), t)?;
+            for link in links_under_a_default_tun_route(&config) {
+                tracing::warn!(
+                    link,
+                    device = device.name(),
+                    "[tun] routes sends everything into the device and this link has no \
+                     `interface`: its packets to the server loop into the device unless a \
+                     policy route for its local_addr keeps them out (docs/config.md)"
+                );
+            }
             tracing::info!(device = device.name(), mtu = t.mtu, "TUN inbound open");
             let counters = Arc::new(TunCounters::default());
             Some((device, usize::from(t.mtu), counters))
@@ -537,5 +563,20 @@ mod tests {
         );
         let users = format!("{lan}\n[socks]\nusers = [{{ name = \"u\", password = \"p\" }}]");
         assert!(open_inbounds(&client(&users)).is_empty());
+    }
+
+    #[test]
+    fn links_a_default_tun_route_would_loop_are_named() {
+        let tun = |routes: &str| format!("[tun]\nname = \"t\"\nroutes = [{routes}]");
+        assert!(links_under_a_default_tun_route(&client("")).is_empty());
+        let narrow = client(&tun("\"203.0.113.0/24\", \"2001:db8::/32\""));
+        assert!(links_under_a_default_tun_route(&narrow).is_empty());
+        for default in ["\"0.0.0.0/0\"", "\"10.0.0.0/8\", \"::/0\""] {
+            let config = client(&tun(default));
+            assert_eq!(links_under_a_default_tun_route(&config), ["w"], "{default}");
+        }
+        let mut bound = client(&tun("\"0.0.0.0/0\""));
+        bound.links[0].interface = Some("wlan0".into());
+        assert!(links_under_a_default_tun_route(&bound).is_empty());
     }
 }
