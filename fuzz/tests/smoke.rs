@@ -213,63 +213,78 @@ fn iterations() -> u64 {
         .unwrap_or(200_000)
 }
 
-#[test]
-fn frame_decoder_smoke_pass() {
+/// Runs `target` over `iterations()` inputs: a quarter from `corpus`, a quarter random bytes
+/// (up to `random_len`), half mutations of `corpus`; counts those `valid` accepts, which must
+/// be at least a fifth (the pass reaches past the first bytes); prints the figures.
+fn smoke(
+    name: &str,
+    corpus: &[Vec<u8>],
+    random_len: usize,
+    rng: &mut Rng,
+    valid: impl Fn(&[u8]) -> bool,
+    target: impl Fn(&[u8]),
+) {
     let iterations = iterations();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let frames = sample_frames();
-    let corpus: Vec<Vec<u8>> = (0..256).map(|_| valid_packet(&mut rng, &frames)).collect();
     let start = std::time::Instant::now();
-    let mut valid = 0u64;
+    let mut accepted = 0u64;
     for i in 0..iterations {
         let input = match i % 4 {
             0 => corpus[rng.below(corpus.len())].clone(),
-            1 => (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
+            1 => (0..rng.below(random_len))
+                .map(|_| rng.next() as u8)
+                .collect(),
             _ => {
                 let base = corpus[rng.below(corpus.len())].clone();
-                mutate(&mut rng, base, &corpus)
+                mutate(rng, base, corpus)
             }
         };
-        if braid_proxy::session::frame::parse_packet(&input)
-            .map(|(_, mut f)| f.all(|x| x.is_ok()))
-            .unwrap_or(false)
-        {
-            valid += 1;
+        if valid(&input) {
+            accepted += 1;
         }
-        braid_fuzz::frame_decoder(&input);
+        target(&input);
     }
-    // The corpus quarter and lightly mutated inputs decode: the pass reaches past the header.
-    assert!(valid >= iterations / 5, "{valid} of {iterations} valid");
+    assert!(
+        accepted >= iterations / 5,
+        "{name}: {accepted} of {iterations} valid"
+    );
     println!(
-        "frame_decoder smoke pass: {iterations} inputs ({valid} fully valid) in {:.1} s, no panic",
+        "{name} smoke pass: {iterations} inputs ({accepted} valid) in {:.1} s, no panic",
         start.elapsed().as_secs_f64()
     );
 }
 
 #[test]
+fn frame_decoder_smoke_pass() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let frames = sample_frames();
+    let corpus: Vec<Vec<u8>> = (0..256).map(|_| valid_packet(&mut rng, &frames)).collect();
+    // Valid: the packet and every frame in it decode.
+    let valid = |input: &[u8]| {
+        braid_proxy::session::frame::parse_packet(input)
+            .map(|(_, mut f)| f.all(|x| x.is_ok()))
+            .unwrap_or(false)
+    };
+    smoke(
+        "frame_decoder",
+        &corpus,
+        64,
+        &mut rng,
+        valid,
+        braid_fuzz::frame_decoder,
+    );
+}
+
+#[test]
 fn join_decoder_smoke_pass() {
-    let iterations = iterations();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let joins: Vec<Vec<u8>> = (0..256).map(|_| valid_join(&mut rng)).collect();
-    let start = std::time::Instant::now();
-    let mut valid = 0u64;
-    for i in 0..iterations {
-        let input = match i % 4 {
-            0 => joins[rng.below(joins.len())].clone(),
-            1 => (0..rng.below(400)).map(|_| rng.next() as u8).collect(),
-            _ => {
-                let base = joins[rng.below(joins.len())].clone();
-                mutate(&mut rng, base, &joins)
-            }
-        };
-        if braid_proxy::transport::join::Join::decode(&input).is_ok() {
-            valid += 1;
-        }
-        braid_fuzz::join_decoder(&input);
-    }
-    assert!(valid >= iterations / 5, "{valid} of {iterations} valid");
-    println!(
-        "join_decoder smoke pass: {iterations} inputs ({valid} valid) in {:.1} s, no panic",
-        start.elapsed().as_secs_f64()
+    let valid = |input: &[u8]| braid_proxy::transport::join::Join::decode(input).is_ok();
+    smoke(
+        "join_decoder",
+        &joins,
+        400,
+        &mut rng,
+        valid,
+        braid_fuzz::join_decoder,
     );
 }

@@ -27,6 +27,19 @@ fn build_ipk(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Packages this build's `braid` for `x86_64` into `out`.
+fn package_braid(out: &Path) -> Output {
+    let binary = env!("CARGO_BIN_EXE_braid");
+    build_ipk(&[
+        "--arch",
+        "x86_64",
+        "--binary",
+        binary,
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
 fn run(cmd: &str, args: &[&str], dir: &Path) -> String {
     let out = Command::new(cmd)
         .args(args)
@@ -46,14 +59,7 @@ fn the_package_holds_the_binary_init_script_and_config_with_opkg_control_files()
     let dir = scratch("contents");
     let binary = env!("CARGO_BIN_EXE_braid");
     let out_dir = dir.join("out");
-    let out = build_ipk(&[
-        "--arch",
-        "x86_64",
-        "--binary",
-        binary,
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+    let out = package_braid(&out_dir);
     assert!(
         out.status.success(),
         "build-ipk failed: {}",
@@ -161,14 +167,7 @@ fn the_package_holds_the_binary_init_script_and_config_with_opkg_control_files()
 
     // Reproducible: the same inputs give the same bytes.
     let again_dir = dir.join("again");
-    let again = build_ipk(&[
-        "--arch",
-        "x86_64",
-        "--binary",
-        binary,
-        "--out",
-        again_dir.to_str().unwrap(),
-    ]);
+    let again = package_braid(&again_dir);
     assert!(again.status.success());
     assert!(
         std::fs::read(&ipk).unwrap()

@@ -146,12 +146,74 @@ impl PacketIo for TunDevice {
     }
 }
 
+/// Helpers for tests that need a kernel TUN device.
+#[cfg(test)]
+pub(super) mod testing {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::inbound::tun::{Packet, classify};
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    /// Runs `test` on a thread of its own in a network namespace of its own (so nothing outside
+    /// it is touched), inside a tokio runtime, with the TUN device `name` opened there. Needs
+    /// root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`); where the namespace, the device or
+    /// something `test` needs (its `Err`) is missing, says why and passes.
+    pub(in crate::inbound::tun) fn in_own_netns(
+        name: &'static str,
+        test: impl FnOnce(&tokio::runtime::Runtime, TunDevice) -> Result<(), String> + Send + 'static,
+    ) {
+        let run = std::thread::spawn(move || {
+            // SAFETY: plain flags; this thread alone moves to the new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "no network namespace: {}",
+                    io::Error::last_os_error()
+                ));
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let device = {
+                let _guard = rt.enter();
+                TunDevice::open(name).map_err(|e| format!("no TUN device: {e}"))?
+            };
+            test(&rt, device)
+        });
+        match run.join().unwrap() {
+            Ok(()) => {}
+            Err(why) => eprintln!("skipped: {why}"),
+        }
+    }
+
+    /// The next UDP datagram out of `device` within 5 s, as (source, destination, payload);
+    /// other packets (the kernel's own, e.g. IPv6 router solicitations) are skipped.
+    pub(in crate::inbound::tun) fn next_udp(
+        rt: &tokio::runtime::Runtime,
+        device: &TunDevice,
+    ) -> (SocketAddr, SocketAddr, Vec<u8>) {
+        let mut buf = vec![0u8; 2048];
+        rt.block_on(async {
+            loop {
+                let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
+                    .await
+                    .expect("no packet from the device")
+                    .unwrap();
+                if let Packet::Udp { src, dst, payload } = classify(&buf[..n]) {
+                    break (src, dst, payload.to_vec());
+                }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::testing::{in_own_netns, next_udp};
     use super::*;
     use crate::inbound::tun::udp::udp_packet;
-    use crate::inbound::tun::{Packet, classify};
     use std::net::{SocketAddr, UdpSocket};
     use std::process::Command;
     use std::time::Duration;
@@ -164,28 +226,13 @@ mod tests {
             .is_ok_and(|s| s.success())
     }
 
-    /// The kernel's device end to end, in a network namespace of this test's own (so nothing
-    /// outside it is touched): a UDP datagram an application sends to an address routed into
-    /// the device is read as that IP packet, and a packet written to the device reaches the
-    /// application. Needs root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and
-    /// passes without them.
+    /// The kernel's device end to end, in a network namespace of this test's own: a UDP
+    /// datagram an application sends to an address routed into the device is read as that IP
+    /// packet, and a packet written to the device reaches the application. Needs root (or
+    /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and passes without them.
     #[test]
     fn a_kernel_tun_device_carries_packets_both_ways() {
-        let run = std::thread::spawn(|| {
-            // SAFETY: plain flags; this thread alone moves to the new namespace.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return Err(format!(
-                    "no network namespace: {}",
-                    io::Error::last_os_error()
-                ));
-            }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _guard = rt.enter();
-            let device =
-                TunDevice::open("braidtest0").map_err(|e| format!("no TUN device: {e}"))?;
+        in_own_netns("braidtest0", |rt, device| {
             assert_eq!(device.name(), "braidtest0");
             device.set_mtu(1400).unwrap();
             let link = Command::new("ip")
@@ -204,19 +251,7 @@ mod tests {
             let app_addr = app.local_addr().unwrap();
             let remote: SocketAddr = "10.7.0.9:5300".parse().unwrap();
             app.send_to(b"query", remote).unwrap();
-            // The kernel may also send its own packets (IPv6 router solicitations): skip them.
-            let mut buf = vec![0u8; 2048];
-            let query = rt.block_on(async {
-                loop {
-                    let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
-                        .await
-                        .expect("no packet from the device")
-                        .unwrap();
-                    if let Packet::Udp { src, dst, payload } = classify(&buf[..n]) {
-                        break (src, dst, payload.to_vec());
-                    }
-                }
-            });
+            let query = next_udp(rt, &device);
             assert_eq!(query, (app_addr, remote, b"query".to_vec()));
             let answer = udp_packet(remote, app_addr, b"answer", 1500).unwrap();
             device.send(&answer).unwrap();
@@ -225,10 +260,6 @@ mod tests {
             assert_eq!((&got[..n], from), (&b"answer"[..], remote));
             Ok(())
         });
-        match run.join().unwrap() {
-            Ok(()) => {}
-            Err(why) => eprintln!("skipped: {why}"),
-        }
     }
 
     #[test]

@@ -268,11 +268,9 @@ pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::inbound::tun::device::TunDevice;
-    use crate::inbound::tun::{Packet, PacketIo as _, classify};
+    use crate::inbound::tun::device::testing::{in_own_netns, next_udp};
     use std::net::{SocketAddr, UdpSocket};
     use std::process::Command;
-    use std::time::Duration;
 
     fn ip(args: &[&str]) -> String {
         let out = Command::new("ip").args(args).output().unwrap();
@@ -286,23 +284,10 @@ mod tests {
     /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and passes without them.
     #[test]
     fn addresses_link_state_and_routes_are_set_on_a_kernel_device() {
-        let run = std::thread::spawn(|| {
-            // SAFETY: plain flags; this thread alone moves to the new namespace.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return Err(format!(
-                    "no network namespace: {}",
-                    io::Error::last_os_error()
-                ));
-            }
+        in_own_netns("braidnc0", |rt, device| {
             if Command::new("ip").arg("-V").output().is_err() {
                 return Err("no `ip`".to_owned());
             }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _guard = rt.enter();
-            let device = TunDevice::open("braidnc0").map_err(|e| format!("no TUN device: {e}"))?;
             let name = device.name();
             assert!(!ip(&["link", "show", name]).contains(",UP"));
             let v4: IpNet = "10.9.0.1/24".parse().unwrap();
@@ -337,25 +322,10 @@ mod tests {
             let app = UdpSocket::bind("10.9.0.1:0").unwrap();
             let remote: SocketAddr = "198.19.1.2:5300".parse().unwrap();
             app.send_to(b"routed", remote).unwrap();
-            let mut buf = vec![0u8; 2048];
-            let got = rt.block_on(async {
-                loop {
-                    let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
-                        .await
-                        .expect("nothing came out of the device")
-                        .unwrap();
-                    if let Packet::Udp { dst, payload, .. } = classify(&buf[..n]) {
-                        break (dst, payload.to_vec());
-                    }
-                }
-            });
-            assert_eq!(got, (remote, b"routed".to_vec()));
+            let (_, dst, payload) = next_udp(rt, &device);
+            assert_eq!((dst, payload), (remote, b"routed".to_vec()));
             Ok(())
         });
-        match run.join().unwrap() {
-            Ok(()) => {}
-            Err(why) => eprintln!("skipped: {why}"),
-        }
     }
 
     #[test]
