@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::str::FromStr;
 
-use super::device::{IfReq, MAX_NAME};
+use super::device::{IfReq, valid_name};
 
 /// An address or a network with its prefix length: `10.7.0.1/24`, `fd07::/64`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +167,18 @@ fn ifindex(name: &str) -> io::Result<libc::c_int> {
     libc::c_int::try_from(index).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }
 
+/// `name` as an interface name, or `InvalidInput` (the `ifreq` holds at most 15 bytes).
+fn check_name(name: &str) -> io::Result<()> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not an interface name"),
+        ))
+    }
+}
+
 fn already_there(result: io::Result<()>) -> io::Result<()> {
     match result {
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
@@ -177,6 +189,7 @@ fn already_there(result: io::Result<()>) -> io::Result<()> {
 /// Gives the interface `name` the address `net` (IPv4: the interface's address and netmask;
 /// IPv6: one more address with its prefix).
 pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
+    check_name(name)?;
     match net.addr {
         IpAddr::V4(a) => {
             let socket = control_socket(libc::AF_INET)?;
@@ -203,6 +216,7 @@ pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
 
 /// Brings the interface `name` up (`IFF_UP`).
 pub fn set_up(name: &str) -> io::Result<()> {
+    check_name(name)?;
     let socket = control_socket(libc::AF_INET)?;
     let mut req = IfReq::new(name, &[]);
     // SAFETY: `SIOCGIFFLAGS` reads the name and writes `ifr_flags` into a `struct ifreq`.
@@ -216,8 +230,12 @@ pub fn set_up(name: &str) -> io::Result<()> {
 
 /// Routes the network `net` (host bits zero) through the interface `name`, which must be up.
 pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
-    if !net.is_network() || name.len() > MAX_NAME {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    check_name(name)?;
+    if !net.is_network() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{net} is not a network (host bits set)"),
+        ));
     }
     match net.addr {
         IpAddr::V4(a) => {
@@ -317,6 +335,10 @@ mod tests {
                 io::ErrorKind::InvalidInput
             );
             assert!(add_address("braidnc-none", v4).is_err());
+            let long = "sixteen-bytes-xx";
+            for result in [add_address(long, v4), set_up(long), add_route(long, route4)] {
+                assert_eq!(result.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+            }
             assert!(add_route("braidnc-none", route6).is_err());
             // The route carries traffic into the device.
             let app = UdpSocket::bind("10.9.0.1:0").unwrap();
