@@ -19,13 +19,14 @@ use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{
-    HardwareAddress, IpAddress, IpCidr, IpProtocol, IpRepr, Ipv4Address, Ipv4Packet, Ipv6Packet,
-    TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket, UdpRepr,
+    HardwareAddress, IpAddress, IpCidr, IpProtocol, IpRepr, Ipv4Address, Ipv4Packet, Ipv6Address,
+    Ipv6Packet, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket, UdpRepr,
 };
 use tokio::sync::{Mutex, mpsc, watch};
 
 const MTU: usize = 1500;
 const APP: Ipv4Address = Ipv4Address::new(10, 7, 0, 2);
+const APP6: Ipv6Address = Ipv6Address::new(0xfd00, 7, 0, 0, 0, 0, 0, 2);
 
 /// The inbound's end of the pipe.
 struct Pipe {
@@ -108,8 +109,10 @@ struct App {
     start: Instant,
     /// UDP packets that arrived (the application stack has no UDP sockets).
     udp: Vec<Vec<u8>>,
-    /// IPv6 packets that arrived (the application stack is IPv4 only).
+    /// IPv6 packets that arrived, while `capture_v6` holds (else the stack gets them).
     v6: Vec<Vec<u8>>,
+    /// Keep IPv6 packets in `v6` for the test to read instead of giving them to the stack.
+    capture_v6: bool,
 }
 
 impl App {
@@ -122,8 +125,10 @@ impl App {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             while let Ok(p) = self.from_inbound.try_recv() {
-                if p.first().map(|b| b >> 4) == Some(6) {
+                if p.first().map(|b| b >> 4) == Some(6) && self.capture_v6 {
                     self.v6.push(p);
+                } else if p.first().map(|b| b >> 4) == Some(6) {
+                    self.device.rx.push_back(p);
                 } else if Ipv4Packet::new_checked(&p[..]).unwrap().next_header() == IpProtocol::Udp
                 {
                     self.udp.push(p);
@@ -185,10 +190,17 @@ async fn setup(name: &str) -> (App, Arc<TunCounters>, impl Sized) {
         &mut device,
         smoltcp::time::Instant::ZERO,
     );
-    iface.update_ip_addrs(|a| a.push(IpCidr::new(IpAddress::Ipv4(APP), 24)).unwrap());
+    iface.update_ip_addrs(|a| {
+        a.push(IpCidr::new(IpAddress::Ipv4(APP), 24)).unwrap();
+        a.push(IpCidr::new(IpAddress::Ipv6(APP6), 64)).unwrap();
+    });
     iface
         .routes_mut()
         .add_default_ipv4_route(Ipv4Address::new(10, 7, 0, 1))
+        .unwrap();
+    iface
+        .routes_mut()
+        .add_default_ipv6_route(Ipv6Address::new(0xfd00, 7, 0, 0, 0, 0, 0, 1))
         .unwrap();
     let app = App {
         device,
@@ -198,6 +210,7 @@ async fn setup(name: &str) -> (App, Arc<TunCounters>, impl Sized) {
         start: Instant::now(),
         udp: Vec::new(),
         v6: Vec::new(),
+        capture_v6: true,
     };
     (app, counters, (server, client, _slot, AbortOnDrop(task)))
 }
@@ -444,6 +457,38 @@ async fn an_ipv6_syn_to_any_address_is_answered_from_that_address() {
     assert!(tcp.syn() && tcp.ack(), "a SYN-ACK");
     assert_eq!((tcp.src_port(), tcp.dst_port()), (dst.port(), src.port()));
     assert_eq!(tcp.ack_number(), TcpSeqNumber(1001));
+}
+
+/// IPv6 TCP connections through the inbound: a 200 KB upload with FIN, answered by its
+/// SHA-256, then a 500 KB download. The destination is `[::ffff:127.0.0.1]`: IPv6 between the
+/// application and the inbound (smoltcp sends nothing to `::1`, which must not leave a host),
+/// and an address the server's egress reaches, as loopback, through a dual-stack socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_connections_through_the_tun_inbound_carry_data_both_ways() {
+    let Ok(probe) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("skipped: no IPv6 on this host");
+        return;
+    };
+    drop(probe);
+    let (mut app, counters, _keep) = setup("tun-tcp6").await;
+    app.capture_v6 = false;
+    let v4 = test_server().await;
+    let target = SocketAddr::new(IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped()), v4.port());
+    let upload = pattern(200_000, 11);
+    let h = app.connect(target, 40_011);
+    let mut data = vec![b'U'];
+    data.extend_from_slice(&upload);
+    let answer = exchange(&mut app, h, &data, true).await;
+    assert_eq!(answer, sha256(&upload), "the upload arrived whole");
+    let h = app.connect(target, 40_012);
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&500_000u32.to_be_bytes());
+    let download = exchange(&mut app, h, &request, false).await;
+    assert!(
+        download == pattern(500_000, 7),
+        "the download arrived intact"
+    );
+    assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 2);
 }
 
 /// Runs `command` with `sh -c` (in the calling thread's network namespace); whether it worked.
