@@ -1,5 +1,6 @@
 //! The `braid client`/`server`/`status` command lines: bad configuration files exit with code 2
-//! and a message naming the file and the field; `--print-fingerprint` prints the pin; real
+//! and a message naming the file and the field; `--check` validates without starting anything;
+//! `--print-fingerprint` prints the pin; real
 //! `curl` through both inbounds when curl is installed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,6 +95,64 @@ fn print_fingerprint_is_stable() {
     let fp = String::from_utf8(a.stdout).unwrap();
     assert_eq!(fp.trim().len(), 95, "{fp}");
     assert_eq!(fp, String::from_utf8(b.stdout).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--check` validates the file, says what it sets up, and starts, opens and creates nothing
+/// (no state directory, no certificate, no listener: the SOCKS5 port stays free).
+#[test]
+fn check_validates_without_starting_anything() {
+    let dir = state_dir("check");
+    let state = dir.join("state");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let server = write(
+        &dir,
+        "server.toml",
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n[[user]]\nname = \"a\"\nkey = \"{}\"\n\
+             [[user]]\nname = \"b\"\nkey = \"{}\"\n[egress]\nallow_private = true\n",
+            state.display(),
+            "cd".repeat(32),
+            "ef".repeat(32)
+        ),
+    );
+    let out = braid(&["server", "-c", &server, "--check"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!(
+            "{server}: a valid server configuration: listen 127.0.0.1:{port}, 2 users, scheduler \
+             minrtt, egress private addresses allowed\n"
+        )
+    );
+    let client = write(
+        &dir,
+        "client.toml",
+        &format!(
+            "user = \"a\"\nkey = \"{}\"\nserver_fingerprint = \"{}\"\nstate_dir = \"{}\"\n\
+             socks_listen = \"127.0.0.1:{port}\"\n[tun]\nname = \"braidcheck0\"\n\
+             [scheduler]\nname = \"edar\"\n[[link]]\nname = \"wifi\"\nserver = \"h:1\"\n",
+            "cd".repeat(32),
+            "ab".repeat(32),
+            state.display()
+        ),
+    );
+    let out = braid(&["client", "-c", &client, "--check"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!(
+            "{client}: a valid client configuration: user a, 1 link (wifi), scheduler edar, \
+             inbounds SOCKS5 127.0.0.1:{port}, TUN braidcheck0\n"
+        )
+    );
+    assert!(!state.exists(), "--check created the state directory");
+    let bad = write(&dir, "bad.toml", "user = \"a\"\n");
+    let out = braid(&["client", "-c", &bad, "--check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.toml"));
+    drop(busy);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1,4 +1,4 @@
-//! `braid client -c FILE`: the client daemon (links, session, SOCKS5/HTTP CONNECT inbounds,
+//! `braid client -c FILE [--check]`: the client daemon (links, session, SOCKS5/HTTP CONNECT inbounds,
 //! control socket) until Ctrl-C or SIGTERM (then it closes its session so that the server hears
 //! of it, see [`crate::daemon::ClientHandle::shutdown_gracefully`]).
 
@@ -13,6 +13,31 @@ pub struct ClientArgs {
     /// The client configuration file (see docs/config.md).
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
+    /// Check the configuration file, print what it sets up and exit (0 valid, 2 not); nothing
+    /// is started, opened or created.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// What a valid client configuration sets up, in one line (`--check`).
+fn summary(config: &ClientConfig) -> String {
+    let links: Vec<&str> = config.links.iter().map(|l| l.name.as_str()).collect();
+    let mut inbounds = vec![format!("SOCKS5 {}", config.socks_listen)];
+    if let Some(http) = config.http_listen {
+        inbounds.push(format!("HTTP CONNECT {http}"));
+    }
+    if let Some(tun) = &config.tun {
+        inbounds.push(format!("TUN {}", tun.name));
+    }
+    format!(
+        "a valid client configuration: user {}, {} link{} ({}), scheduler {}, inbounds {}",
+        config.user,
+        links.len(),
+        if links.len() == 1 { "" } else { "s" },
+        links.join(", "),
+        config.scheduler.kind().name(),
+        inbounds.join(", ")
+    )
 }
 
 /// Starts the tracing subscriber (`RUST_LOG`, default `info`), coloured only on a terminal (so
@@ -62,6 +87,10 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.check {
+        println!("{}: {}", args.config.display(), summary(&config));
+        return ExitCode::SUCCESS;
+    }
     init_logging();
     let rt = match runtime() {
         Ok(rt) => rt,

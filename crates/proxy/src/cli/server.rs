@@ -1,4 +1,4 @@
-//! `braid server -c FILE [--print-fingerprint]`: the server daemon until Ctrl-C or SIGTERM (then
+//! `braid server -c FILE [--print-fingerprint | --check]`: the server daemon until Ctrl-C or SIGTERM (then
 //! it closes its sessions so that clients hear of it, see
 //! [`crate::daemon::ServerHandle::shutdown_gracefully`]), or just the certificate fingerprint
 //! clients pin (the certificate is generated on first use).
@@ -17,8 +17,29 @@ pub struct ServerArgs {
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
     /// Print the certificate's SHA-256 fingerprint (for clients' `server_fingerprint`) and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check")]
     pub print_fingerprint: bool,
+    /// Check the configuration file, print what it sets up and exit (0 valid, 2 not); nothing
+    /// is started, opened or created (not even the certificate).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// What a valid server configuration sets up, in one line (`--check`).
+fn summary(config: &ServerConfig) -> String {
+    let egress = match (config.egress.allow_private, config.egress.allow_loopback) {
+        (false, false) => "public addresses only",
+        (true, false) => "private addresses allowed",
+        (false, true) => "loopback allowed",
+        (true, true) => "private and loopback addresses allowed",
+    };
+    format!(
+        "a valid server configuration: listen {}, {} user{}, scheduler {}, egress {egress}",
+        config.listen,
+        config.users.len(),
+        if config.users.len() == 1 { "" } else { "s" },
+        config.scheduler.kind().name(),
+    )
 }
 
 /// Runs `braid server`.
@@ -30,6 +51,10 @@ pub fn run(args: &ServerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.check {
+        println!("{}: {}", args.config.display(), summary(&config));
+        return ExitCode::SUCCESS;
+    }
     let identity = match ServerIdentity::load_or_generate(&config.state_dir, &config.server_name) {
         Ok(i) => i,
         Err(e) => {
