@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use braid_proxy::config::{
-    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, UserEntry,
+    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, TunConfig, UserEntry,
 };
 use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
 use braid_proxy::session::Tier;
@@ -37,7 +37,12 @@ const KEY: [u8; 32] = [0x5a; 32];
 
 /// A TCP source: each connection sends the u64 length it asks for.
 async fn source() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    source_on("127.0.0.1:0".parse().unwrap()).await
+}
+
+/// [`source`] on `bind`.
+async fn source_on(bind: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let chunk = vec![0x61u8; 64 * 1024];
@@ -68,6 +73,12 @@ fn state_dir(name: &str) -> std::path::PathBuf {
 }
 
 async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
+    braid_pair_with(links, None).await
+}
+
+/// [`braid_pair`] with the client's `[tun]` (and the server's egress allowing private
+/// addresses, where the TUN bench's source lives).
+async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle, ClientHandle) {
     let server = start_server(
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -80,6 +91,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             egress: EgressPolicy {
                 allow_loopback: true,
+                allow_private: tun.is_some(),
                 ..EgressPolicy::default()
             },
             max_sessions: 4,
@@ -100,7 +112,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         socks_users: Vec::new(),
-        tun: None,
+        tun,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
         links: (0..links)
             .map(|i| LinkConfig {
@@ -423,6 +435,142 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 }
 
 // ---------------------------------------------------------------------------------------
+// `e2e/tun`: the same 64 MiB download through the client's TUN inbound (a kernel TUN device)
+// beside the same download through its SOCKS5 inbound, on the same daemons in the same run, so
+// the TUN inbound's cost reads as a ratio. Everything runs in a network namespace this bench
+// creates (`unshare(CLONE_NEWNET)` on a thread that then builds the runtime, whose threads
+// inherit it): the source on 10.7.0.9 (an address on the namespace's loopback), the device
+// braid0 with 10.7.0.1/24 set by braid from `[tun] address`, and a policy rule that sends what
+// the application sends from 10.7.0.1 into the device. Needs root (or CAP_SYS_ADMIN and
+// CAP_NET_ADMIN) and `ip`; without them the group says why and measures nothing.
+
+/// A runtime whose threads live in a new network namespace set up for the TUN bench, or why
+/// not.
+fn tun_namespace() -> Result<tokio::runtime::Runtime, String> {
+    std::thread::spawn(|| {
+        // SAFETY: plain flags; only this thread (and the threads it starts) moves.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!(
+                "no network namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let sh = |command: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", command])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !sh("ip link set lo up && ip addr add 10.7.0.9/32 dev lo") {
+            return Err("`ip` is missing or not permitted".into());
+        }
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .join()
+    .unwrap()
+}
+
+/// Routes what is sent from 10.7.0.1 into the TUN device (the local table, which would deliver
+/// 10.7.0.9 at once, is consulted after), in the calling thread's namespace.
+fn route_into_tun() -> bool {
+    [
+        "echo 1 > /proc/sys/net/ipv4/conf/all/accept_local",
+        "echo 1 > /proc/sys/net/ipv4/conf/braid0/accept_local",
+        "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter",
+        "echo 0 > /proc/sys/net/ipv4/conf/braid0/rp_filter",
+        "ip route add default dev braid0 table 100",
+        "ip rule add pref 100 from 10.7.0.1 lookup 100",
+        "ip rule add pref 200 lookup local",
+        "ip rule del pref 0 lookup local",
+    ]
+    .iter()
+    .all(|command| {
+        std::process::Command::new("sh")
+            .args(["-c", command])
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// A TCP download from `target` by an application whose socket is bound to the device's
+/// address, so that it goes through the TUN inbound.
+async fn tun_download(target: SocketAddr, bytes: u64) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("10.7.0.1:0".parse().unwrap()).unwrap();
+    tcp_download(socket.connect(target).await.unwrap(), bytes).await;
+}
+
+fn tun(c: &mut Criterion) {
+    let rt = match tun_namespace() {
+        Ok(rt) => rt,
+        Err(why) => {
+            eprintln!("e2e/tun skipped: {why}");
+            return;
+        }
+    };
+    // Everything below runs on the runtime's threads (spawned), inside the namespace.
+    let set_up = rt.spawn(async {
+        let config = TunConfig {
+            name: "braid0".into(),
+            mtu: std::env::var("BRAID_BENCH_TUN_MTU")
+                .ok()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(braid_proxy::config::DEFAULT_TUN_MTU),
+            address: vec!["10.7.0.1/24".parse().unwrap()],
+            routes: Vec::new(),
+        };
+        let (server, client) = braid_pair_with(2, Some(config)).await;
+        let source = source_on("10.7.0.9:0".parse().unwrap()).await;
+        let routed = tokio::task::spawn_blocking(route_into_tun).await.unwrap();
+        (server, client, source, routed)
+    });
+    let (_server, client, target, routed) = rt.block_on(set_up).unwrap();
+    if !routed {
+        eprintln!("e2e/tun skipped: `ip` could not route into the device");
+        return;
+    }
+    let socks = client.socks_addr;
+    let mut group = c.benchmark_group("e2e/tun");
+    group.throughput(Throughput::Bytes(BYTES));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(15));
+    group.bench_function("braid_socks5", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(rt.spawn(async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    braid_download(socks, target, BYTES).await;
+                }
+                start.elapsed()
+            }))
+            .unwrap()
+        })
+    });
+    group.bench_function("braid_tun", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(rt.spawn(async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    tun_download(target, BYTES).await;
+                }
+                start.elapsed()
+            }))
+            .unwrap()
+        })
+    });
+    group.finish();
+    if let Some((device, counters)) = &client.tun {
+        let connections = counters
+            .tcp_connections
+            .load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("e2e/tun: {connections} TCP connections through {device}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // `e2e/shaped` (the emulator's part): the same braid download, but over the two shaped links of
 // `config/local/emu.toml` (30 Mbit/s RTT 20 ms and 20 Mbit/s RTT 40 ms) through the real-time
 // link emulator in this process. Goal: goodput >= 90% of the 50 Mbit/s the two links carry
@@ -549,5 +697,5 @@ fn shaped(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, goodput, shaped);
+criterion_group!(benches, goodput, shaped, tun);
 criterion_main!(benches);
