@@ -12,6 +12,9 @@
 //! - `quinn_1conn`: one plain quinn connection moving the same bytes from a stream writer
 //!   straight to a stream reader, with no TCP at either end: quinn's own ceiling on this machine,
 //!   reported beside the others (until issue #3's last session the goal was read against it).
+//!
+//! Also `e2e/shaped` (braid over the emulator's two shaped links) and `e2e/tun` (the TUN inbound
+//! beside the SOCKS5 inbound, in a network namespace of its own; needs root), below.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -455,12 +458,6 @@ fn tun_namespace() -> Result<tokio::runtime::Runtime, String> {
                 std::io::Error::last_os_error()
             ));
         }
-        let sh = |command: &str| {
-            std::process::Command::new("sh")
-                .args(["-c", command])
-                .status()
-                .is_ok_and(|s| s.success())
-        };
         if !sh("ip link set lo up && ip addr add 10.7.0.9/32 dev lo") {
             return Err("`ip` is missing or not permitted".into());
         }
@@ -487,12 +484,15 @@ fn route_into_tun() -> bool {
         "ip rule del pref 0 lookup local",
     ]
     .iter()
-    .all(|command| {
-        std::process::Command::new("sh")
-            .args(["-c", command])
-            .status()
-            .is_ok_and(|s| s.success())
-    })
+    .all(|command| sh(command))
+}
+
+/// Runs `command` with `sh -c` (in the calling thread's network namespace); whether it worked.
+fn sh(command: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", command])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A TCP download from `target` by an application whose socket is bound to the device's
