@@ -1,7 +1,7 @@
 //! The bodies of braid's fuzz targets, shared by the libFuzzer binaries (`fuzz_targets/`, run
-//! with `cargo +nightly fuzz run <target>`) and the stable-Rust smoke pass (`src/bin/smoke.rs`),
-//! so that both exercise exactly the same code: `frame_decoder` (session packets) and
-//! `join_decoder` (the path join message).
+//! with `cargo +nightly fuzz run <target>`) and the stable-Rust smoke pass (`tests/smoke.rs`, run
+//! by `cargo test`), so that both exercise exactly the same code: `frame_decoder` (session
+//! packets) and `join_decoder` (the path join message).
 
 use braid_proxy::session::frame::{Frame, parse_packet};
 use braid_proxy::session::harness::{Harness, LinkConfig};
