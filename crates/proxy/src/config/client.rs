@@ -1,6 +1,6 @@
 //! The client daemon's configuration (`config/client.toml`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use braid_sched_core::SchedulerConfig;
@@ -286,6 +286,18 @@ impl ClientConfig {
     }
 }
 
+/// Whether `net` can be an interface's own address: a unicast address, and a prefix that does
+/// not cover every destination (the kernel adds a route for the prefix).
+fn usable_interface_address(net: &IpNet) -> bool {
+    let special = match net.addr {
+        IpAddr::V4(a) => {
+            a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.is_broadcast()
+        }
+        IpAddr::V6(a) => a.is_unspecified() || a.is_loopback() || a.is_multicast(),
+    };
+    net.prefix > 0 && !special
+}
+
 /// `[tun]`: an interface name, an MTU from 576 (the least IPv4 host MTU) to 65535, and the
 /// addresses and routes braid sets, if any.
 fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
@@ -308,6 +320,15 @@ fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
         let net: IpNet = text
             .parse()
             .map_err(|()| invalid(file, &field, "ADDRESS/PREFIX, e.g. \"10.7.0.1/24\"", text))?;
+        if !usable_interface_address(&net) {
+            return Err(invalid(
+                file,
+                &field,
+                "a unicast address (not unspecified, loopback, multicast or broadcast) with a \
+                 prefix of at least 1 (a /0 address would route every destination into the device)",
+                text,
+            ));
+        }
         if address
             .iter()
             .any(|a: &IpNet| a.addr.is_ipv4() == net.addr.is_ipv4())
@@ -590,6 +611,30 @@ mod tests {
             (
                 "[tun]\nname = \"t\"\naddress = [\"fd07::1/64\", \"10.0.0.1/33\"]\n",
                 "tun.address[1]: expected ADDRESS/PREFIX",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"10.0.0.1/0\"]\n",
+                "tun.address[0]: expected a unicast address",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"10.0.0.1/24\", \"fd07::1/0\"]\n",
+                "tun.address[1]: expected a unicast address",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"0.0.0.0/24\"]\n",
+                "tun.address[0]: expected a unicast address",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"127.0.0.2/8\"]\n",
+                "tun.address[0]: expected a unicast address",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"ff02::1/64\"]\n",
+                "tun.address[0]: expected a unicast address",
+            ),
+            (
+                "[tun]\nname = \"t\"\naddress = [\"255.255.255.255/32\"]\n",
+                "tun.address[0]: expected a unicast address",
             ),
             (
                 "[tun]\nname = \"t\"\naddress = [\"10.0.0.1/8\", \"10.0.0.2/8\"]\n",
