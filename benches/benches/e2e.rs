@@ -440,7 +440,8 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // ---------------------------------------------------------------------------------------
 // `e2e/tun`: the same 64 MiB download through the client's TUN inbound (a kernel TUN device)
 // beside the same download through its SOCKS5 inbound, on the same daemons in the same run, so
-// the TUN inbound's cost reads as a ratio. Everything runs in a network namespace this bench
+// the TUN inbound's cost reads as a ratio; then both again while 256 other connections through
+// the device stay open and silent (`…_256_idle`). Everything runs in a network namespace this bench
 // creates (`unshare(CLONE_NEWNET)` on a thread that then builds the runtime, whose threads
 // inherit it): the source on 10.7.0.9 (an address on the namespace's loopback), the device
 // braid0 with 10.7.0.1/24 set by braid from `[tun] address`, and a policy rule that sends what
@@ -494,6 +495,9 @@ fn sh(command: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// Idle connections held open through the TUN device in `e2e/tun`'s `…_idle` rows.
+const TUN_IDLE: usize = 256;
 
 /// A TCP download from `target` by an application whose socket is bound to the device's
 /// address, so that it goes through the TUN inbound.
@@ -561,6 +565,41 @@ fn tun(c: &mut Criterion) {
             .unwrap()
         })
     });
+    // The same two downloads while `TUN_IDLE` other connections through the device stay open
+    // and silent (a router's browsers keep many): what each open connection costs the rest.
+    let idle = rt
+        .block_on(rt.spawn(async move {
+            let mut idle = Vec::with_capacity(TUN_IDLE);
+            for _ in 0..TUN_IDLE {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind("10.7.0.1:0".parse().unwrap()).unwrap();
+                idle.push(socket.connect(target).await.unwrap());
+            }
+            idle
+        }))
+        .unwrap();
+    for (name, through_tun) in [
+        (format!("braid_socks5_{TUN_IDLE}_idle"), false),
+        (format!("braid_tun_{TUN_IDLE}_idle"), true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(rt.spawn(async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        if through_tun {
+                            tun_download(target, BYTES).await;
+                        } else {
+                            braid_download(socks, target, BYTES).await;
+                        }
+                    }
+                    start.elapsed()
+                }))
+                .unwrap()
+            })
+        });
+    }
+    drop(idle);
     group.finish();
     if let Some((device, counters)) = &client.tun {
         let connections = counters
