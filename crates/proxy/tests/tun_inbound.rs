@@ -113,6 +113,8 @@ struct App {
     v6: Vec<Vec<u8>>,
     /// Keep IPv6 packets in `v6` for the test to read instead of giving them to the stack.
     capture_v6: bool,
+    /// IPv4 TCP segments with a FIN from the inbound to lose (they never reach the stack).
+    lose_fins: usize,
 }
 
 impl App {
@@ -132,6 +134,8 @@ impl App {
                 } else if Ipv4Packet::new_checked(&p[..]).unwrap().next_header() == IpProtocol::Udp
                 {
                     self.udp.push(p);
+                } else if self.lose_fins > 0 && has_fin(&p) {
+                    self.lose_fins -= 1;
                 } else {
                     self.device.rx.push_back(p);
                 }
@@ -211,6 +215,7 @@ async fn setup(name: &str) -> (App, Arc<TunCounters>, impl Sized) {
         udp: Vec::new(),
         v6: Vec::new(),
         capture_v6: true,
+        lose_fins: 0,
     };
     (app, counters, (server, client, _slot, AbortOnDrop(task)))
 }
@@ -287,6 +292,89 @@ async fn tcp_connections_through_the_tun_inbound_reach_their_destination() {
     let h = app.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 1)), 40_003);
     app.run_until(|app| app.socket(h).state() == tcp::State::Closed)
         .await;
+}
+
+/// Whether an IPv4 TCP packet carries a FIN.
+fn has_fin(packet: &[u8]) -> bool {
+    let ip = Ipv4Packet::new_checked(packet).unwrap();
+    ip.next_header() == IpProtocol::Tcp && TcpPacket::new_checked(ip.payload()).unwrap().fin()
+}
+
+/// Many connections at once, each getting only its own packets; a segment of no connection
+/// answered with a reset; a lost FIN sent again on the inbound's retransmission timer (nothing
+/// else would make it send again: the application has nothing more to say); and connections
+/// that closed are gone (a repeated SYN for a closed pair opens a fresh one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_stray_segments_and_a_lost_fin() {
+    let (mut app, counters, _keep) = setup("tun-many").await;
+    let target = test_server().await;
+
+    // 40 uploads at once, interleaved packet by packet.
+    let uploads: Vec<(SocketHandle, Vec<u8>)> = (0..40u16)
+        .map(|i| {
+            let mut data = vec![b'U'];
+            data.extend_from_slice(&pattern(20_000 + usize::from(i), i as u8));
+            (app.connect(target, 41_000 + i), data)
+        })
+        .collect();
+    let mut sent = vec![0usize; uploads.len()];
+    let mut answers = vec![Vec::new(); uploads.len()];
+    app.run_until(|app| {
+        let mut done = true;
+        for (i, (h, data)) in uploads.iter().enumerate() {
+            let s = app.socket(*h);
+            if s.can_send() && sent[i] < data.len() {
+                sent[i] += s.send_slice(&data[sent[i]..]).unwrap();
+                if sent[i] == data.len() {
+                    s.close();
+                }
+            }
+            while s.can_recv() {
+                s.recv(|b| {
+                    answers[i].extend_from_slice(b);
+                    (b.len(), ())
+                })
+                .unwrap();
+            }
+            done &= sent[i] == data.len() && !s.may_recv() && s.state() != tcp::State::SynSent;
+        }
+        done
+    })
+    .await;
+    for (i, (_, data)) in uploads.iter().enumerate() {
+        assert_eq!(answers[i], sha256(&data[1..]), "upload {i}");
+    }
+    assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 40);
+
+    // A segment of no connection (an ACK, no SYN) is answered with a reset.
+    let src: SocketAddr = "[fd00:7::2]:40100".parse().unwrap();
+    let dst: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
+    app.device
+        .tx
+        .send(tcp6(src, dst, TcpControl::None, Some(TcpSeqNumber(77))))
+        .unwrap();
+    app.run_until(|app| !app.v6.is_empty()).await;
+    let p = Ipv6Packet::new_checked(&app.v6[0][..]).unwrap();
+    let tcp = TcpPacket::new_checked(p.payload()).unwrap();
+    assert!(tcp.rst(), "a reset");
+    assert_eq!((tcp.src_port(), tcp.dst_port()), (dst.port(), src.port()));
+
+    // The inbound's FIN after a download is lost once: it must come again by itself.
+    app.lose_fins = 1;
+    let h = app.connect(target, 41_100);
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&100_000u32.to_be_bytes());
+    let download = exchange(&mut app, h, &request, false).await;
+    assert_eq!(app.lose_fins, 0, "the FIN was lost");
+    assert_eq!(download, pattern(100_000, 7));
+
+    // The first upload's pair again (the application closed first, so the inbound's side of it
+    // is closed and gone; the application's own socket is dropped): a new connection.
+    app.sockets.remove(uploads[0].0);
+    let again = app.connect(target, 41_000);
+    let answer = exchange(&mut app, again, b"Uabc", true).await;
+    assert_eq!(answer, sha256(b"abc"));
+    assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 42);
 }
 
 /// A UDP packet from the application.
@@ -415,15 +503,25 @@ async fn udp_datagrams_through_the_tun_inbound_are_answered() {
 
 /// A TCP SYN from `src` to `dst` (IPv6).
 fn syn6(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    tcp6(src, dst, TcpControl::Syn, None)
+}
+
+/// A TCP segment from `src` to `dst` (IPv6) with sequence number 1000 and no payload.
+fn tcp6(
+    src: SocketAddr,
+    dst: SocketAddr,
+    control: TcpControl,
+    ack_number: Option<TcpSeqNumber>,
+) -> Vec<u8> {
     let (IpAddr::V6(s), IpAddr::V6(d)) = (src.ip(), dst.ip()) else {
         unreachable!()
     };
     let tcp = TcpRepr {
         src_port: src.port(),
         dst_port: dst.port(),
-        control: TcpControl::Syn,
+        control,
         seq_number: TcpSeqNumber(1000),
-        ack_number: None,
+        ack_number,
         window_len: 64_000,
         window_scale: None,
         max_seg_size: Some(1400),
