@@ -103,10 +103,7 @@ struct Flow {
     close_wanted: bool,
 }
 
-/// One TCP connection with a smoltcp interface and socket of its own. smoltcp finds the
-/// socket of a segment, and offers every socket a chance to send, by walking all the sockets
-/// of an interface; one interface per connection, each fed only its own packets, keeps the
-/// cost of a packet the same however many connections are open.
+/// One TCP connection, with a smoltcp interface and socket of its own (see the module's notes).
 struct Conn {
     /// The SYN's (source, destination).
     pair: (SocketAddr, SocketAddr),
@@ -239,6 +236,7 @@ pub(super) struct Stack<D> {
     /// Connections' next timers (smoltcp's retransmissions and delayed ACKs, handshakes that
     /// take too long), by time in µs since the stack started.
     timers: BTreeSet<(i64, u64)>,
+    /// Room for the connections [`Wake::take`] hands over at each step.
     woken: Vec<u64>,
     udp: UdpTable,
 }
