@@ -518,13 +518,12 @@ fn tun(c: &mut Criterion) {
     // Everything below runs on the runtime's threads (spawned), inside the namespace.
     let set_up = rt.spawn(async {
         let config = TunConfig {
-            name: "braid0".into(),
             mtu: std::env::var("BRAID_BENCH_TUN_MTU")
                 .ok()
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(braid_proxy::config::DEFAULT_TUN_MTU),
             address: vec!["10.7.0.1/24".parse().unwrap()],
-            routes: Vec::new(),
+            ..TunConfig::named("braid0")
         };
         let (server, client) = braid_pair_with(2, Some(config)).await;
         let source = source_on("10.7.0.9:0".parse().unwrap()).await;

@@ -371,9 +371,15 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                      policy route for its local_addr keeps them out (docs/config.md)"
                 );
             }
-            tracing::info!(device = device.name(), mtu = t.mtu, "TUN inbound open");
+            tracing::info!(
+                device = device.name(),
+                mtu = t.mtu,
+                max_tcp = t.max_tcp,
+                tcp_buffer = t.tcp_buffer,
+                "TUN inbound open"
+            );
             let counters = Arc::new(TunCounters::default());
-            Some((device, usize::from(t.mtu), counters))
+            Some((device, t.limits(), counters))
         }
         None => None,
     };
@@ -412,8 +418,8 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             crate::inbound::http_server::serve_http_connect(l, ctx.clone()),
         ));
     }
-    if let Some((device, mtu, counters)) = tun {
-        tasks.push(tokio::spawn(serve_tun(device, ctx, mtu, counters)));
+    if let Some((device, limits, counters)) = tun {
+        tasks.push(tokio::spawn(serve_tun(device, ctx, limits, counters)));
     }
     Ok(ClientHandle {
         socks_addr,

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use braid_proxy::inbound::server::{HANDSHAKE_TIMEOUT, InboundContext};
-use braid_proxy::inbound::tun::{PacketIo, TunCounters, serve_tun};
+use braid_proxy::inbound::tun::{PacketIo, TunCounters, TunLimits, serve_tun};
 use daemon_common::*;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
@@ -170,6 +170,11 @@ impl App {
 /// A client and server over two links, the inbound serving the client's session on a pipe,
 /// and the application at its other end.
 async fn setup(name: &str) -> (App, Arc<TunCounters>, impl Sized) {
+    setup_with(name, TunLimits::with_mtu(MTU)).await
+}
+
+/// [`setup`] with the inbound's `limits`.
+async fn setup_with(name: &str, limits: TunLimits) -> (App, Arc<TunCounters>, impl Sized) {
     let (server, client) = pair(name, 2).await;
     let (_slot, session) = watch::channel(client.session());
     let ctx = Arc::new(InboundContext {
@@ -184,7 +189,7 @@ async fn setup(name: &str) -> (App, Arc<TunCounters>, impl Sized) {
         to_app,
     };
     let counters = Arc::new(TunCounters::default());
-    let task = tokio::spawn(serve_tun(pipe, ctx, MTU, counters.clone()));
+    let task = tokio::spawn(serve_tun(pipe, ctx, limits, counters.clone()));
     let mut device = AppDevice {
         rx: VecDeque::new(),
         tx: app_tx,
@@ -375,6 +380,77 @@ async fn many_connections_stray_segments_and_a_lost_fin() {
     let answer = exchange(&mut app, again, b"Uabc", true).await;
     assert_eq!(answer, sha256(b"abc"));
     assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 42);
+}
+
+/// `[tun] max_tcp` and `tcp_buffer`: with room for three connections, a fourth SYN is dropped
+/// and counted until one closes (then the application's next SYN gets in); 4 KiB socket buffers still carry an upload and a download
+/// whole (backpressure through a window of a few segments).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_limit_and_small_buffers_hold() {
+    let limits = TunLimits {
+        max_tcp: 3,
+        tcp_buffer: 4096,
+        ..TunLimits::with_mtu(MTU)
+    };
+    let (mut app, counters, _keep) = setup_with("tun-limits", limits).await;
+    let target = test_server().await;
+    let open: Vec<SocketHandle> = (0..3).map(|i| app.connect(target, 42_000 + i)).collect();
+    app.run_until(|app| {
+        open.iter()
+            .all(|h| app.socket(*h).state() == tcp::State::Established)
+    })
+    .await;
+    let fourth = app.connect(target, 42_003);
+    app.run_until(|_| counters.tcp_refused.load(Ordering::Relaxed) >= 1)
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    app.run_until(|_| true).await;
+    assert_eq!(app.socket(fourth).state(), tcp::State::SynSent, "no answer");
+
+    // An upload on the first, which then closes: its slot is free again.
+    let upload = pattern(300_000, 5);
+    let mut data = vec![b'U'];
+    data.extend_from_slice(&upload);
+    assert_eq!(
+        exchange(&mut app, open[0], &data, true).await,
+        sha256(&upload)
+    );
+    // A download on the second.
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&1_000_000u32.to_be_bytes());
+    let download = exchange(&mut app, open[1], &request, false).await;
+    assert!(
+        download == pattern(1_000_000, 7),
+        "the download arrived intact"
+    );
+
+    // The fourth's SYN, sent again by its stack, finds the first's slot.
+    app.run_until(|app| app.socket(fourth).state() == tcp::State::Established)
+        .await;
+    assert_eq!(
+        exchange(&mut app, fourth, b"Uxyz", true).await,
+        sha256(b"xyz")
+    );
+    assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 4);
+
+    // The window the inbound offers is its 4 KiB buffer (64 KiB by default). The SYN is sent
+    // until answered: the last connection's slot frees once the application's ACK of its FIN
+    // (delayed) has arrived.
+    let src: SocketAddr = "[fd00:7::2]:42005".parse().unwrap();
+    let dst: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
+    for _ in 0..100 {
+        app.device.tx.send(syn6(src, dst)).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        app.run_until(|_| true).await;
+        if !app.v6.is_empty() {
+            break;
+        }
+    }
+    assert!(!app.v6.is_empty(), "no answer to the SYN");
+    let p = Ipv6Packet::new_checked(&app.v6[0][..]).unwrap();
+    let tcp = TcpPacket::new_checked(p.payload()).unwrap();
+    assert!(tcp.syn() && tcp.ack(), "a SYN-ACK");
+    assert_eq!(tcp.window_len(), 4096);
 }
 
 /// A UDP packet from the application.
@@ -632,10 +708,8 @@ fn a_download_through_a_kernel_tun_device_arrives_whole() {
             let mut config = client_config("tun-kernel", &server, 1, KEY);
             // braid gives the device its address and brings it up.
             config.tun = Some(braid_proxy::config::TunConfig {
-                name: "braidt0".into(),
-                mtu: 1500,
                 address: vec!["10.7.0.1/24".parse().unwrap()],
-                routes: Vec::new(),
+                ..braid_proxy::config::TunConfig::named("braidt0")
             });
             let client = match braid_proxy::daemon::start_client(config).await {
                 Ok(c) => c,

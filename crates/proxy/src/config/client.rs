@@ -91,7 +91,39 @@ pub struct TunConfig {
     pub address: Vec<IpNet>,
     /// Networks braid routes into the device (at most [`MAX_TUN_ROUTES`]).
     pub routes: Vec<IpNet>,
+    /// TCP connections held at once; SYNs beyond are dropped.
+    pub max_tcp: usize,
+    /// Each TCP connection's receive and send buffer in braid's stack, bytes.
+    pub tcp_buffer: usize,
 }
+
+impl TunConfig {
+    /// A device `name` of the default MTU and limits, set up by the system.
+    pub fn named(name: &str) -> Self {
+        TunConfig {
+            name: name.to_owned(),
+            mtu: DEFAULT_TUN_MTU,
+            address: Vec::new(),
+            routes: Vec::new(),
+            max_tcp: crate::inbound::tun::DEFAULT_MAX_TCP,
+            tcp_buffer: crate::inbound::tun::DEFAULT_TCP_BUFFER,
+        }
+    }
+
+    /// The sizes the inbound works with.
+    pub fn limits(&self) -> crate::inbound::tun::TunLimits {
+        crate::inbound::tun::TunLimits {
+            mtu: usize::from(self.mtu),
+            max_tcp: self.max_tcp,
+            tcp_buffer: self.tcp_buffer,
+        }
+    }
+}
+
+/// Bounds of `[tun] max_tcp`.
+pub const TUN_MAX_TCP_RANGE: std::ops::RangeInclusive<i64> = 1..=65_536;
+/// Bounds of `[tun] tcp_buffer`, bytes.
+pub const TUN_TCP_BUFFER_RANGE: std::ops::RangeInclusive<i64> = 4_096..=4 << 20;
 
 /// Most routes `[tun] routes` may list.
 pub const MAX_TUN_ROUTES: usize = 64;
@@ -109,6 +141,8 @@ struct RawTun {
     address: Vec<String>,
     #[serde(default)]
     routes: Vec<String>,
+    max_tcp: Option<i64>,
+    tcp_buffer: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -366,11 +400,35 @@ fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
             })?;
         routes.push(net);
     }
+    let bounded = |field: &str, value: Option<i64>, default: usize, range| {
+        let value = value.unwrap_or(i64::try_from(default).unwrap_or(i64::MAX));
+        if !std::ops::RangeInclusive::contains(&range, &value) {
+            return Err(invalid(
+                file,
+                field,
+                format!("{}..={}", range.start(), range.end()),
+                value,
+            ));
+        }
+        usize::try_from(value).map_err(|_| invalid(file, field, "a size", value))
+    };
     Ok(TunConfig {
         name: raw.name.clone(),
         mtu,
         address,
         routes,
+        max_tcp: bounded(
+            "tun.max_tcp",
+            raw.max_tcp,
+            crate::inbound::tun::DEFAULT_MAX_TCP,
+            TUN_MAX_TCP_RANGE,
+        )?,
+        tcp_buffer: bounded(
+            "tun.tcp_buffer",
+            raw.tcp_buffer,
+            crate::inbound::tun::DEFAULT_TCP_BUFFER,
+            TUN_TCP_BUFFER_RANGE,
+        )?,
     })
 }
 
@@ -558,13 +616,12 @@ mod tests {
         assert_eq!(parse(""), Ok(None));
         assert_eq!(
             parse("[tun]\nname = \"braid0\"\n"),
-            Ok(Some(TunConfig {
-                name: "braid0".into(),
-                mtu: DEFAULT_TUN_MTU,
-                address: Vec::new(),
-                routes: Vec::new(),
-            }))
+            Ok(Some(TunConfig::named("braid0")))
         );
+        let small = parse("[tun]\nname = \"t\"\nmax_tcp = 64\ntcp_buffer = 16384\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((small.max_tcp, small.tcp_buffer), (64, 16_384));
         let full = parse(
             "[tun]\nname = \"braid0\"\naddress = [\"10.7.0.1/24\", \"fd07::1/64\"]\n\
              routes = [\"203.0.113.0/24\", \"2001:db8::/32\", \"0.0.0.0/0\"]\n",
@@ -611,6 +668,18 @@ mod tests {
             (
                 "[tun]\nname = \"t\"\naddress = [\"fd07::1/64\", \"10.0.0.1/33\"]\n",
                 "tun.address[1]: expected ADDRESS/PREFIX",
+            ),
+            (
+                "[tun]\nname = \"t\"\nmax_tcp = 0\n",
+                "tun.max_tcp: expected 1..=65536, got \"0\"",
+            ),
+            (
+                "[tun]\nname = \"t\"\ntcp_buffer = 4095\n",
+                "tun.tcp_buffer: expected 4096..=4194304, got \"4095\"",
+            ),
+            (
+                "[tun]\nname = \"t\"\ntcp_buffer = 4194305\n",
+                "tun.tcp_buffer: expected 4096..=4194304",
             ),
             (
                 "[tun]\nname = \"t\"\naddress = [\"10.0.0.1/0\"]\n",

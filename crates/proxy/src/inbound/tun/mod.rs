@@ -26,8 +26,13 @@ pub use stack::TunCounters;
 
 /// Largest packet read from or written to the device.
 pub const MAX_PACKET: usize = 65_535;
-/// TCP connections (open or opening) the inbound holds at once; SYNs beyond are dropped.
-pub const MAX_TCP: usize = 1024;
+/// TCP connections (open or opening) the inbound holds at once by default; SYNs beyond are
+/// dropped.
+pub const DEFAULT_MAX_TCP: usize = 1024;
+/// Each TCP connection's receive and send buffer in the inbound's stack, bytes, by default. The
+/// application is on this machine, microseconds away, so a small window keeps it busy;
+/// [`DEFAULT_MAX_TCP`] connections hold at most 128 MiB of them.
+pub const DEFAULT_TCP_BUFFER: usize = 64 * 1024;
 /// UDP sources (flows) the inbound holds at once; datagrams from more are dropped.
 pub const MAX_UDP: usize = 256;
 
@@ -41,14 +46,36 @@ pub trait PacketIo {
     fn send(&self, packet: &[u8]) -> io::Result<()>;
 }
 
-/// Serves the TUN inbound on `io` until the task is dropped; `mtu` is the device's MTU.
+/// The sizes the TUN inbound works with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunLimits {
+    /// The device's MTU: the largest packet read or written.
+    pub mtu: usize,
+    /// TCP connections (open or opening) held at once; SYNs beyond are dropped and counted.
+    pub max_tcp: usize,
+    /// Each TCP connection's receive and send buffer, bytes.
+    pub tcp_buffer: usize,
+}
+
+impl TunLimits {
+    /// The defaults, for a device of `mtu` bytes.
+    pub fn with_mtu(mtu: usize) -> Self {
+        TunLimits {
+            mtu,
+            max_tcp: DEFAULT_MAX_TCP,
+            tcp_buffer: DEFAULT_TCP_BUFFER,
+        }
+    }
+}
+
+/// Serves the TUN inbound on `io` until the task is dropped.
 pub async fn serve_tun<D: PacketIo + Send + Sync + 'static>(
     io: D,
     ctx: Arc<InboundContext>,
-    mtu: usize,
+    limits: TunLimits,
     counters: Arc<TunCounters>,
 ) {
-    stack::Stack::new(Arc::new(io), ctx, mtu, counters)
+    stack::Stack::new(Arc::new(io), ctx, limits, counters)
         .run()
         .await;
 }

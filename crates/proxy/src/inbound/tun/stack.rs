@@ -25,14 +25,11 @@ use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
 use super::udp::UdpTable;
-use super::{MAX_PACKET, MAX_TCP, Packet, PacketIo, classify};
+use super::{MAX_PACKET, Packet, PacketIo, TunLimits, classify};
 use crate::inbound::server::InboundContext;
 use crate::session::Target;
 use crate::transport::flow::FlowMsg;
 
-/// Each TCP socket's receive and send buffers. The application is on this machine, microseconds
-/// away, so a small window keeps it busy; [`MAX_TCP`] connections hold at most 128 MiB of them.
-const SOCKET_BUFFER: usize = 64 * 1024;
 /// Largest chunk moved between a socket and its flow at once.
 const CHUNK: usize = 64 * 1024;
 /// Messages each way between the stack and a connection's task.
@@ -47,7 +44,7 @@ const BURST: usize = 64;
 pub struct TunCounters {
     /// TCP connections handed to a flow.
     pub tcp_connections: AtomicU64,
-    /// SYNs dropped because [`MAX_TCP`] connections were open.
+    /// SYNs dropped because [`TunLimits::max_tcp`] connections were open.
     pub tcp_refused: AtomicU64,
     /// UDP datagrams sent into a flow.
     pub udp_datagrams: AtomicU64,
@@ -218,7 +215,7 @@ pub(super) struct Stack<D> {
     counters: Arc<TunCounters>,
     wake: Arc<Wake>,
     start: Instant,
-    mtu: usize,
+    limits: TunLimits,
     /// Packets for the device, from every interface.
     tx: Vec<Vec<u8>>,
     /// An interface with no socket: it answers segments of no connection with a reset, as
@@ -245,20 +242,25 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     pub(super) fn new(
         io: Arc<D>,
         ctx: Arc<InboundContext>,
-        mtu: usize,
+        limits: TunLimits,
         counters: Arc<TunCounters>,
     ) -> Self {
         let wake = Arc::new(Wake::default());
-        let udp = UdpTable::new(ctx.clone(), counters.clone(), wake.notify.clone(), mtu);
+        let udp = UdpTable::new(
+            ctx.clone(),
+            counters.clone(),
+            wake.notify.clone(),
+            limits.mtu,
+        );
         let mut tx = Vec::new();
-        let stray = any_ip_interface(mtu, &mut tx);
+        let stray = any_ip_interface(limits.mtu, &mut tx);
         Stack {
             io,
             ctx,
             counters,
             wake,
             start: Instant::now(),
-            mtu,
+            limits,
             tx,
             stray,
             stray_sockets: SocketSet::new(Vec::new()),
@@ -343,14 +345,14 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     /// A connection whose socket listens on `dst` for the SYN from `src`; `None` when too many
     /// are open.
     fn listen_for(&mut self, src: SocketAddr, dst: SocketAddr) -> Option<u64> {
-        if self.conns.len() >= MAX_TCP {
+        if self.conns.len() >= self.limits.max_tcp {
             self.counters.tcp_refused.fetch_add(1, Ordering::Relaxed);
             debug!(%src, %dst, "TUN inbound: too many TCP connections, SYN dropped");
             return None;
         }
         let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
-            tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER]),
+            tcp::SocketBuffer::new(vec![0; self.limits.tcp_buffer]),
+            tcp::SocketBuffer::new(vec![0; self.limits.tcp_buffer]),
         );
         socket.set_nagle_enabled(false);
         let endpoint = IpListenEndpoint {
@@ -364,7 +366,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         self.next_id += 1;
         let conn = Conn {
             pair: (src, dst),
-            iface: any_ip_interface(self.mtu, &mut self.tx),
+            iface: any_ip_interface(self.limits.mtu, &mut self.tx),
             sockets,
             handle,
             rx: VecDeque::new(),
@@ -401,7 +403,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             let mut link = Link {
                 rx: &mut self.stray_rx,
                 tx: &mut self.tx,
-                mtu: self.mtu,
+                mtu: self.limits.mtu,
             };
             self.stray.poll(now, &mut link, &mut self.stray_sockets);
             self.stray_rx.clear();
@@ -430,7 +432,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         let mut link = Link {
             rx: &mut conn.rx,
             tx: &mut self.tx,
-            mtu: self.mtu,
+            mtu: self.limits.mtu,
         };
         conn.iface.poll(now, &mut link, &mut conn.sockets);
         let mut open = true;
@@ -462,7 +464,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             let mut link = Link {
                 rx: &mut conn.rx,
                 tx: &mut self.tx,
-                mtu: self.mtu,
+                mtu: self.limits.mtu,
             };
             conn.iface.poll(now, &mut link, &mut conn.sockets);
             open = conn.sockets.get::<tcp::Socket<'_>>(conn.handle).state() != tcp::State::Closed;
