@@ -447,6 +447,7 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // braid0 with 10.7.0.1/24 set by braid from `[tun] address`, and a policy rule that sends what
 // the application sends from 10.7.0.1 into the device. Needs root (or CAP_SYS_ADMIN and
 // CAP_NET_ADMIN) and `ip`; without them the group says why and measures nothing.
+// `BRAID_BENCH_TUN_MTU` and `BRAID_BENCH_TUN_BUFFER` set `[tun] mtu` and `tcp_buffer`.
 
 /// A runtime whose threads live in a new network namespace set up for the TUN bench, or why
 /// not.
@@ -522,6 +523,10 @@ fn tun(c: &mut Criterion) {
                 .ok()
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(braid_proxy::config::DEFAULT_TUN_MTU),
+            tcp_buffer: std::env::var("BRAID_BENCH_TUN_BUFFER")
+                .ok()
+                .and_then(|b| b.parse().ok())
+                .unwrap_or(braid_proxy::inbound::tun::DEFAULT_TCP_BUFFER),
             address: vec!["10.7.0.1/24".parse().unwrap()],
             ..TunConfig::named("braid0")
         };
