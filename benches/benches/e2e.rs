@@ -447,7 +447,8 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // braid0 with 10.7.0.1/24 set by braid from `[tun] address`, and a policy rule that sends what
 // the application sends from 10.7.0.1 into the device. Needs root (or CAP_SYS_ADMIN and
 // CAP_NET_ADMIN) and `ip`; without them the group says why and measures nothing.
-// `BRAID_BENCH_TUN_MTU` and `BRAID_BENCH_TUN_BUFFER` set `[tun] mtu` and `tcp_buffer`.
+// `BRAID_BENCH_TUN_MTU` and `BRAID_BENCH_TUN_BUFFER` set `[tun] mtu` and `tcp_buffer`;
+// `BRAID_BENCH_TUN_OFFLOAD=0` sets `[tun] offload = false`.
 
 /// A runtime whose threads live in a new network namespace set up for the TUN bench, or why
 /// not.
@@ -527,6 +528,7 @@ fn tun(c: &mut Criterion) {
                 .ok()
                 .and_then(|b| b.parse().ok())
                 .unwrap_or(braid_proxy::inbound::tun::DEFAULT_TCP_BUFFER),
+            offload: std::env::var("BRAID_BENCH_TUN_OFFLOAD").map_or(true, |v| v != "0"),
             address: vec!["10.7.0.1/24".parse().unwrap()],
             ..TunConfig::named("braid0")
         };

@@ -349,10 +349,11 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     let tun = match &config.tun {
         Some(t) => {
-            let device = TunDevice::open(&t.name).map_err(|source| DaemonError::Tun {
-                name: t.name.clone(),
-                source,
-            })?;
+            let device =
+                TunDevice::open_with(&t.name, t.offload).map_err(|source| DaemonError::Tun {
+                    name: t.name.clone(),
+                    source,
+                })?;
             if let Err(e) = device.set_mtu(t.mtu) {
                 tracing::warn!(
                     device = device.name(),

@@ -676,104 +676,143 @@ fn sh(command: &str) -> bool {
 /// The whole path through the kernel, in a network namespace of this test's own (nothing outside
 /// it is touched): a server and a client daemon with `[tun]`, an application that downloads
 /// 20 MB from a web-like server on 10.7.0.9 with its socket bound to the device's address
-/// 10.7.0.1, routed into the device by a policy rule; the client's TUN inbound carries it over
-/// the link and the server's egress connects 10.7.0.9 locally. Needs root (or
+/// 10.7.0.1, routed into the device by a policy rule, then uploads 20 MB to it; the client's TUN
+/// inbound carries both over the link and the server's egress connects 10.7.0.9 locally. With
+/// the device's offloads (the default) and without (`[tun] offload = false`). Needs root (or
 /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`), `ip` and `sh`; says so and passes without them.
 #[test]
-fn a_download_through_a_kernel_tun_device_arrives_whole() {
-    let run = std::thread::spawn(|| -> Result<(), String> {
-        // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(format!(
-                "no network namespace: {}",
-                std::io::Error::last_os_error()
-            ));
+fn a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole() {
+    for (device, offload) in [("braidt0", true), ("braidt1", false)] {
+        let run = std::thread::spawn(move || kernel_round_trip(device, offload));
+        match run.join().unwrap() {
+            Ok(()) => {}
+            Err(why) => eprintln!("skipped: {why}"),
         }
-        if !sh("ip link set lo up && ip addr add 10.7.0.9/32 dev lo") {
-            return Err("`ip` is missing or not permitted".into());
-        }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut server_config = server_config("tun-kernel", true);
-            server_config.egress.allow_private = true;
-            let server = braid_proxy::daemon::start_server(
-                server_config,
-                braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-            )
-            .await
-            .unwrap();
-            let mut config = client_config("tun-kernel", &server, 1, KEY);
-            // braid gives the device its address and brings it up.
-            config.tun = Some(braid_proxy::config::TunConfig {
-                address: vec!["10.7.0.1/24".parse().unwrap()],
-                ..braid_proxy::config::TunConfig::named("braidt0")
-            });
-            let client = match braid_proxy::daemon::start_client(config).await {
-                Ok(c) => c,
-                Err(e @ braid_proxy::daemon::DaemonError::Tun { .. }) => {
-                    return Err(format!("no TUN device: {e}"));
-                }
-                Err(e) => panic!("{e}"),
-            };
-            assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
-            // What the application sends from the device's address goes into the device (the
-            // local table, which would deliver 10.7.0.9 at once, is consulted after).
-            let setup = [
-                "echo 1 > /proc/sys/net/ipv4/conf/all/accept_local",
-                "echo 1 > /proc/sys/net/ipv4/conf/braidt0/accept_local",
-                "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter",
-                "echo 0 > /proc/sys/net/ipv4/conf/braidt0/rp_filter",
-                "ip route add default dev braidt0 table 100",
-                "ip rule add pref 100 from 10.7.0.1 lookup 100",
-                "ip rule add pref 200 lookup local",
-                "ip rule del pref 0 lookup local",
-            ];
-            for command in setup {
-                assert!(sh(command), "{command}");
+    }
+}
+
+/// [`a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole`] through TUN device
+/// `device`, in a new network namespace of the calling thread's.
+fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> {
+    // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "no network namespace: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if !sh("ip link set lo up && ip addr add 10.7.0.9/32 dev lo") {
+        return Err("`ip` is missing or not permitted".into());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut server_config = server_config("tun-kernel", true);
+        server_config.egress.allow_private = true;
+        let server = braid_proxy::daemon::start_server(
+            server_config,
+            braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+        )
+        .await
+        .unwrap();
+        let mut config = client_config("tun-kernel", &server, 1, KEY);
+        // braid gives the device its address and brings it up.
+        config.tun = Some(braid_proxy::config::TunConfig {
+            address: vec!["10.7.0.1/24".parse().unwrap()],
+            offload,
+            ..braid_proxy::config::TunConfig::named(device)
+        });
+        let client = match braid_proxy::daemon::start_client(config).await {
+            Ok(c) => c,
+            Err(e @ braid_proxy::daemon::DaemonError::Tun { .. }) => {
+                return Err(format!("no TUN device: {e}"));
             }
-            let listener = tokio::net::TcpListener::bind("10.7.0.9:0").await.unwrap();
-            let target = listener.local_addr().unwrap();
-            const LEN: usize = 20_000_000;
-            tokio::spawn(async move {
-                let (mut s, _) = listener.accept().await.unwrap();
-                tokio::io::AsyncWriteExt::write_all(&mut s, &pattern(LEN, 5))
-                    .await
-                    .unwrap();
-                tokio::io::AsyncWriteExt::shutdown(&mut s).await.unwrap();
-            });
+            Err(e) => panic!("{e}"),
+        };
+        assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+        // What the application sends from the device's address goes into the device (the
+        // local table, which would deliver 10.7.0.9 at once, is consulted after).
+        let setup = [
+            "echo 1 > /proc/sys/net/ipv4/conf/all/accept_local".to_owned(),
+            format!("echo 1 > /proc/sys/net/ipv4/conf/{device}/accept_local"),
+            "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter".to_owned(),
+            format!("echo 0 > /proc/sys/net/ipv4/conf/{device}/rp_filter"),
+            format!("ip route add default dev {device} table 100"),
+            "ip rule add pref 100 from 10.7.0.1 lookup 100".to_owned(),
+            "ip rule add pref 200 lookup local".to_owned(),
+            "ip rule del pref 0 lookup local".to_owned(),
+        ];
+        for command in &setup {
+            assert!(sh(command), "{command}");
+        }
+        let listener = tokio::net::TcpListener::bind("10.7.0.9:0").await.unwrap();
+        let target = listener.local_addr().unwrap();
+        const LEN: usize = 20_000_000;
+        // The server: sends the download on its first connection; reads the upload on its
+        // second and answers with whether it arrived intact.
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_all(&pattern(LEN, 5)).await.unwrap();
+            s.shutdown().await.unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::with_capacity(LEN);
+            s.read_to_end(&mut got).await.unwrap();
+            let verdict: &[u8] = if got == pattern(LEN, 6) {
+                b"intact"
+            } else {
+                b"broken"
+            };
+            s.write_all(verdict).await.unwrap();
+            s.shutdown().await.unwrap();
+        });
+        let connect = || async {
             let app = tokio::net::TcpSocket::new_v4().unwrap();
             app.bind("10.7.0.1:0".parse().unwrap()).unwrap();
-            let started = Instant::now();
-            let mut stream = tokio::time::timeout(Duration::from_secs(10), app.connect(target))
+            tokio::time::timeout(Duration::from_secs(10), app.connect(target))
                 .await
                 .expect("no connection through the device")
-                .unwrap();
-            let mut got = Vec::with_capacity(LEN);
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-            )
-            .await
-            .expect("the download did not end")
-            .unwrap();
-            let took = started.elapsed();
-            println!(
-                "20 MB through the kernel TUN device in {took:?} ({:.0} Mbit/s; test profile, \
-                 both daemons and the application on one runtime thread)",
-                160.0 / took.as_secs_f64()
-            );
-            assert_eq!(got.len(), LEN);
-            assert!(got == pattern(LEN, 5), "the download arrived intact");
-            let tun = client.status().await.tun.unwrap();
-            assert_eq!((tun.device.as_str(), tun.tcp_connections), ("braidt0", 1));
-            Ok(())
+                .unwrap()
+        };
+        let started = Instant::now();
+        let mut stream = connect().await;
+        let mut got = Vec::with_capacity(LEN);
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
+        )
+        .await
+        .expect("the download did not end")
+        .unwrap();
+        let took = started.elapsed();
+        println!(
+            "{device} (offload {offload}): 20 MB down in {took:?} ({:.0} Mbit/s; test profile, \
+             both daemons and the application on one runtime thread)",
+            160.0 / took.as_secs_f64()
+        );
+        assert_eq!(got.len(), LEN);
+        assert!(got == pattern(LEN, 5), "the download arrived intact");
+        let started = Instant::now();
+        let mut stream = connect().await;
+        let verdict = tokio::time::timeout(Duration::from_secs(60), async {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            stream.write_all(&pattern(LEN, 6)).await.unwrap();
+            stream.shutdown().await.unwrap();
+            let mut verdict = Vec::new();
+            stream.read_to_end(&mut verdict).await.unwrap();
+            verdict
         })
-    });
-    match run.join().unwrap() {
-        Ok(()) => {}
-        Err(why) => eprintln!("skipped: {why}"),
-    }
+        .await
+        .expect("the upload did not end");
+        println!(
+            "{device} (offload {offload}): 20 MB up in {:?}",
+            started.elapsed()
+        );
+        assert_eq!(verdict, b"intact", "the upload arrived intact");
+        let tun = client.status().await.tun.unwrap();
+        assert_eq!((tun.device.as_str(), tun.tcp_connections), (device, 2));
+        Ok(())
+    })
 }

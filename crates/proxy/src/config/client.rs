@@ -95,6 +95,9 @@ pub struct TunConfig {
     pub max_tcp: usize,
     /// Each TCP connection's receive and send buffer in braid's stack, bytes.
     pub tcp_buffer: usize,
+    /// Checksum and TCP segmentation offload between braid and the kernel (the device then
+    /// moves TCP in segments of up to 64 KiB); on by default.
+    pub offload: bool,
 }
 
 impl TunConfig {
@@ -107,6 +110,7 @@ impl TunConfig {
             routes: Vec::new(),
             max_tcp: crate::inbound::tun::DEFAULT_MAX_TCP,
             tcp_buffer: crate::inbound::tun::DEFAULT_TCP_BUFFER,
+            offload: true,
         }
     }
 
@@ -143,6 +147,7 @@ struct RawTun {
     routes: Vec<String>,
     max_tcp: Option<i64>,
     tcp_buffer: Option<i64>,
+    offload: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -429,6 +434,7 @@ fn tun(file: &Path, raw: &RawTun) -> Result<TunConfig, ConfigFileError> {
             crate::inbound::tun::DEFAULT_TCP_BUFFER,
             TUN_TCP_BUFFER_RANGE,
         )?,
+        offload: raw.offload.unwrap_or(true),
     })
 }
 
@@ -622,6 +628,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((small.max_tcp, small.tcp_buffer), (64, 16_384));
+        assert!(small.offload);
+        let plain = parse("[tun]\nname = \"t\"\noffload = false\n")
+            .unwrap()
+            .unwrap();
+        assert!(!plain.offload);
+        let err = parse("[tun]\nname = \"t\"\noffload = \"yes\"\n").unwrap_err();
+        assert!(err.contains("offload"), "{err}");
         let full = parse(
             "[tun]\nname = \"braid0\"\naddress = [\"10.7.0.1/24\", \"fd07::1/64\"]\n\
              routes = [\"203.0.113.0/24\", \"2001:db8::/32\", \"0.0.0.0/0\"]\n",

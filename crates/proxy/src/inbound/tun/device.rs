@@ -4,10 +4,21 @@
 //! beforehand for the daemon's user (`ip tuntap add mode tun user braid name braid0`) does not.
 //! The device's addresses, routes and link state are set by [`netconf`] when configured, else
 //! left to the system (docs/config.md).
+//!
+//! **Offloads** (the default): the device is opened with `IFF_VNET_HDR`, so every packet read or
+//! written starts with a `struct virtio_net_hdr`, and asks the kernel (`TUNSETOFFLOAD`) for
+//! checksum and TCP segmentation offload. The kernel then hands over a local application's TCP
+//! data in segments of up to 64 KiB with a partial checksum (the pseudo-header's sum, as a NIC
+//! would get it), and takes such segments from braid, cutting them into segments of the
+//! connection's MSS itself ([`PacketIo::send_tcp`]). One read, one write and one pass of the
+//! userspace stack then move up to 64 KiB instead of one MTU's worth. TCP segments the kernel
+//! did not make (forwarded from another host) come with a full checksum, which is checked here:
+//! a segment whose checksum is wrong is dropped, as the stack dropped it before.
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
+use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
 use tokio::io::unix::AsyncFd;
 
 use super::{PacketIo, netconf};
@@ -42,6 +53,198 @@ impl IfReq {
 pub struct TunDevice {
     fd: AsyncFd<OwnedFd>,
     name: String,
+    /// Opened with `IFF_VNET_HDR`: each packet read or written starts with a [`VnetHeader`].
+    vnet: bool,
+    /// The kernel took the offloads (`TUNSETOFFLOAD`): it may hand over TCP segments longer
+    /// than the MTU, with partial checksums.
+    offload: bool,
+}
+
+/// Length of `struct virtio_net_hdr`, the header `IFF_VNET_HDR` puts before each packet.
+const VNET_HEADER: usize = 10;
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum at `csum_start + csum_offset` holds only the
+/// pseudo-header's sum; the rest is to be added by whoever sends the packet on.
+const NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_F_DATA_VALID`: the checksum was checked.
+const DATA_VALID: u8 = 2;
+/// `VIRTIO_NET_HDR_GSO_*`: none, TCP over IPv4, TCP over IPv6, and the ECN bit.
+const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_TCPV6: u8 = 4;
+const GSO_ECN: u8 = 0x80;
+/// Offset of the checksum in a TCP header.
+const TCP_CHECKSUM: u16 = 16;
+
+/// `struct virtio_net_hdr` (native byte order: the device is opened without `TUNSETVNETLE`,
+/// so the kernel uses its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct VnetHeader {
+    /// [`NEEDS_CSUM`], [`DATA_VALID`].
+    flags: u8,
+    /// `VIRTIO_NET_HDR_GSO_*`.
+    gso_type: u8,
+    /// Bytes of headers (IP and TCP) that each segment repeats.
+    hdr_len: u16,
+    /// Payload bytes per segment when `gso_type` is not none.
+    gso_size: u16,
+    /// Where the checksummed part starts (the TCP header).
+    csum_start: u16,
+    /// Where the checksum sits from `csum_start`.
+    csum_offset: u16,
+}
+
+impl VnetHeader {
+    fn parse(bytes: &[u8; VNET_HEADER]) -> Self {
+        let u16_at = |i: usize| u16::from_ne_bytes([bytes[i], bytes[i + 1]]);
+        VnetHeader {
+            flags: bytes[0],
+            gso_type: bytes[1],
+            hdr_len: u16_at(2),
+            gso_size: u16_at(4),
+            csum_start: u16_at(6),
+            csum_offset: u16_at(8),
+        }
+    }
+
+    fn bytes(&self) -> [u8; VNET_HEADER] {
+        let mut out = [0u8; VNET_HEADER];
+        out[0] = self.flags;
+        out[1] = self.gso_type;
+        for (i, v) in [
+            self.hdr_len,
+            self.gso_size,
+            self.csum_start,
+            self.csum_offset,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[2 + 2 * i..4 + 2 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+        out
+    }
+}
+
+/// A TCP segment's place in its IP packet: the IP header's length, the TCP header's length
+/// and the addresses of the pseudo-header. `None` for anything but an unfragmented TCP segment
+/// whose lengths hold together.
+struct TcpLayout {
+    ip_header: usize,
+    tcp_header: usize,
+    v6: bool,
+}
+
+fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
+    let (ip_header, v6) = match packet.first()? >> 4 {
+        4 => {
+            let ip = Ipv4Packet::new_checked(packet).ok()?;
+            if ip.next_header() != IpProtocol::Tcp
+                || ip.more_frags()
+                || ip.frag_offset() != 0
+                || usize::from(ip.total_len()) != packet.len()
+            {
+                return None;
+            }
+            (usize::from(ip.header_len()), false)
+        }
+        6 => {
+            let ip = Ipv6Packet::new_checked(packet).ok()?;
+            if ip.next_header() != IpProtocol::Tcp
+                || ip.header_len() + usize::from(ip.payload_len()) != packet.len()
+            {
+                return None;
+            }
+            (ip.header_len(), true)
+        }
+        _ => return None,
+    };
+    let tcp = TcpPacket::new_checked(&packet[ip_header..]).ok()?;
+    Some(TcpLayout {
+        ip_header,
+        tcp_header: usize::from(tcp.header_len()),
+        v6,
+    })
+}
+
+/// The one's-complement sum (folded, not inverted) of the TCP pseudo-header of `packet`, whose
+/// TCP segment (header and payload) is `length` bytes: what a partial checksum holds.
+fn pseudo_header_sum(packet: &[u8], layout: &TcpLayout, length: usize) -> u16 {
+    let (src, dst): (&[u8], &[u8]) = if layout.v6 {
+        (&packet[8..24], &packet[24..40])
+    } else {
+        (&packet[12..16], &packet[16..20])
+    };
+    let mut sum: u64 = 6 + length as u64;
+    for word in src.chunks_exact(2).chain(dst.chunks_exact(2)) {
+        sum += u64::from(u16::from_be_bytes([word[0], word[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Whether the TCP checksum of `packet` (a TCP segment per [`tcp_layout`]) is right.
+fn tcp_checksum_ok(packet: &[u8], layout: &TcpLayout) -> bool {
+    let Ok(tcp) = TcpPacket::new_checked(&packet[layout.ip_header..]) else {
+        return false;
+    };
+    if layout.v6 {
+        let Ok(ip) = Ipv6Packet::new_checked(packet) else {
+            return false;
+        };
+        tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+    } else {
+        let Ok(ip) = Ipv4Packet::new_checked(packet) else {
+            return false;
+        };
+        tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
+    }
+}
+
+/// Whether a packet read with header `header` goes on to the stack: not a kind of segment
+/// braid did not ask for, and, for a TCP segment with a full checksum (one the kernel did not
+/// make: forwarded from another host), a right one.
+fn accept_read(header: &VnetHeader, packet: &[u8]) -> bool {
+    match header.gso_type & !GSO_ECN {
+        GSO_NONE => {}
+        GSO_TCPV4 | GSO_TCPV6 => return tcp_layout(packet).is_some(),
+        _ => return false,
+    }
+    if header.flags & (NEEDS_CSUM | DATA_VALID) != 0 {
+        return true;
+    }
+    match tcp_layout(packet) {
+        Some(layout) => tcp_checksum_ok(packet, &layout),
+        None => true,
+    }
+}
+
+/// The header for writing TCP segment `packet` (per `layout`) with a partial checksum, cut by
+/// the kernel into segments of at most `mss` bytes of payload and options (none when `mss` is
+/// 0 or the payload fits in one); writes the pseudo-header's sum into the checksum field.
+fn tcp_header_for(packet: &mut [u8], layout: &TcpLayout, mss: u16) -> VnetHeader {
+    let segment = packet.len() - layout.ip_header;
+    let sum = pseudo_header_sum(packet, layout, segment);
+    let at = layout.ip_header + usize::from(TCP_CHECKSUM);
+    packet[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+    let headers = layout.ip_header + layout.tcp_header;
+    let options = layout.tcp_header - 20;
+    let gso_size = usize::from(mss).saturating_sub(options);
+    let payload = packet.len() - headers;
+    let (gso_type, gso_size) = if gso_size > 0 && payload > gso_size {
+        (if layout.v6 { GSO_TCPV6 } else { GSO_TCPV4 }, gso_size)
+    } else {
+        (GSO_NONE, 0)
+    };
+    VnetHeader {
+        flags: NEEDS_CSUM,
+        gso_type,
+        hdr_len: u16::try_from(headers).unwrap_or(u16::MAX),
+        gso_size: u16::try_from(gso_size).unwrap_or(u16::MAX),
+        csum_start: u16::try_from(layout.ip_header).unwrap_or(u16::MAX),
+        csum_offset: TCP_CHECKSUM,
+    }
 }
 
 /// Whether `name` can name a network interface: 1 to 15 bytes, no NUL, `/`, `:` or white space.
@@ -53,9 +256,16 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl TunDevice {
-    /// Opens (creating it if needed) the TUN device `name`. Must be called inside a tokio
-    /// runtime.
+    /// Opens (creating it if needed) the TUN device `name` with offloads (module docs). Must be
+    /// called inside a tokio runtime.
     pub fn open(name: &str) -> io::Result<TunDevice> {
+        TunDevice::open_with(name, true)
+    }
+
+    /// [`TunDevice::open`], with the offloads only if `offload` (without them, each packet
+    /// read or written is one plain IP packet of at most the MTU). Where the kernel refuses
+    /// them, the device works without.
+    pub fn open_with(name: &str, offload: bool) -> io::Result<TunDevice> {
         if !valid_name(name) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -74,7 +284,8 @@ impl TunDevice {
         }
         // SAFETY: `raw` is a file descriptor just opened and owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let vnet_flag = if offload { libc::IFF_VNET_HDR } else { 0 };
+        let flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet_flag) as libc::c_short;
         let mut req = IfReq::new(name, &flags.to_ne_bytes());
         // SAFETY: `req` is a valid `struct ifreq` layout that lives across the call.
         let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) };
@@ -83,10 +294,35 @@ impl TunDevice {
         }
         let len = req.name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
         let name = String::from_utf8_lossy(&req.name[..len]).into_owned();
+        let vnet = offload;
+        let offload = vnet && {
+            let features = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+            // SAFETY: `TUNSETOFFLOAD` takes the feature bits by value.
+            let r = unsafe {
+                libc::ioctl(
+                    fd.as_raw_fd(),
+                    libc::TUNSETOFFLOAD,
+                    libc::c_ulong::from(features),
+                )
+            };
+            if r < 0 {
+                tracing::info!(
+                    device = %name,
+                    error = %io::Error::last_os_error(),
+                    "the kernel refused TUN offloads; the device works without"
+                );
+            }
+            r >= 0
+        };
         // SAFETY: `fd` owns a valid descriptor that is neither replaced nor closed while the
         // `AsyncFd` holds it.
         let fd = unsafe { AsyncFd::register(fd)? };
-        Ok(TunDevice { fd, name })
+        Ok(TunDevice {
+            fd,
+            name,
+            vnet,
+            offload,
+        })
     }
 
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
@@ -102,16 +338,59 @@ impl TunDevice {
         &self.name
     }
 
+    /// The next packet into `buf` (its header stripped and checked, [`accept_read`]; packets
+    /// it refuses are skipped); `WouldBlock` when none is waiting.
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe {
-            libc::read(
-                self.fd.get_ref().as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        let fd = self.fd.get_ref().as_raw_fd();
+        if !self.vnet {
+            // SAFETY: `buf` is writable for its length.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            return usize::try_from(n).map_err(|_| io::Error::last_os_error());
+        }
+        loop {
+            let mut header = [0u8; VNET_HEADER];
+            let iov = [
+                libc::iovec {
+                    iov_base: header.as_mut_ptr().cast(),
+                    iov_len: VNET_HEADER,
+                },
+                libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                },
+            ];
+            // SAFETY: both buffers are writable for the lengths given and outlive the call.
+            let n = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+            let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+            let Some(len) = n.checked_sub(VNET_HEADER) else {
+                continue;
+            };
+            if accept_read(&VnetHeader::parse(&header), &buf[..len]) {
+                return Ok(len);
+            }
+        }
+    }
+
+    /// Writes `header` and `packet` as one packet.
+    fn write_with(&self, header: &VnetHeader, packet: &[u8]) -> io::Result<()> {
+        let header = header.bytes();
+        let iov = [
+            libc::iovec {
+                iov_base: header.as_ptr().cast_mut().cast(),
+                iov_len: VNET_HEADER,
+            },
+            libc::iovec {
+                iov_base: packet.as_ptr().cast_mut().cast(),
+                iov_len: packet.len(),
+            },
+        ];
+        // SAFETY: both buffers are readable for the lengths given and outlive the call;
+        // `writev` does not write through them.
+        let n = unsafe { libc::writev(self.fd.get_ref().as_raw_fd(), iov.as_ptr(), 2) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 }
 
@@ -130,7 +409,24 @@ impl PacketIo for TunDevice {
         self.read(buf)
     }
 
+    fn offloads(&self) -> bool {
+        self.offload
+    }
+
+    fn send_tcp(&self, packet: &mut [u8], mss: u16) -> io::Result<()> {
+        match tcp_layout(packet) {
+            Some(layout) if self.vnet => {
+                let header = tcp_header_for(packet, &layout, mss);
+                self.write_with(&header, packet)
+            }
+            _ => self.send(packet),
+        }
+    }
+
     fn send(&self, packet: &[u8]) -> io::Result<()> {
+        if self.vnet {
+            return self.write_with(&VnetHeader::default(), packet);
+        }
         // SAFETY: `packet` is readable for its length.
         let n = unsafe {
             libc::write(
@@ -187,6 +483,47 @@ pub(super) mod testing {
         }
     }
 
+    /// An IP packet from `from` to `to` holding a TCP segment (ACK, sequence numbers fixed)
+    /// with TCP options `options` (a multiple of 4 bytes) and `payload` bytes of payload, its
+    /// checksums filled in.
+    pub(in crate::inbound::tun) fn tcp_packet(
+        from: SocketAddr,
+        to: SocketAddr,
+        options: &[u8],
+        payload: usize,
+    ) -> Vec<u8> {
+        use smoltcp::phy::ChecksumCapabilities;
+        use smoltcp::wire::IpRepr;
+        let tcp_len = 20 + options.len() + payload;
+        let ip = IpRepr::new(
+            from.ip().into(),
+            to.ip().into(),
+            IpProtocol::Tcp,
+            tcp_len,
+            64,
+        );
+        let mut packet = vec![0u8; ip.header_len() + tcp_len];
+        ip.emit(
+            &mut packet[..ip.header_len()],
+            &ChecksumCapabilities::default(),
+        );
+        let tcp = &mut packet[ip.header_len()..];
+        tcp[0..2].copy_from_slice(&from.port().to_be_bytes());
+        tcp[2..4].copy_from_slice(&to.port().to_be_bytes());
+        tcp[4..8].copy_from_slice(&1000u32.to_be_bytes());
+        tcp[8..12].copy_from_slice(&2000u32.to_be_bytes());
+        tcp[12] = u8::try_from((20 + options.len()) / 4).unwrap() << 4;
+        tcp[13] = 0x10;
+        tcp[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        tcp[20..20 + options.len()].copy_from_slice(options);
+        for (i, b) in tcp[20 + options.len()..].iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let mut segment = TcpPacket::new_unchecked(tcp);
+        segment.fill_checksum(&from.ip().into(), &to.ip().into());
+        packet
+    }
+
     /// The next UDP datagram out of `device` within 5 s, as (source, destination, payload);
     /// other packets (the kernel's own, e.g. IPv6 router solicitations) are skipped.
     pub(in crate::inbound::tun) fn next_udp(
@@ -211,7 +548,7 @@ pub(super) mod testing {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::testing::{in_own_netns, next_udp};
+    use super::testing::{in_own_netns, next_udp, tcp_packet};
     use super::*;
     use crate::inbound::tun::udp::udp_packet;
     use std::net::{SocketAddr, UdpSocket};
@@ -260,6 +597,135 @@ mod tests {
             assert_eq!((&got[..n], from), (&b"answer"[..], remote));
             Ok(())
         });
+    }
+
+    /// The checksum a device completing `packet`'s partial checksum (from the TCP header on,
+    /// the field holding the pseudo-header's sum) writes.
+    fn complete(packet: &[u8], start: usize) -> u16 {
+        let mut sum: u64 = 0;
+        for chunk in packet[start..].chunks(2) {
+            let word = [chunk[0], chunk.get(1).copied().unwrap_or(0)];
+            sum += u64::from(u16::from_be_bytes(word));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    #[test]
+    fn segments_written_with_offloads_carry_a_partial_checksum_and_their_cut() {
+        let v4 = (
+            "10.7.0.9:443".parse().unwrap(),
+            "10.7.0.1:40000".parse().unwrap(),
+        );
+        let v6 = (
+            "[fd07::9]:443".parse().unwrap(),
+            "[fd07::1]:40000".parse().unwrap(),
+        );
+        let timestamps = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
+        for ((from, to), ip_header) in [(v4, 20), (v6, 40)] {
+            for (options, payload, mss) in [
+                (&[][..], 3000, 1460u16),
+                (&timestamps[..], 60_000, 1460),
+                (&[][..], 1460, 1460),
+                (&[][..], 3000, 0),
+                (&timestamps[..], 0, 1460),
+            ] {
+                let case = format!(
+                    "{from} options {} payload {payload} mss {mss}",
+                    options.len()
+                );
+                let full = tcp_packet(from, to, options, payload);
+                let at = ip_header + 16;
+                let want = u16::from_be_bytes([full[at], full[at + 1]]);
+                let mut packet = full.clone();
+                packet[at..at + 2].fill(0);
+                let layout = tcp_layout(&packet).expect(&case);
+                let header = tcp_header_for(&mut packet, &layout, mss);
+                assert_eq!(complete(&packet, ip_header), want, "{case}");
+                assert_eq!(&packet[..at], &full[..at], "{case}");
+                assert_eq!(&packet[at + 2..], &full[at + 2..], "{case}");
+                let headers = ip_header + 20 + options.len();
+                let cut = usize::from(mss).saturating_sub(options.len());
+                let gso = if mss > 0 && payload > cut {
+                    (
+                        if ip_header == 40 {
+                            GSO_TCPV6
+                        } else {
+                            GSO_TCPV4
+                        },
+                        cut,
+                    )
+                } else {
+                    (GSO_NONE, 0)
+                };
+                assert_eq!(
+                    header,
+                    VnetHeader {
+                        flags: NEEDS_CSUM,
+                        gso_type: gso.0,
+                        hdr_len: headers as u16,
+                        gso_size: gso.1 as u16,
+                        csum_start: ip_header as u16,
+                        csum_offset: 16,
+                    },
+                    "{case}"
+                );
+                assert_eq!(VnetHeader::parse(&header.bytes()), header, "{case}");
+            }
+        }
+    }
+
+    #[test]
+    fn packets_read_with_offloads_are_checked_unless_the_kernel_vouches_for_them() {
+        let (from, to) = (
+            "10.7.0.1:40000".parse().unwrap(),
+            "10.7.0.9:443".parse().unwrap(),
+        );
+        let good = tcp_packet(from, to, &[], 100);
+        let mut bad = good.clone();
+        bad[50] ^= 1;
+        let plain = VnetHeader::default();
+        let partial = VnetHeader {
+            flags: NEEDS_CSUM,
+            csum_start: 20,
+            csum_offset: 16,
+            ..plain
+        };
+        let valid = VnetHeader {
+            flags: DATA_VALID,
+            ..plain
+        };
+        let tso = VnetHeader {
+            gso_type: GSO_TCPV4,
+            gso_size: 40,
+            ..partial
+        };
+        let uso = VnetHeader {
+            gso_type: 5,
+            gso_size: 40,
+            ..partial
+        };
+        let udp = crate::inbound::tun::udp::udp_packet(from, to, b"x", 1500).unwrap();
+        for (header, packet, accepted, case) in [
+            (&plain, &good, true, "a full checksum, right"),
+            (&plain, &bad, false, "a full checksum, wrong"),
+            (
+                &partial,
+                &bad,
+                true,
+                "a partial checksum (the kernel's own segment)",
+            ),
+            (&valid, &bad, true, "checked by the kernel"),
+            (&tso, &bad, true, "a TCP segment to cut"),
+            (&tso, &udp, false, "a TCP cut on a UDP datagram"),
+            (&uso, &udp, false, "a UDP datagram to cut (not asked for)"),
+            (&plain, &udp, true, "a UDP datagram"),
+            (&plain, &vec![0x45; 3], true, "not TCP: the stack drops it"),
+        ] {
+            assert_eq!(accept_read(header, packet), accepted, "{case}");
+        }
     }
 
     #[test]

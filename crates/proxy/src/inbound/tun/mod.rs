@@ -24,8 +24,12 @@ use super::server::InboundContext;
 
 pub use stack::TunCounters;
 
-/// Largest packet read from or written to the device.
+/// Largest IP packet: the largest MTU, and the largest TCP segment the stack sends to a device
+/// with offloads.
 pub const MAX_PACKET: usize = 65_535;
+/// Room for one packet read from the device: a TCP segment of the kernel's over IPv6 with
+/// offloads may be one byte longer than [`MAX_PACKET`] (64 KiB with its IPv6 header).
+const READ_BUFFER: usize = 65_536;
 /// TCP connections (open or opening) the inbound holds at once by default; SYNs beyond are
 /// dropped.
 pub const DEFAULT_MAX_TCP: usize = 1024;
@@ -44,6 +48,21 @@ pub trait PacketIo {
     fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Sends one packet (best effort: a packet the device refuses is lost, like any other).
     fn send(&self, packet: &[u8]) -> io::Result<()>;
+    /// Whether the device segments and checksums TCP itself (a kernel TUN device with
+    /// offloads, [`device`]). Then the packets it hands over may be TCP segments longer than
+    /// its MTU, their TCP checksums already checked or partial (not to be checked again), and
+    /// the stack sends its TCP segments through [`PacketIo::send_tcp`], as long as 64 KiB,
+    /// without TCP checksums.
+    fn offloads(&self) -> bool {
+        false
+    }
+    /// Sends one TCP segment of the stack's (only when [`PacketIo::offloads`]): the device
+    /// fills in its checksum and cuts it into segments of at most `mss` bytes of TCP payload
+    /// and options (`mss` 0: the segment is small enough as it is).
+    fn send_tcp(&self, packet: &mut [u8], mss: u16) -> io::Result<()> {
+        let _ = mss;
+        self.send(packet)
+    }
 }
 
 /// The sizes the TUN inbound works with.

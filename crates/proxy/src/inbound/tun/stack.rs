@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf as _, Bytes};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{self, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpEndpoint, IpListenEndpoint};
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
 use super::udp::UdpTable;
-use super::{MAX_PACKET, Packet, PacketIo, TunLimits, classify};
+use super::{MAX_PACKET, Packet, PacketIo, READ_BUFFER, TunLimits, classify};
 use crate::inbound::server::InboundContext;
 use crate::session::Target;
 use crate::transport::flow::FlowMsg;
@@ -109,6 +109,9 @@ struct Conn {
     handle: SocketHandle,
     /// Packets from the device for this connection, not yet given to smoltcp.
     rx: VecDeque<Vec<u8>>,
+    /// With offloads: the most TCP payload and options per segment the application takes
+    /// (its SYN's MSS, at most the device's MTU's worth), for the device to cut segments to.
+    mss: u16,
     /// When the SYN came, until the handshake is done.
     opening: Option<Instant>,
     /// Set once the handshake is done.
@@ -119,15 +122,29 @@ struct Conn {
     ready: bool,
 }
 
+/// Packets for the device, each with the MSS the device cuts it to (with offloads; 0 for the
+/// stray interface's).
+type Outgoing = Vec<(Vec<u8>, u16)>;
+
 /// smoltcp's view of the device for one interface: its packets in, everything out.
 struct Link<'a> {
     rx: &'a mut VecDeque<Vec<u8>>,
-    tx: &'a mut Vec<Vec<u8>>,
+    tx: &'a mut Outgoing,
+    /// The MSS each outgoing packet is tagged with.
+    mss: u16,
+    shape: Shape,
+}
+
+/// What smoltcp is told of the device: the largest packet, and whether it computes and checks
+/// TCP checksums (not with offloads: the device does, `PacketIo::offloads`).
+#[derive(Clone, Copy)]
+struct Shape {
     mtu: usize,
+    tcp_checksums: bool,
 }
 
 struct RxToken(Vec<u8>);
-struct TxToken<'a>(&'a mut Vec<Vec<u8>>);
+struct TxToken<'a>(&'a mut Outgoing, u16);
 
 impl phy::RxToken for RxToken {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
@@ -139,7 +156,7 @@ impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let mut packet = vec![0; len];
         let r = f(&mut packet);
-        self.0.push(packet);
+        self.0.push((packet, self.1));
         r
     }
 }
@@ -156,30 +173,34 @@ impl phy::Device for Link<'_> {
 
     fn receive(&mut self, _now: smoltcp::time::Instant) -> Option<(RxToken, TxToken<'_>)> {
         let packet = self.rx.pop_front()?;
-        Some((RxToken(packet), TxToken(self.tx)))
+        Some((RxToken(packet), TxToken(self.tx, self.mss)))
     }
 
     fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<TxToken<'_>> {
-        Some(TxToken(self.tx))
+        Some(TxToken(self.tx, self.mss))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ip;
-        caps.max_transmission_unit = self.mtu;
+        caps.max_transmission_unit = self.shape.mtu;
+        if !self.shape.tcp_checksums {
+            caps.checksum.tcp = Checksum::None;
+        }
         caps
     }
 }
 
 /// An interface in "any IP" mode (it answers for every destination address).
-fn any_ip_interface(mtu: usize, tx: &mut Vec<Vec<u8>>) -> Interface {
+fn any_ip_interface(shape: Shape, tx: &mut Outgoing) -> Interface {
     let mut config = Config::new(HardwareAddress::Ip);
     config.random_seed = rand::random();
     let mut rx = VecDeque::new();
     let mut link = Link {
         rx: &mut rx,
         tx,
-        mtu,
+        mss: 0,
+        shape,
     };
     let mut iface = Interface::new(config, &mut link, smoltcp::time::Instant::ZERO);
     iface.set_any_ip(true);
@@ -216,8 +237,12 @@ pub(super) struct Stack<D> {
     wake: Arc<Wake>,
     start: Instant,
     limits: TunLimits,
+    /// The device segments and checksums TCP ([`PacketIo::offloads`]).
+    offload: bool,
+    /// What the interfaces are told of the device.
+    shape: Shape,
     /// Packets for the device, from every interface.
-    tx: Vec<Vec<u8>>,
+    tx: Outgoing,
     /// An interface with no socket: it answers segments of no connection with a reset, as
     /// smoltcp does when no socket accepts a segment.
     stray: Interface,
@@ -252,8 +277,13 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             wake.notify.clone(),
             limits.mtu,
         );
+        let offload = io.offloads();
+        let shape = Shape {
+            mtu: if offload { MAX_PACKET } else { limits.mtu },
+            tcp_checksums: !offload,
+        };
         let mut tx = Vec::new();
-        let stray = any_ip_interface(limits.mtu, &mut tx);
+        let stray = any_ip_interface(shape, &mut tx);
         Stack {
             io,
             ctx,
@@ -261,6 +291,8 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             wake,
             start: Instant::now(),
             limits,
+            offload,
+            shape,
             tx,
             stray,
             stray_sockets: SocketSet::new(Vec::new()),
@@ -281,7 +313,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     }
 
     pub(super) async fn run(mut self) {
-        let mut buf = vec![0u8; MAX_PACKET];
+        let mut buf = vec![0u8; READ_BUFFER];
         loop {
             let delay = self
                 .timers
@@ -319,19 +351,26 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     fn on_packet(&mut self, packet: &[u8]) {
         match classify(packet) {
             Packet::Tcp { src, dst, syn } => {
+                let mut packet = packet.to_vec();
+                // With offloads, smoltcp is told that the application takes segments as long
+                // as its own MTU (the device cuts them to the SYN's MSS, kept here).
+                let mss = match syn && self.offload {
+                    true => raise_mss(&mut packet, self.shape.mtu, self.limits.mtu),
+                    false => 0,
+                };
                 let id = match self.pairs.get(&(src, dst)) {
                     Some(&id) => id,
-                    None if syn => match self.listen_for(src, dst) {
+                    None if syn => match self.listen_for(src, dst, mss) {
                         Some(id) => id,
                         None => return,
                     },
                     None => {
-                        self.stray_rx.push_back(packet.to_vec());
+                        self.stray_rx.push_back(packet);
                         return;
                     }
                 };
                 if let Some(conn) = self.conns.get_mut(&id) {
-                    conn.rx.push_back(packet.to_vec());
+                    conn.rx.push_back(packet);
                     mark_ready(&mut self.ready, conn, id);
                 }
             }
@@ -342,9 +381,9 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         }
     }
 
-    /// A connection whose socket listens on `dst` for the SYN from `src`; `None` when too many
-    /// are open.
-    fn listen_for(&mut self, src: SocketAddr, dst: SocketAddr) -> Option<u64> {
+    /// A connection whose socket listens on `dst` for the SYN from `src` (whose MSS for the
+    /// device is `mss`); `None` when too many are open.
+    fn listen_for(&mut self, src: SocketAddr, dst: SocketAddr, mss: u16) -> Option<u64> {
         if self.conns.len() >= self.limits.max_tcp {
             self.counters.tcp_refused.fetch_add(1, Ordering::Relaxed);
             debug!(%src, %dst, "TUN inbound: too many TCP connections, SYN dropped");
@@ -366,10 +405,11 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         self.next_id += 1;
         let conn = Conn {
             pair: (src, dst),
-            iface: any_ip_interface(self.limits.mtu, &mut self.tx),
+            iface: any_ip_interface(self.shape, &mut self.tx),
             sockets,
             handle,
             rx: VecDeque::new(),
+            mss,
             opening: Some(Instant::now()),
             flow: None,
             deadline: None,
@@ -403,7 +443,8 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             let mut link = Link {
                 rx: &mut self.stray_rx,
                 tx: &mut self.tx,
-                mtu: self.limits.mtu,
+                mss: 0,
+                shape: self.shape,
             };
             self.stray.poll(now, &mut link, &mut self.stray_sockets);
             self.stray_rx.clear();
@@ -414,8 +455,14 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         }
         self.ready = ready;
         self.ready.clear();
-        for packet in self.tx.drain(..) {
-            let _ = self.io.send(&packet);
+        for (mut packet, mss) in self.tx.drain(..) {
+            let _ = match self.offload {
+                true => {
+                    lower_mss(&mut packet, self.limits.mtu);
+                    self.io.send_tcp(&mut packet, mss)
+                }
+                false => self.io.send(&packet),
+            };
         }
         for packet in self.udp.take_replies() {
             let _ = self.io.send(&packet);
@@ -432,7 +479,8 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         let mut link = Link {
             rx: &mut conn.rx,
             tx: &mut self.tx,
-            mtu: self.limits.mtu,
+            mss: conn.mss,
+            shape: self.shape,
         };
         conn.iface.poll(now, &mut link, &mut conn.sockets);
         let mut open = true;
@@ -464,7 +512,8 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             let mut link = Link {
                 rx: &mut conn.rx,
                 tx: &mut self.tx,
-                mtu: self.limits.mtu,
+                mss: conn.mss,
+                shape: self.shape,
             };
             conn.iface.poll(now, &mut link, &mut conn.sockets);
             open = conn.sockets.get::<tcp::Socket<'_>>(conn.handle).state() != tcp::State::Closed;
@@ -493,6 +542,72 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             conn.deadline = Some(at);
             self.timers.insert((at, id));
         }
+    }
+}
+
+/// The MSS of a TCP segment in a packet of `mtu` bytes with an IP header of `ip_header`.
+fn mss_for(mtu: usize, ip_header: usize) -> u16 {
+    u16::try_from(mtu.saturating_sub(ip_header + 20)).unwrap_or(u16::MAX)
+}
+
+/// The length of the IP header of `packet` (an IP packet holding a TCP segment, [`classify`])
+/// and whether the segment's SYN flag is set.
+fn tcp_syn(packet: &[u8]) -> (usize, bool) {
+    let ip_header = match packet.first().map(|b| b >> 4) {
+        Some(4) => usize::from(packet[0] & 0x0f) * 4,
+        _ => 40,
+    };
+    let syn = packet.get(ip_header + 13).is_some_and(|f| f & 0x02 != 0);
+    (ip_header, syn)
+}
+
+/// Sets the MSS option of the TCP segment in `packet` (its IP header `ip_header` bytes) to
+/// `mss`; returns the option's value before, or `None` (nothing changed) when the segment has
+/// no MSS option or its options do not parse.
+fn rewrite_mss(packet: &mut [u8], ip_header: usize, mss: u16) -> Option<u16> {
+    let tcp = packet.get_mut(ip_header..)?;
+    let header = usize::from(tcp.get(12)? >> 4) * 4;
+    let options = tcp.get_mut(20..header)?;
+    let mut i = 0;
+    while i < options.len() {
+        match options[i] {
+            0 => break,
+            1 => i += 1,
+            kind => {
+                let len = usize::from(*options.get(i + 1)?);
+                if len < 2 || i + len > options.len() {
+                    break;
+                }
+                if kind == 2 && len == 4 {
+                    let before = u16::from_be_bytes([options[i + 2], options[i + 3]]);
+                    options[i + 2..i + 4].copy_from_slice(&mss.to_be_bytes());
+                    return Some(before);
+                }
+                i += len;
+            }
+        }
+    }
+    None
+}
+
+/// With offloads, an application's SYN `packet` goes to smoltcp with the MSS that a packet of
+/// `stack_mtu` bytes holds, so that smoltcp sends segments that long; returns the MSS the
+/// device cuts them to: the SYN's, at most what a packet of `device_mtu` bytes holds (0 when
+/// the SYN has no MSS option, left as it is: smoltcp then sends the default's 536 bytes,
+/// which need no cutting).
+fn raise_mss(packet: &mut [u8], stack_mtu: usize, device_mtu: usize) -> u16 {
+    let (ip_header, _) = tcp_syn(packet);
+    rewrite_mss(packet, ip_header, mss_for(stack_mtu, ip_header))
+        .map_or(0, |theirs| theirs.min(mss_for(device_mtu, ip_header)))
+}
+
+/// With offloads, smoltcp's SYN-ACK `packet` offers the MSS of its own MTU: lowered to what a
+/// packet of `device_mtu` bytes holds, as without offloads, so that an application (or a
+/// host whose traffic the system forwards into the device) sends segments that fit the device.
+fn lower_mss(packet: &mut [u8], device_mtu: usize) {
+    let (ip_header, syn) = tcp_syn(packet);
+    if syn {
+        let _ = rewrite_mss(packet, ip_header, mss_for(device_mtu, ip_header));
     }
 }
 
@@ -669,4 +784,90 @@ async fn relay(
         let _ = writer.reset(0).await;
     };
     tokio::join!(downward, upward);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::inbound::tun::device::testing::tcp_packet;
+    use proptest::prelude::*;
+
+    /// The MSS option of the TCP segment in `packet` (IP header `ip_header` bytes), if any.
+    fn mss_option(packet: &[u8], ip_header: usize) -> Option<u16> {
+        let tcp = &packet[ip_header..];
+        let options = &tcp[20..usize::from(tcp[12] >> 4) * 4];
+        let at = options.windows(2).position(|w| w == [2, 4])?;
+        Some(u16::from_be_bytes([options[at + 2], options[at + 3]]))
+    }
+
+    #[test]
+    fn a_syn_s_mss_is_raised_for_smoltcp_and_kept_for_the_device() {
+        let v4 = (
+            "10.7.0.1:40000".parse().unwrap(),
+            "10.7.0.9:443".parse().unwrap(),
+        );
+        let v6 = (
+            "[fd07::1]:40000".parse().unwrap(),
+            "[fd07::9]:443".parse().unwrap(),
+        );
+        // MSS 1460, SACK permitted, timestamps, NOP, window scale: what Linux sends.
+        let linux = [
+            2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+        ];
+        // The MSS after other options, with NOPs before it.
+        let late = [1, 1, 4, 2, 1, 1, 2, 4, 2, 0, 0, 0];
+        for ((from, to), ip_header) in [(v4, 20usize), (v6, 40)] {
+            for (options, device_mtu, want) in [
+                (&linux[..], 1500, 1460u16),
+                (&linux[..], 1400, 1460 - 100),
+                (&late[..], 9000, 512),
+            ] {
+                let mut packet = tcp_packet(from, to, options, 0);
+                let before = packet.clone();
+                let want = want.min((device_mtu - ip_header - 20) as u16);
+                assert_eq!(raise_mss(&mut packet, MAX_PACKET, device_mtu), want);
+                let raised = (MAX_PACKET - ip_header - 20) as u16;
+                assert_eq!(mss_option(&packet, ip_header), Some(raised));
+                let changed = packet.iter().zip(&before).filter(|(a, b)| a != b).count();
+                assert!(changed <= 2, "only the option's value changes");
+            }
+            // No MSS option, or options that do not parse: nothing changes, no cut.
+            for options in [
+                &[1, 1, 1, 0][..],
+                &[3, 0, 2, 4, 5, 180, 0, 0],
+                &[3, 9, 1, 1],
+            ] {
+                let mut packet = tcp_packet(from, to, options, 0);
+                let before = packet.clone();
+                assert_eq!(raise_mss(&mut packet, MAX_PACKET, 1500), 0);
+                assert_eq!(packet, before);
+            }
+        }
+    }
+
+    #[test]
+    fn smoltcp_s_syn_ack_offers_the_device_s_mss() {
+        let (from, to) = (
+            "10.7.0.9:443".parse().unwrap(),
+            "10.7.0.1:40000".parse().unwrap(),
+        );
+        let mut syn_ack = tcp_packet(from, to, &[2, 4, 0xff, 0xd7], 0);
+        syn_ack[33] |= 0x02;
+        let mut ack = syn_ack.clone();
+        ack[33] &= !0x02;
+        let before = ack.clone();
+        lower_mss(&mut syn_ack, 1500);
+        lower_mss(&mut ack, 1500);
+        assert_eq!(mss_option(&syn_ack, 20), Some(1460));
+        assert_eq!(ack, before, "only a SYN's MSS is lowered");
+    }
+
+    proptest! {
+        #[test]
+        fn raising_the_mss_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            let _ = raise_mss(&mut bytes, MAX_PACKET, 1500);
+            lower_mss(&mut bytes, 1500);
+        }
+    }
 }
