@@ -678,12 +678,17 @@ fn sh(command: &str) -> bool {
 /// 20 MB from a web-like server on 10.7.0.9 with its socket bound to the device's address
 /// 10.7.0.1, routed into the device by a policy rule, then uploads 20 MB to it; the client's TUN
 /// inbound carries both over the link and the server's egress connects 10.7.0.9 locally. With
-/// the device's offloads (the default) and without (`[tun] offload = false`). Needs root (or
-/// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`), `ip` and `sh`; says so and passes without them.
+/// the device's offloads (the default) and without (`[tun] offload = false`), and over IPv6
+/// (fd07::1 to fd07::9) with offloads. Needs root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`), `ip`
+/// and `sh`; says so and passes without them.
 #[test]
 fn a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole() {
-    for (device, offload) in [("braidt0", true), ("braidt1", false)] {
-        let run = std::thread::spawn(move || kernel_round_trip(device, offload));
+    for (device, offload, v6) in [
+        ("braidt0", true, false),
+        ("braidt1", false, false),
+        ("braidt2", true, true),
+    ] {
+        let run = std::thread::spawn(move || kernel_round_trip(device, offload, v6));
         match run.join().unwrap() {
             Ok(()) => {}
             Err(why) => eprintln!("skipped: {why}"),
@@ -692,8 +697,13 @@ fn a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole() {
 }
 
 /// [`a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole`] through TUN device
-/// `device`, in a new network namespace of the calling thread's.
-fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> {
+/// `device`, in a new network namespace of the calling thread's, over IPv4 or IPv6.
+fn kernel_round_trip(device: &'static str, offload: bool, v6: bool) -> Result<(), String> {
+    let (app_addr, server_addr, device_net, ip) = match v6 {
+        false => ("10.7.0.1", "10.7.0.9", "10.7.0.1/24", "ip"),
+        true => ("fd07::1", "fd07::9", "fd07::1/64", "ip -6"),
+    };
+    let bind = |addr: &str, port: u16| SocketAddr::new(addr.parse().unwrap(), port);
     // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(format!(
@@ -701,7 +711,14 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
             std::io::Error::last_os_error()
         ));
     }
-    if !sh("ip link set lo up && ip addr add 10.7.0.9/32 dev lo") {
+    // IPv6: no duplicate address detection, so that the device's address is usable at once.
+    let no_dad = match v6 {
+        true => " && echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad",
+        false => "",
+    };
+    if !sh(&format!(
+        "ip link set lo up && {ip} addr add {server_addr} dev lo{no_dad}"
+    )) {
         return Err("`ip` is missing or not permitted".into());
     }
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -720,7 +737,7 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
         let mut config = client_config("tun-kernel", &server, 1, KEY);
         // braid gives the device its address and brings it up.
         config.tun = Some(braid_proxy::config::TunConfig {
-            address: vec!["10.7.0.1/24".parse().unwrap()],
+            address: vec![device_net.parse().unwrap()],
             offload,
             ..braid_proxy::config::TunConfig::named(device)
         });
@@ -739,15 +756,17 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
             format!("echo 1 > /proc/sys/net/ipv4/conf/{device}/accept_local"),
             "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter".to_owned(),
             format!("echo 0 > /proc/sys/net/ipv4/conf/{device}/rp_filter"),
-            format!("ip route add default dev {device} table 100"),
-            "ip rule add pref 100 from 10.7.0.1 lookup 100".to_owned(),
-            "ip rule add pref 200 lookup local".to_owned(),
-            "ip rule del pref 0 lookup local".to_owned(),
+            format!("{ip} route add default dev {device} table 100"),
+            format!("{ip} rule add pref 100 from {app_addr} lookup 100"),
+            format!("{ip} rule add pref 200 lookup local"),
+            format!("{ip} rule del pref 0 lookup local"),
         ];
         for command in &setup {
             assert!(sh(command), "{command}");
         }
-        let listener = tokio::net::TcpListener::bind("10.7.0.9:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(bind(server_addr, 0))
+            .await
+            .unwrap();
         let target = listener.local_addr().unwrap();
         const LEN: usize = 20_000_000;
         // The server: sends the download on its first connection; reads the upload on its
@@ -769,8 +788,11 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
             s.shutdown().await.unwrap();
         });
         let connect = || async {
-            let app = tokio::net::TcpSocket::new_v4().unwrap();
-            app.bind("10.7.0.1:0".parse().unwrap()).unwrap();
+            let app = match v6 {
+                false => tokio::net::TcpSocket::new_v4().unwrap(),
+                true => tokio::net::TcpSocket::new_v6().unwrap(),
+            };
+            app.bind(bind(app_addr, 0)).unwrap();
             tokio::time::timeout(Duration::from_secs(10), app.connect(target))
                 .await
                 .expect("no connection through the device")
@@ -788,8 +810,8 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
         .unwrap();
         let took = started.elapsed();
         println!(
-            "{device} (offload {offload}): 20 MB down in {took:?} ({:.0} Mbit/s; test profile, \
-             both daemons and the application on one runtime thread)",
+            "{device} (offload {offload}, {ip}): 20 MB down in {took:?} ({:.0} Mbit/s; test \
+             profile, both daemons and the application on one runtime thread)",
             160.0 / took.as_secs_f64()
         );
         assert_eq!(got.len(), LEN);
@@ -807,7 +829,7 @@ fn kernel_round_trip(device: &'static str, offload: bool) -> Result<(), String> 
         .await
         .expect("the upload did not end");
         println!(
-            "{device} (offload {offload}): 20 MB up in {:?}",
+            "{device} (offload {offload}, {ip}): 20 MB up in {:?}",
             started.elapsed()
         );
         assert_eq!(verdict, b"intact", "the upload arrived intact");
