@@ -16,7 +16,7 @@ use crate::config::{ClientConfig, ServerConfig};
 use crate::control::{self, ControlError, StatusSource};
 use crate::inbound::server::InboundContext;
 use crate::inbound::tun::device::TunDevice;
-use crate::inbound::tun::{TunCounters, serve_tun};
+use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
 use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
 use crate::transport::client::{LinkContext, session_loop};
@@ -377,6 +377,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 mtu = t.mtu,
                 max_tcp = t.max_tcp,
                 tcp_buffer = t.tcp_buffer,
+                offload = device.offloads(),
                 "TUN inbound open"
             );
             let counters = Arc::new(TunCounters::default());
