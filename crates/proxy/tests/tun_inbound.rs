@@ -678,17 +678,20 @@ fn sh(command: &str) -> bool {
 /// 20 MB from a web-like server on 10.7.0.9 with its socket bound to the device's address
 /// 10.7.0.1, routed into the device by a policy rule, then uploads 20 MB to it; the client's TUN
 /// inbound carries both over the link and the server's egress connects 10.7.0.9 locally. With
-/// the device's offloads (the default) and without (`[tun] offload = false`), and over IPv6
-/// (fd07::1 to fd07::9) with offloads. Needs root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`), `ip`
-/// and `sh`; says so and passes without them.
+/// the device's offloads (the default) and without (`[tun] offload = false`), over IPv6 (fd07::1
+/// to fd07::9) with offloads, and, as on a router, from an application in another namespace
+/// (192.168.77.2, behind a veth pair) whose packets the system forwards into the device. Needs
+/// root (or `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`), `ip` and `sh`; says so and passes without them.
 #[test]
 fn a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole() {
-    for (device, offload, v6) in [
-        ("braidt0", true, false),
-        ("braidt1", false, false),
-        ("braidt2", true, true),
+    for (device, offload, v6, forwarded) in [
+        ("braidt0", true, false, false),
+        ("braidt1", false, false, false),
+        ("braidt2", true, true, false),
+        ("braidt3", true, false, true),
+        ("braidt4", false, false, true),
     ] {
-        let run = std::thread::spawn(move || kernel_round_trip(device, offload, v6));
+        let run = std::thread::spawn(move || kernel_round_trip(device, offload, v6, forwarded));
         match run.join().unwrap() {
             Ok(()) => {}
             Err(why) => eprintln!("skipped: {why}"),
@@ -697,8 +700,14 @@ fn a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole() {
 }
 
 /// [`a_download_and_an_upload_through_a_kernel_tun_device_arrive_whole`] through TUN device
-/// `device`, in a new network namespace of the calling thread's, over IPv4 or IPv6.
-fn kernel_round_trip(device: &'static str, offload: bool, v6: bool) -> Result<(), String> {
+/// `device`, in a new network namespace of the calling thread's, over IPv4 or IPv6, from an
+/// application in that namespace or `forwarded` from one of its own.
+fn kernel_round_trip(
+    device: &'static str,
+    offload: bool,
+    v6: bool,
+    forwarded: bool,
+) -> Result<(), String> {
     let (app_addr, server_addr, device_net, ip) = match v6 {
         false => ("10.7.0.1", "10.7.0.9", "10.7.0.1/24", "ip"),
         true => ("fd07::1", "fd07::9", "fd07::1/64", "ip -6"),
@@ -749,15 +758,28 @@ fn kernel_round_trip(device: &'static str, offload: bool, v6: bool) -> Result<()
             Err(e) => panic!("{e}"),
         };
         assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
-        // What the application sends from the device's address goes into the device (the
-        // local table, which would deliver 10.7.0.9 at once, is consulted after).
+        // What the application sends from the device's address (or what comes in from the
+        // other namespace) goes into the device (the local table, which would deliver 10.7.0.9
+        // at once, is consulted after).
+        let lan = forwarded.then(Lan::start);
+        let from = match &lan {
+            None => format!("from {app_addr}"),
+            Some(lan) => {
+                for command in lan.router_setup() {
+                    assert!(sh(&command), "{command}");
+                }
+                // Only what is for the server's address: with all of it, the router would not
+                // answer ARP for its own LAN address (its route lookup ends in the device).
+                format!("iif {LAN_ROUTER_SIDE} to {server_addr}")
+            }
+        };
         let setup = [
             "echo 1 > /proc/sys/net/ipv4/conf/all/accept_local".to_owned(),
             format!("echo 1 > /proc/sys/net/ipv4/conf/{device}/accept_local"),
             "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter".to_owned(),
             format!("echo 0 > /proc/sys/net/ipv4/conf/{device}/rp_filter"),
             format!("{ip} route add default dev {device} table 100"),
-            format!("{ip} rule add pref 100 from {app_addr} lookup 100"),
+            format!("{ip} rule add pref 100 {from} lookup 100"),
             format!("{ip} rule add pref 200 lookup local"),
             format!("{ip} rule del pref 0 lookup local"),
         ];
@@ -768,7 +790,6 @@ fn kernel_round_trip(device: &'static str, offload: bool, v6: bool) -> Result<()
             .await
             .unwrap();
         let target = listener.local_addr().unwrap();
-        const LEN: usize = 20_000_000;
         // The server: sends the download on its first connection; reads the upload on its
         // second and answers with whether it arrived intact.
         tokio::spawn(async move {
@@ -787,54 +808,141 @@ fn kernel_round_trip(device: &'static str, offload: bool, v6: bool) -> Result<()
             s.write_all(verdict).await.unwrap();
             s.shutdown().await.unwrap();
         });
-        let connect = || async {
-            let app = match v6 {
-                false => tokio::net::TcpSocket::new_v4().unwrap(),
-                true => tokio::net::TcpSocket::new_v6().unwrap(),
-            };
-            app.bind(bind(app_addr, 0)).unwrap();
-            tokio::time::timeout(Duration::from_secs(10), app.connect(target))
-                .await
-                .expect("no connection through the device")
-                .unwrap()
+        let bind_to = match forwarded {
+            false => bind(app_addr, 0),
+            true => bind(LAN_HOST, 0),
         };
-        let started = Instant::now();
-        let mut stream = connect().await;
-        let mut got = Vec::with_capacity(LEN);
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut got),
-        )
-        .await
-        .expect("the download did not end")
-        .unwrap();
-        let took = started.elapsed();
+        let (got, verdict, down, up) = match lan {
+            None => app_round_trip(bind_to, target).await,
+            Some(lan) => tokio::task::spawn_blocking(move || lan.run(bind_to, target))
+                .await
+                .unwrap(),
+        };
+        let how = match forwarded {
+            false => "",
+            true => ", forwarded",
+        };
         println!(
-            "{device} (offload {offload}, {ip}): 20 MB down in {took:?} ({:.0} Mbit/s; test \
-             profile, both daemons and the application on one runtime thread)",
-            160.0 / took.as_secs_f64()
+            "{device} (offload {offload}, {ip}{how}): 20 MB down in {down:?} ({:.0} Mbit/s), up \
+             in {up:?} (test profile, both daemons on one runtime thread)",
+            160.0 / down.as_secs_f64()
         );
         assert_eq!(got.len(), LEN);
         assert!(got == pattern(LEN, 5), "the download arrived intact");
-        let started = Instant::now();
-        let mut stream = connect().await;
-        let verdict = tokio::time::timeout(Duration::from_secs(60), async {
-            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-            stream.write_all(&pattern(LEN, 6)).await.unwrap();
-            stream.shutdown().await.unwrap();
-            let mut verdict = Vec::new();
-            stream.read_to_end(&mut verdict).await.unwrap();
-            verdict
-        })
-        .await
-        .expect("the upload did not end");
-        println!(
-            "{device} (offload {offload}, {ip}): 20 MB up in {:?}",
-            started.elapsed()
-        );
         assert_eq!(verdict, b"intact", "the upload arrived intact");
         let tun = client.status().await.tun.unwrap();
         assert_eq!((tun.device.as_str(), tun.tcp_connections), (device, 2));
         Ok(())
     })
+}
+
+/// Bytes each way in [`kernel_round_trip`].
+const LEN: usize = 20_000_000;
+
+/// The application's side of [`kernel_round_trip`]: from a socket bound to `from`, downloads
+/// from `target`, then uploads to it and reads its verdict; the download, the verdict and how
+/// long each took.
+async fn app_round_trip(
+    from: SocketAddr,
+    target: SocketAddr,
+) -> (Vec<u8>, Vec<u8>, Duration, Duration) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let connect = || async {
+        let app = match from.is_ipv6() {
+            false => tokio::net::TcpSocket::new_v4().unwrap(),
+            true => tokio::net::TcpSocket::new_v6().unwrap(),
+        };
+        app.bind(from).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), app.connect(target))
+            .await
+            .expect("no connection through the device")
+            .unwrap()
+    };
+    let started = Instant::now();
+    let mut stream = connect().await;
+    let mut got = Vec::with_capacity(LEN);
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut got))
+        .await
+        .expect("the download did not end")
+        .unwrap();
+    let down = started.elapsed();
+    let started = Instant::now();
+    let mut stream = connect().await;
+    let verdict = tokio::time::timeout(Duration::from_secs(60), async {
+        stream.write_all(&pattern(LEN, 6)).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut verdict = Vec::new();
+        stream.read_to_end(&mut verdict).await.unwrap();
+        verdict
+    })
+    .await
+    .expect("the upload did not end");
+    (got, verdict, down, started.elapsed())
+}
+
+/// The router's end of the veth pair to the other namespace, its address, and the host's.
+const LAN_ROUTER_SIDE: &str = "braidlan0";
+const LAN_ROUTER: &str = "192.168.77.1";
+const LAN_HOST: &str = "192.168.77.2";
+
+/// A thread in a network namespace of its own, a host on the router's LAN: it waits for its end
+/// of the veth pair, then runs the application.
+struct Lan {
+    tid: libc::pid_t,
+    go: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
+    done: std::sync::mpsc::Receiver<(Vec<u8>, Vec<u8>, Duration, Duration)>,
+}
+
+impl Lan {
+    fn start() -> Lan {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go, go_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: plain flags; this thread alone moves to the namespace.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            // SAFETY: no arguments.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let Ok((from, target)) = go_rx.recv() else {
+                return;
+            };
+            let setup = [
+                "ip link set lo up".to_owned(),
+                format!("ip addr add {LAN_HOST}/24 dev braidlan1"),
+                "ip link set braidlan1 up".to_owned(),
+                format!("ip route add default via {LAN_ROUTER}"),
+            ];
+            for command in &setup {
+                assert!(sh(command), "{command}");
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = done_tx.send(rt.block_on(app_round_trip(from, target)));
+        });
+        Lan {
+            tid: tid_rx.recv().unwrap(),
+            go,
+            done,
+        }
+    }
+
+    /// Commands for the router's namespace: the veth pair, the host's end moved to its
+    /// namespace, the router's end addressed, forwarding on.
+    fn router_setup(&self) -> Vec<String> {
+        vec![
+            format!("ip link add {LAN_ROUTER_SIDE} type veth peer name braidlan1"),
+            format!("ip link set braidlan1 netns {}", self.tid),
+            format!("ip addr add {LAN_ROUTER}/24 dev {LAN_ROUTER_SIDE}"),
+            format!("ip link set {LAN_ROUTER_SIDE} up"),
+            "echo 1 > /proc/sys/net/ipv4/ip_forward".to_owned(),
+        ]
+    }
+
+    /// Runs [`app_round_trip`] on the host (blocking).
+    fn run(self, from: SocketAddr, target: SocketAddr) -> (Vec<u8>, Vec<u8>, Duration, Duration) {
+        self.go.send((from, target)).unwrap();
+        self.done.recv().expect("the host's application failed")
+    }
 }
