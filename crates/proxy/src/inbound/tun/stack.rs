@@ -394,6 +394,13 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             tcp::SocketBuffer::new(vec![0; self.limits.tcp_buffer]),
         );
         socket.set_nagle_enabled(false);
+        if self.offload {
+            // smoltcp acknowledges at once only when more than an MSS is unacknowledged, else
+            // after its delayed-ACK timer (10 ms); the MSS it was shown (`raise_mss`) is more
+            // than its buffer holds, so the application would wait for that timer or for a
+            // window update. Each segment (up to 64 KiB) is acknowledged at once instead.
+            socket.set_ack_delay(None);
+        }
         let endpoint = IpListenEndpoint {
             addr: Some(dst.ip().into()),
             port: dst.port(),
@@ -591,7 +598,9 @@ fn rewrite_mss(packet: &mut [u8], ip_header: usize, mss: u16) -> Option<u16> {
 }
 
 /// With offloads, an application's SYN `packet` goes to smoltcp with the MSS that a packet of
-/// `stack_mtu` bytes holds, so that smoltcp sends segments that long; returns the MSS the
+/// `stack_mtu` bytes holds, so that smoltcp sends segments that long (smoltcp 0.14's own
+/// `segmentation-offload` feature would keep the MSS, but it drops IPv6 packets longer than the
+/// interface's MTU, so the interfaces are told an MTU of 64 KiB instead); returns the MSS the
 /// device cuts them to: the SYN's, at most what a packet of `device_mtu` bytes holds (0 when
 /// the SYN has no MSS option, left as it is: smoltcp then sends the default's 536 bytes,
 /// which need no cutting).
