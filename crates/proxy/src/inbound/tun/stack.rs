@@ -9,6 +9,10 @@
 //! flow has room (the application then sees TCP's window close), and the flow's task waits while
 //! the socket's send buffer and the channel to the stack are full. A step runs only the
 //! connections with something to do: packets, news from their task, or a smoltcp timer due.
+//! With a device that offloads TCP ([`PacketIo::offloads`]), the interfaces are told an MTU of
+//! 64 KiB and no TCP checksums; each application's SYN shows smoltcp an MSS to match
+//! ([`raise_mss`]) and the real one goes with the connection's segments to the device, which cuts
+//! them to it.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
