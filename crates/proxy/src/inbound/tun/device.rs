@@ -729,6 +729,57 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever a read brings (the kernel's header and packet bytes), checking it never
+        /// panics; nor does writing a segment that parses as TCP.
+        #[test]
+        fn reads_and_writes_never_panic_on_any_bytes(
+            header in proptest::array::uniform10(proptest::prelude::any::<u8>()),
+            mut packet in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            mss in proptest::prelude::any::<u16>(),
+        ) {
+            let _ = accept_read(&VnetHeader::parse(&header), &packet);
+            if let Some(layout) = tcp_layout(&packet) {
+                let _ = tcp_header_for(&mut packet, &layout, mss);
+            }
+        }
+
+        /// The same over bytes that begin as an IPv4 or IPv6 header of a TCP segment, so that
+        /// the TCP parts are reached.
+        #[test]
+        fn tcp_looking_reads_and_writes_never_panic(
+            v6 in proptest::prelude::any::<bool>(),
+            flags in 0u8..4,
+            gso in proptest::prelude::prop_oneof![
+                proptest::prelude::Just(GSO_NONE),
+                proptest::prelude::Just(GSO_TCPV4),
+                proptest::prelude::Just(GSO_TCPV6),
+            ],
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+            mss in proptest::prelude::any::<u16>(),
+        ) {
+            let (from, to): (SocketAddr, SocketAddr) = match v6 {
+                false => ("10.7.0.1:1".parse().unwrap(), "10.7.0.9:2".parse().unwrap()),
+                true => ("[fd07::1]:1".parse().unwrap(), "[fd07::9]:2".parse().unwrap()),
+            };
+            let mut packet = tcp_packet(from, to, &[], 0);
+            let ip_header = if v6 { 40 } else { 20 };
+            packet.truncate(ip_header);
+            packet.extend_from_slice(&tail);
+            // The IP length fields agree with the bytes, so the TCP header is parsed.
+            let len = packet.len() as u16;
+            match v6 {
+                false => packet[2..4].copy_from_slice(&len.to_be_bytes()),
+                true => packet[4..6].copy_from_slice(&(len - 40).to_be_bytes()),
+            }
+            let header = VnetHeader { flags, gso_type: gso, ..VnetHeader::default() };
+            let _ = accept_read(&header, &packet);
+            if let Some(layout) = tcp_layout(&packet) {
+                let _ = tcp_header_for(&mut packet, &layout, mss);
+            }
+        }
+    }
+
     #[test]
     fn interface_names_are_checked() {
         for good in ["braid0", "tun-lte.1", "a", "fifteen-bytes-x"] {
