@@ -38,7 +38,11 @@ const BYTES: u64 = 64 << 20;
 const CHUNK: usize = 256 * 1024;
 const KEY: [u8; 32] = [0x5a; 32];
 
-/// A TCP source: each connection sends the u64 length it asks for.
+/// The top bit of a request to [`source`]: the client uploads the length instead.
+const UPLOAD: u64 = 1 << 63;
+
+/// A TCP source: each connection sends the u64 length it asks for; or, with [`UPLOAD`] set in
+/// the request, reads that many bytes and answers with the count it read.
 async fn source() -> SocketAddr {
     source_on("127.0.0.1:0".parse().unwrap()).await
 }
@@ -57,6 +61,19 @@ async fn source_on(bind: SocketAddr) -> SocketAddr {
                     return;
                 }
                 let mut left = u64::from_be_bytes(len);
+                if left & UPLOAD != 0 {
+                    let mut buf = vec![0u8; CHUNK];
+                    let mut got = 0u64;
+                    while got < left & !UPLOAD {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => got += n as u64,
+                        }
+                    }
+                    let _ = s.write_all(&got.to_be_bytes()).await;
+                    let _ = s.shutdown().await;
+                    return;
+                }
                 while left > 0 {
                     let n = left.min(chunk.len() as u64) as usize;
                     if s.write_all(&chunk[..n]).await.is_err() {
@@ -138,6 +155,11 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
 }
 
 async fn braid_download(proxy: SocketAddr, target: SocketAddr, bytes: u64) {
+    tcp_download(socks_connect(proxy, target).await, bytes).await;
+}
+
+/// A connection to `target` through the SOCKS5 proxy `proxy`.
+async fn socks_connect(proxy: SocketAddr, target: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(proxy).await.unwrap();
     s.write_all(&[5, 1, 0]).await.unwrap();
     let mut sel = [0u8; 2];
@@ -152,7 +174,22 @@ async fn braid_download(proxy: SocketAddr, target: SocketAddr, bytes: u64) {
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).await.unwrap();
     assert_eq!(reply[1], 0);
-    tcp_download(s, bytes).await;
+    s
+}
+
+/// Sends `bytes` to the source (at the other end of `s`) and waits for its count of them.
+async fn tcp_upload(mut s: TcpStream, bytes: u64) {
+    s.write_all(&(bytes | UPLOAD).to_be_bytes()).await.unwrap();
+    let chunk = vec![0x62u8; CHUNK];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        s.write_all(&chunk[..n]).await.unwrap();
+        left -= n as u64;
+    }
+    let mut count = [0u8; 8];
+    s.read_exact(&mut count).await.unwrap();
+    assert_eq!(u64::from_be_bytes(count), bytes);
 }
 
 /// Asks the source (at the other end of `s`) for `bytes` and reads them to the end.
@@ -440,8 +477,9 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // ---------------------------------------------------------------------------------------
 // `e2e/tun`: the same 64 MiB download through the client's TUN inbound (a kernel TUN device)
 // beside the same download through its SOCKS5 inbound, on the same daemons in the same run, so
-// the TUN inbound's cost reads as a ratio; then both again while 256 other connections through
-// the device stay open and silent (`…_256_idle`). Everything runs in a network namespace this bench
+// the TUN inbound's cost reads as a ratio; then 64 MiB uploaded to the source through each
+// (`…_upload`); then both downloads again while 256 other connections through the device stay
+// open and silent (`…_256_idle`). Everything runs in a network namespace this bench
 // creates (`unshare(CLONE_NEWNET)` on a thread that then builds the runtime, whose threads
 // inherit it): the source on 10.7.0.9 (an address on the namespace's loopback), the device
 // braid0 with 10.7.0.1/24 set by braid from `[tun] address`, and a policy rule that sends what
@@ -504,9 +542,14 @@ const TUN_IDLE: usize = 256;
 /// A TCP download from `target` by an application whose socket is bound to the device's
 /// address, so that it goes through the TUN inbound.
 async fn tun_download(target: SocketAddr, bytes: u64) {
+    tcp_download(tun_connect(target).await, bytes).await;
+}
+
+/// A connection to `target` from the device's address, so that it goes through the TUN inbound.
+async fn tun_connect(target: SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("10.7.0.1:0".parse().unwrap()).unwrap();
-    tcp_download(socket.connect(target).await.unwrap(), bytes).await;
+    socket.connect(target).await.unwrap()
 }
 
 fn tun(c: &mut Criterion) {
@@ -571,6 +614,25 @@ fn tun(c: &mut Criterion) {
             .unwrap()
         })
     });
+    // The other way: 64 MiB uploaded to the source, through each inbound.
+    for (name, through_tun) in [("braid_socks5_upload", false), ("braid_tun_upload", true)] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(rt.spawn(async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let s = match through_tun {
+                            true => tun_connect(target).await,
+                            false => socks_connect(socks, target).await,
+                        };
+                        tcp_upload(s, BYTES).await;
+                    }
+                    start.elapsed()
+                }))
+                .unwrap()
+            })
+        });
+    }
     // The same two downloads while `TUN_IDLE` other connections through the device stay open
     // and silent (a router's browsers keep many): what each open connection costs the rest.
     let idle = rt
