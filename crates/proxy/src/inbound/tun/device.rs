@@ -18,7 +18,7 @@
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
-use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
+use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
 use tokio::io::unix::AsyncFd;
 
 use super::{PacketIo, netconf};
@@ -131,11 +131,18 @@ impl VnetHeader {
 struct TcpLayout {
     ip_header: usize,
     tcp_header: usize,
-    v6: bool,
+    src: IpAddress,
+    dst: IpAddress,
+}
+
+impl TcpLayout {
+    fn v6(&self) -> bool {
+        matches!(self.src, IpAddress::Ipv6(_))
+    }
 }
 
 fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
-    let (ip_header, v6) = match packet.first()? >> 4 {
+    let (ip_header, src, dst) = match packet.first()? >> 4 {
         4 => {
             let ip = Ipv4Packet::new_checked(packet).ok()?;
             if ip.next_header() != IpProtocol::Tcp
@@ -145,7 +152,8 @@ fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
             {
                 return None;
             }
-            (usize::from(ip.header_len()), false)
+            let header = usize::from(ip.header_len());
+            (header, ip.src_addr().into(), ip.dst_addr().into())
         }
         6 => {
             let ip = Ipv6Packet::new_checked(packet).ok()?;
@@ -154,7 +162,7 @@ fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
             {
                 return None;
             }
-            (ip.header_len(), true)
+            (ip.header_len(), ip.src_addr().into(), ip.dst_addr().into())
         }
         _ => return None,
     };
@@ -162,14 +170,15 @@ fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
     Some(TcpLayout {
         ip_header,
         tcp_header: usize::from(tcp.header_len()),
-        v6,
+        src,
+        dst,
     })
 }
 
 /// The one's-complement sum (folded, not inverted) of the TCP pseudo-header of `packet`, whose
 /// TCP segment (header and payload) is `length` bytes: what a partial checksum holds.
 fn pseudo_header_sum(packet: &[u8], layout: &TcpLayout, length: usize) -> u16 {
-    let (src, dst): (&[u8], &[u8]) = if layout.v6 {
+    let (src, dst): (&[u8], &[u8]) = if layout.v6() {
         (&packet[8..24], &packet[24..40])
     } else {
         (&packet[12..16], &packet[16..20])
@@ -186,20 +195,7 @@ fn pseudo_header_sum(packet: &[u8], layout: &TcpLayout, length: usize) -> u16 {
 
 /// Whether the TCP checksum of `packet` (a TCP segment per [`tcp_layout`]) is right.
 fn tcp_checksum_ok(packet: &[u8], layout: &TcpLayout) -> bool {
-    let Ok(tcp) = TcpPacket::new_checked(&packet[layout.ip_header..]) else {
-        return false;
-    };
-    if layout.v6 {
-        let Ok(ip) = Ipv6Packet::new_checked(packet) else {
-            return false;
-        };
-        tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
-    } else {
-        let Ok(ip) = Ipv4Packet::new_checked(packet) else {
-            return false;
-        };
-        tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into())
-    }
+    TcpPacket::new_unchecked(&packet[layout.ip_header..]).verify_checksum(&layout.src, &layout.dst)
 }
 
 /// Whether a packet read with header `header` goes on to the stack: not a kind of segment
@@ -233,7 +229,7 @@ fn tcp_header_for(packet: &mut [u8], layout: &TcpLayout, mss: u16) -> VnetHeader
     let gso_size = usize::from(mss).saturating_sub(options);
     let payload = packet.len() - headers;
     let (gso_type, gso_size) = if gso_size > 0 && payload > gso_size {
-        (if layout.v6 { GSO_TCPV6 } else { GSO_TCPV4 }, gso_size)
+        (if layout.v6() { GSO_TCPV6 } else { GSO_TCPV4 }, gso_size)
     } else {
         (GSO_NONE, 0)
     };

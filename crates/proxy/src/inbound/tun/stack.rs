@@ -487,13 +487,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             return;
         };
         conn.ready = false;
-        let mut link = Link {
-            rx: &mut conn.rx,
-            tx: &mut self.tx,
-            mss: conn.mss,
-            shape: self.shape,
-        };
-        conn.iface.poll(now, &mut link, &mut conn.sockets);
+        poll_conn(conn, &mut self.tx, self.shape, now);
         let mut open = true;
         if let Some(since) = conn.opening {
             let socket = conn.sockets.get_mut::<tcp::Socket<'_>>(conn.handle);
@@ -520,13 +514,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             let socket = conn.sockets.get_mut::<tcp::Socket<'_>>(conn.handle);
             pump(socket, flow);
             // The second poll sends what the pump queued, an aborted socket's RST included.
-            let mut link = Link {
-                rx: &mut conn.rx,
-                tx: &mut self.tx,
-                mss: conn.mss,
-                shape: self.shape,
-            };
-            conn.iface.poll(now, &mut link, &mut conn.sockets);
+            poll_conn(conn, &mut self.tx, self.shape, now);
             open = conn.sockets.get::<tcp::Socket<'_>>(conn.handle).state() != tcp::State::Closed;
         }
         if let Some(at) = conn.deadline.take() {
@@ -622,6 +610,17 @@ fn lower_mss(packet: &mut [u8], device_mtu: usize) {
     if syn {
         let _ = rewrite_mss(packet, ip_header, mss_for(device_mtu, ip_header));
     }
+}
+
+/// Polls `conn`'s interface: its packets from the device in, what it sends into `tx`.
+fn poll_conn(conn: &mut Conn, tx: &mut Outgoing, shape: Shape, now: smoltcp::time::Instant) {
+    let mut link = Link {
+        rx: &mut conn.rx,
+        tx,
+        mss: conn.mss,
+        shape,
+    };
+    conn.iface.poll(now, &mut link, &mut conn.sockets);
 }
 
 /// Puts connection `id` in `ready` once.
