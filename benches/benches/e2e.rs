@@ -478,7 +478,9 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // `e2e/tun`: the same 64 MiB download through the client's TUN inbound (a kernel TUN device)
 // beside the same download through its SOCKS5 inbound, on the same daemons in the same run, so
 // the TUN inbound's cost reads as a ratio; then 64 MiB uploaded to the source through each
-// (`…_upload`); then both downloads again while 256 other connections through the device stay
+// (`…_upload`); then 64 MiB delivered to a UDP sink in datagrams sent 32 per `send` with
+// `UDP_SEGMENT` (`braid_tun_udp_upload`: the goodput, what is lost being made up by more
+// datagrams); then both downloads again while 256 other connections through the device stay
 // open and silent (`…_256_idle`). Everything runs in a network namespace this bench
 // creates (`unshare(CLONE_NEWNET)` on a thread that then builds the runtime, whose threads
 // inherit it): the source on 10.7.0.9 (an address on the namespace's loopback), the device
@@ -545,6 +547,107 @@ async fn tun_download(target: SocketAddr, bytes: u64) {
     tcp_download(tun_connect(target).await, bytes).await;
 }
 
+/// Payload bytes per datagram of `e2e/tun`'s `braid_tun_udp_upload` (the session carries up to 1,100 with the
+/// SOCKS5 header), and datagrams per `send`
+/// (`UDP_SEGMENT`: with UDP segmentation offload the device hands the burst over as one packet).
+const UDP_PAYLOAD: usize = 1000;
+const UDP_BURST: usize = 32;
+/// Datagrams the uploader sends beyond the highest index the sink has acknowledged.
+const UDP_WINDOW: u64 = 128;
+
+/// A UDP sink for [`tun_udp_upload`]: each datagram starts with its run and its index (u64
+/// each); every 32nd datagram of a run is answered with the run, the highest index seen and
+/// the datagrams received.
+async fn udp_sink_on(bind: SocketAddr) -> SocketAddr {
+    let socket = tokio::net::UdpSocket::bind(bind).await.unwrap();
+    let addr = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        let (mut run, mut highest, mut count) = (u64::MAX, 0u64, 0u64);
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            if n < 16 {
+                continue;
+            }
+            let word = |i: usize| u64::from_be_bytes(buf[i..i + 8].try_into().unwrap());
+            let (this_run, index) = (word(0), word(8));
+            if this_run != run {
+                (run, highest, count) = (this_run, 0, 0);
+            }
+            count += 1;
+            highest = highest.max(index);
+            if count % 32 == 0 {
+                let mut ack = [0u8; 24];
+                for (i, v) in [run, highest, count].into_iter().enumerate() {
+                    ack[8 * i..8 * i + 8].copy_from_slice(&v.to_be_bytes());
+                }
+                let _ = socket.send_to(&ack, from).await;
+            }
+        }
+    });
+    addr
+}
+
+/// Uploads [`BYTES`] to `sink` in datagrams of [`UDP_PAYLOAD`] bytes from the device's
+/// address, [`UDP_BURST`] per `send` (`UDP_SEGMENT`), at most [`UDP_WINDOW`] beyond the highest
+/// index the sink acknowledged (after 20 ms without an answer, half the window is taken as lost
+/// and the upload goes on), until the sink counted [`BYTES`] of them: what is lost is sent
+/// again as new datagrams, so the time is that of delivering [`BYTES`]. The datagrams sent.
+async fn tun_udp_upload(socket: &tokio::net::UdpSocket, sink: SocketAddr, run: u64) -> u64 {
+    let total = BYTES / UDP_PAYLOAD as u64;
+    let mut burst = vec![0u8; UDP_PAYLOAD * UDP_BURST];
+    let mut ack = [0u8; 64];
+    // The next index, one past the highest acknowledged, and the datagrams the sink counted.
+    let (mut next, mut acked, mut received) = (0u64, 0u64, 0u64);
+    let take_ack = |ack: &[u8], acked: &mut u64, received: &mut u64| {
+        let word = |i: usize| u64::from_be_bytes(ack[i..i + 8].try_into().unwrap());
+        if ack.len() == 24 && word(0) == run {
+            *acked = (*acked).max(word(8) + 1);
+            *received = (*received).max(word(16));
+        }
+    };
+    while received < total {
+        while let Ok((n, _)) = socket.try_recv_from(&mut ack) {
+            take_ack(&ack[..n], &mut acked, &mut received);
+        }
+        if next - acked.min(next) < UDP_WINDOW {
+            for i in 0..UDP_BURST {
+                let d = &mut burst[i * UDP_PAYLOAD..];
+                d[..8].copy_from_slice(&run.to_be_bytes());
+                d[8..16].copy_from_slice(&(next + i as u64).to_be_bytes());
+            }
+            // A full socket buffer (ENOBUFS) loses the burst, as a full queue anywhere would.
+            let _ = socket.send_to(&burst, sink).await;
+            next += UDP_BURST as u64;
+        } else {
+            match tokio::time::timeout(Duration::from_millis(20), socket.recv_from(&mut ack)).await
+            {
+                Ok(Ok((n, _))) => take_ack(&ack[..n], &mut acked, &mut received),
+                _ => acked = next - UDP_WINDOW / 2,
+            }
+        }
+    }
+    next
+}
+
+/// A UDP socket on the device's address that sends [`UDP_BURST`] datagrams per `send`.
+fn tun_udp_socket() -> tokio::net::UdpSocket {
+    let socket = std::net::UdpSocket::bind("10.7.0.1:0").unwrap();
+    let size = UDP_PAYLOAD as libc::c_int;
+    // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    socket.set_nonblocking(true).unwrap();
+    tokio::net::UdpSocket::from_std(socket).unwrap()
+}
+
 /// A connection to `target` from the device's address, so that it goes through the TUN inbound.
 async fn tun_connect(target: SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
@@ -577,10 +680,11 @@ fn tun(c: &mut Criterion) {
         };
         let (server, client) = braid_pair_with(2, Some(config)).await;
         let source = source_on("10.7.0.9:0".parse().unwrap()).await;
+        let sink = udp_sink_on("10.7.0.9:0".parse().unwrap()).await;
         let routed = tokio::task::spawn_blocking(route_into_tun).await.unwrap();
-        (server, client, source, routed)
+        (server, client, (source, sink), routed)
     });
-    let (_server, client, target, routed) = rt.block_on(set_up).unwrap();
+    let (_server, client, (target, sink), routed) = rt.block_on(set_up).unwrap();
     if !routed {
         eprintln!("e2e/tun skipped: `ip` could not route into the device");
         return;
@@ -633,6 +737,38 @@ fn tun(c: &mut Criterion) {
             })
         });
     }
+    // UDP: 64 MiB delivered in datagrams of `UDP_PAYLOAD` bytes, 32 per `send`, to a sink that
+    // acknowledges them (a window keeps the uploader from running far ahead of what arrives).
+    let udp = rt
+        .block_on(rt.spawn(async { Arc::new(tun_udp_socket()) }))
+        .unwrap();
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    group.bench_function("braid_tun_udp_upload", |b| {
+        b.iter_custom(|iters| {
+            let (udp, sent, runs) = (udp.clone(), sent.clone(), runs.clone());
+            rt.block_on(rt.spawn(async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let n = tun_udp_upload(&udp, sink, run).await;
+                    sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
+                start.elapsed()
+            }))
+            .unwrap()
+        })
+    });
+    let (sent, runs) = (
+        sent.load(std::sync::atomic::Ordering::Relaxed),
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let delivered = runs * (BYTES / UDP_PAYLOAD as u64);
+    eprintln!(
+        "e2e/tun: braid_tun_udp_upload sent {sent} datagrams to deliver {delivered} ({runs} runs, \
+         {:.1} % lost)",
+        100.0 * sent.saturating_sub(delivered) as f64 / sent.max(1) as f64
+    );
     // The same two downloads while `TUN_IDLE` other connections through the device stay open
     // and silent (a router's browsers keep many): what each open connection costs the rest.
     let idle = rt

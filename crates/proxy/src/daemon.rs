@@ -378,9 +378,10 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 max_tcp = t.max_tcp,
                 tcp_buffer = t.tcp_buffer,
                 offload = device.offloads(),
+                udp_offload = device.udp_offload(),
                 "TUN inbound open"
             );
-            let counters = Arc::new(TunCounters::default());
+            let counters = device.counters();
             Some((device, t.limits(), counters))
         }
         None => None,

@@ -873,13 +873,28 @@ fn kernel_round_trip(
             s.write_all(verdict).await.unwrap();
             s.shutdown().await.unwrap();
         });
+        // A UDP echo beside it.
+        let echo = tokio::net::UdpSocket::bind(bind(server_addr, 0))
+            .await
+            .unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, from)) = echo.recv_from(&mut buf).await {
+                let _ = echo.send_to(&buf[..n], from).await;
+            }
+        });
         let bind_to = match forwarded {
             false => bind(app_addr, 0),
             true => bind(LAN_HOST, 0),
         };
-        let (got, verdict, down, up) = match lan {
-            None => app_round_trip(bind_to, target).await,
-            Some(lan) => tokio::task::spawn_blocking(move || lan.run(bind_to, target))
+        let targets = Targets {
+            tcp: target,
+            udp: echo_addr,
+        };
+        let (got, verdict, down, up, echoes) = match lan {
+            None => app_round_trip(bind_to, targets).await,
+            Some(lan) => tokio::task::spawn_blocking(move || lan.run(bind_to, targets))
                 .await
                 .unwrap(),
         };
@@ -895,8 +910,35 @@ fn kernel_round_trip(
         assert_eq!(got.len(), LEN);
         assert!(got == pattern(LEN, 5), "the download arrived intact");
         assert_eq!(verdict, b"intact", "the upload arrived intact");
+        let mut want: Vec<Vec<u8>> = udp_burst()
+            .chunks(UDP_SEGMENT)
+            .map(<[u8]>::to_vec)
+            .collect();
+        let mut echoes = echoes;
+        want.sort();
+        echoes.sort();
+        assert!(
+            echoes == want,
+            "the datagrams sent as one came back one by one, whole"
+        );
         let tun = client.status().await.tun.unwrap();
+        println!(
+            "{device}: {} long reads, {} UDP datagrams cut from them, {} TCP checksums \
+             checked ({} wrong)",
+            tun.long_reads, tun.udp_cut, tun.checksums_checked, tun.checksums_wrong
+        );
         assert_eq!((tun.device.as_str(), tun.tcp_connections), (device, 2));
+        assert_eq!(tun.udp_datagrams, want.len() as u64);
+        assert_eq!(tun.checksums_wrong, 0);
+        if !offload {
+            assert_eq!(
+                (tun.long_reads, tun.udp_cut, tun.checksums_checked),
+                (0, 0, 0)
+            );
+        } else if !forwarded {
+            // The application's own TCP comes in segments longer than the MTU.
+            assert!(tun.long_reads > 0);
+        }
         Ok(())
     })
 }
@@ -904,14 +946,36 @@ fn kernel_round_trip(
 /// Bytes each way in [`kernel_round_trip`].
 const LEN: usize = 20_000_000;
 
-/// The application's side of [`kernel_round_trip`]: from a socket bound to `from`, downloads
-/// from `target`, then uploads to it and reads its verdict; the download, the verdict and how
-/// long each took.
-async fn app_round_trip(
-    from: SocketAddr,
-    target: SocketAddr,
-) -> (Vec<u8>, Vec<u8>, Duration, Duration) {
+/// Payload bytes per datagram of the UDP burst in [`kernel_round_trip`] (`UDP_SEGMENT`).
+const UDP_SEGMENT: usize = 1000;
+
+/// The UDP burst: six datagrams' payloads (the last one short), sent in one `send`.
+fn udp_burst() -> Vec<u8> {
+    (0..5 * UDP_SEGMENT + 321)
+        .map(|i| (i * 7 + i / 256) as u8)
+        .collect()
+}
+
+/// Where the application of [`kernel_round_trip`] connects.
+#[derive(Clone, Copy)]
+struct Targets {
+    /// The TCP server.
+    tcp: SocketAddr,
+    /// The UDP echo.
+    udp: SocketAddr,
+}
+
+/// What [`app_round_trip`] brings back: the download, the upload's verdict, how long each
+/// took, and the UDP echoes.
+type RoundTrip = (Vec<u8>, Vec<u8>, Duration, Duration, Vec<Vec<u8>>);
+
+/// The application's side of [`kernel_round_trip`]: from sockets bound to `from`, downloads
+/// from the TCP server, then uploads to it and reads its verdict, then sends the UDP burst to
+/// the echo in one `send` (`UDP_SEGMENT`: the kernel cuts it, or hands it to the device whole)
+/// and reads the echoes.
+async fn app_round_trip(from: SocketAddr, targets: Targets) -> RoundTrip {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let target = targets.tcp;
     let connect = || async {
         let app = match from.is_ipv6() {
             false => tokio::net::TcpSocket::new_v4().unwrap(),
@@ -942,7 +1006,46 @@ async fn app_round_trip(
     })
     .await
     .expect("the upload did not end");
-    (got, verdict, down, started.elapsed())
+    let up = started.elapsed();
+    (
+        got,
+        verdict,
+        down,
+        up,
+        udp_burst_echoes(from, targets.udp).await,
+    )
+}
+
+/// Sends [`udp_burst`] from `from` to `echo` as datagrams of [`UDP_SEGMENT`] bytes in one
+/// `send` and reads their echoes (5 s at most for each).
+async fn udp_burst_echoes(from: SocketAddr, echo: SocketAddr) -> Vec<Vec<u8>> {
+    let socket = std::net::UdpSocket::bind(SocketAddr::new(from.ip(), 0)).unwrap();
+    let size = UDP_SEGMENT as libc::c_int;
+    // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    socket.set_nonblocking(true).unwrap();
+    let socket = tokio::net::UdpSocket::from_std(socket).unwrap();
+    let burst = udp_burst();
+    assert_eq!(socket.send_to(&burst, echo).await.unwrap(), burst.len());
+    let mut buf = vec![0u8; 65_536];
+    let mut echoes = Vec::new();
+    for i in 0..burst.len().div_ceil(UDP_SEGMENT) {
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("echo {i} did not come"))
+            .unwrap();
+        echoes.push(buf[..n].to_vec());
+    }
+    echoes
 }
 
 /// The router's end of the veth pair to the other namespace, its address, and the host's.
@@ -954,14 +1057,14 @@ const LAN_HOST: &str = "192.168.77.2";
 /// of the veth pair, then runs the application.
 struct Lan {
     tid: libc::pid_t,
-    go: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
-    done: std::sync::mpsc::Receiver<(Vec<u8>, Vec<u8>, Duration, Duration)>,
+    go: std::sync::mpsc::Sender<(SocketAddr, Targets)>,
+    done: std::sync::mpsc::Receiver<RoundTrip>,
 }
 
 impl Lan {
     fn start() -> Lan {
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let (go, go_rx) = std::sync::mpsc::channel::<(SocketAddr, SocketAddr)>();
+        let (go, go_rx) = std::sync::mpsc::channel::<(SocketAddr, Targets)>();
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // SAFETY: plain flags; this thread alone moves to the namespace.
@@ -1006,7 +1109,7 @@ impl Lan {
     }
 
     /// Runs [`app_round_trip`] on the host (blocking).
-    fn run(self, from: SocketAddr, target: SocketAddr) -> (Vec<u8>, Vec<u8>, Duration, Duration) {
+    fn run(self, from: SocketAddr, target: Targets) -> RoundTrip {
         self.go.send((from, target)).unwrap();
         self.done.recv().expect("the host's application failed")
     }

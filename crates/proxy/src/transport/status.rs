@@ -157,6 +157,18 @@ pub struct TunStatus {
     pub udp_dropped: u64,
     /// Other packets (ICMP, fragments, other protocols), dropped.
     pub other_dropped: u64,
+    /// Reads of more than one segment (TCP and UDP segmentation offload).
+    #[serde(default)]
+    pub long_reads: u64,
+    /// UDP datagrams cut from such reads.
+    #[serde(default)]
+    pub udp_cut: u64,
+    /// TCP checksums checked by braid (segments forwarded from another host).
+    #[serde(default)]
+    pub checksums_checked: u64,
+    /// Of those, wrong (the segment dropped).
+    #[serde(default)]
+    pub checksums_wrong: u64,
 }
 
 impl DaemonStatus {
@@ -177,13 +189,18 @@ impl DaemonStatus {
             let _ = writeln!(
                 out,
                 "TUN {}: {} TCP connections ({} refused), {} UDP datagrams ({} dropped), \
-                 {} other packets dropped",
+                 {} other packets dropped; offloads: {} long reads, {} UDP datagrams cut from \
+                 them, {} TCP checksums checked ({} wrong)",
                 t.device,
                 t.tcp_connections,
                 t.tcp_refused,
                 t.udp_datagrams,
                 t.udp_dropped,
-                t.other_dropped
+                t.other_dropped,
+                t.long_reads,
+                t.udp_cut,
+                t.checksums_checked,
+                t.checksums_wrong
             );
         }
         for s in &self.sessions {
@@ -265,13 +282,18 @@ mod tests {
             udp_datagrams: 40,
             udp_dropped: 2,
             other_dropped: 5,
+            long_reads: 7,
+            udp_cut: 30,
+            checksums_checked: 11,
+            checksums_wrong: 1,
         });
         let json = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<DaemonStatus>(&json).unwrap(), status);
         assert!(
             status.to_table().contains(
                 "TUN braid0: 3 TCP connections (1 refused), 40 UDP datagrams (2 dropped), \
-                 5 other packets dropped"
+                 5 other packets dropped; offloads: 7 long reads, 30 UDP datagrams cut from \
+                 them, 11 TCP checksums checked (1 wrong)"
             ),
             "{}",
             status.to_table()

@@ -13,15 +13,22 @@
 //! connection's MSS itself ([`PacketIo::send_tcp`]). One read, one write and one pass of the
 //! userspace stack then move up to 64 KiB instead of one MTU's worth. TCP segments the kernel
 //! did not make (forwarded from another host) come with a full checksum, which is checked here:
-//! a segment whose checksum is wrong is dropped, as the stack dropped it before.
+//! a segment whose checksum is wrong is dropped, as the stack dropped it before. The kernel is
+//! also asked for UDP segmentation offload (Linux 6.2 and later; without it, the TCP offloads
+//! alone): the datagrams an application sends in one `sendmsg` with `UDP_SEGMENT` then come as
+//! one packet, which the device cuts into its datagrams and hands over one per read
+//! ([`cut_datagram`]). What it drops, checks and cuts is counted in the inbound's
+//! [`TunCounters`].
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
 use tokio::io::unix::AsyncFd;
 
-use super::{PacketIo, netconf};
+use super::{PacketIo, TunCounters, netconf};
 
 /// Longest interface name the kernel takes (`IFNAMSIZ` less the terminating NUL).
 pub const MAX_NAME: usize = 15;
@@ -58,6 +65,24 @@ pub struct TunDevice {
     /// The kernel took the offloads (`TUNSETOFFLOAD`): it may hand over TCP segments longer
     /// than the MTU, with partial checksums.
     offload: bool,
+    /// It took UDP segmentation offload too (Linux 6.2 and later): it may hand over several
+    /// UDP datagrams as one packet.
+    udp_offload: bool,
+    /// Such a packet being cut, one datagram per read.
+    cutting: Mutex<Cutting>,
+    /// The inbound's counters; the device counts what it drops, checks and cuts.
+    counters: Arc<TunCounters>,
+}
+
+/// A UDP packet of the kernel's (`GSO_UDP_L4`) being cut into its datagrams ([`cut_datagram`]).
+#[derive(Debug, Default)]
+struct Cutting {
+    /// The packet (its buffer kept from one to the next).
+    packet: Vec<u8>,
+    ip_header: usize,
+    gso_size: usize,
+    /// Where the next datagram's payload starts in `packet`; none is left at its end.
+    next: usize,
 }
 
 /// Length of `struct virtio_net_hdr`, the header `IFF_VNET_HDR` puts before each packet.
@@ -67,11 +92,16 @@ const VNET_HEADER: usize = 10;
 const NEEDS_CSUM: u8 = 1;
 /// `VIRTIO_NET_HDR_F_DATA_VALID`: the checksum was checked.
 const DATA_VALID: u8 = 2;
-/// `VIRTIO_NET_HDR_GSO_*`: none, TCP over IPv4, TCP over IPv6, and the ECN bit.
+/// `VIRTIO_NET_HDR_GSO_*`: none, TCP over IPv4, TCP over IPv6, UDP datagrams of `gso_size`
+/// payload bytes each sent as one packet (an application's `UDP_SEGMENT`, over IPv4 or IPv6),
+/// and the ECN bit.
 const GSO_NONE: u8 = 0;
 const GSO_TCPV4: u8 = 1;
 const GSO_TCPV6: u8 = 4;
+const GSO_UDP_L4: u8 = 5;
 const GSO_ECN: u8 = 0x80;
+/// Length of a UDP header.
+const UDP_HEADER: usize = 8;
 /// Offset of the checksum in a TCP header.
 const TCP_CHECKSUM: u16 = 16;
 
@@ -142,10 +172,23 @@ impl TcpLayout {
 }
 
 fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
-    let (ip_header, src, dst) = match packet.first()? >> 4 {
+    let (ip_header, src, dst) = ip_layout(packet, IpProtocol::Tcp)?;
+    let tcp = TcpPacket::new_checked(&packet[ip_header..]).ok()?;
+    Some(TcpLayout {
+        ip_header,
+        tcp_header: usize::from(tcp.header_len()),
+        src,
+        dst,
+    })
+}
+
+/// The IP header's length and the addresses of an unfragmented IP packet of `protocol` (IPv6:
+/// with no extension header) whose IP length fields agree with its bytes.
+fn ip_layout(packet: &[u8], protocol: IpProtocol) -> Option<(usize, IpAddress, IpAddress)> {
+    Some(match packet.first()? >> 4 {
         4 => {
             let ip = Ipv4Packet::new_checked(packet).ok()?;
-            if ip.next_header() != IpProtocol::Tcp
+            if ip.next_header() != protocol
                 || ip.more_frags()
                 || ip.frag_offset() != 0
                 || usize::from(ip.total_len()) != packet.len()
@@ -157,7 +200,7 @@ fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
         }
         6 => {
             let ip = Ipv6Packet::new_checked(packet).ok()?;
-            if ip.next_header() != IpProtocol::Tcp
+            if ip.next_header() != protocol
                 || ip.header_len() + usize::from(ip.payload_len()) != packet.len()
             {
                 return None;
@@ -165,14 +208,52 @@ fn tcp_layout(packet: &[u8]) -> Option<TcpLayout> {
             (ip.header_len(), ip.src_addr().into(), ip.dst_addr().into())
         }
         _ => return None,
-    };
-    let tcp = TcpPacket::new_checked(&packet[ip_header..]).ok()?;
-    Some(TcpLayout {
-        ip_header,
-        tcp_header: usize::from(tcp.header_len()),
-        src,
-        dst,
     })
+}
+
+/// The IP header's length of `packet` if it is an unfragmented UDP datagram, its IP lengths
+/// agreeing with its bytes (the UDP length field is not read: the kernel's `GSO_UDP_L4`
+/// packets are cut by [`cut_datagram`], which rewrites it).
+fn udp_ip_header(packet: &[u8]) -> Option<usize> {
+    let (ip_header, _, _) = ip_layout(packet, IpProtocol::Udp)?;
+    (packet.len() >= ip_header + UDP_HEADER).then_some(ip_header)
+}
+
+/// Datagram by datagram, a UDP packet of the kernel's (`GSO_UDP_L4`: one IP and UDP header,
+/// then the payloads of several datagrams of `gso_size` bytes, the last one shorter or not):
+/// writes into `out` the datagram whose payload starts at `at` in `packet` (the first at the
+/// end of the headers), with the IP and UDP headers copied and their lengths (and an IPv4
+/// header's checksum) set to its own. Its length and where the next payload starts; `None`
+/// when none starts at `at` or it does not fit in `out`. The UDP checksum is left as the
+/// kernel's partial one: the UDP path never checks UDP checksums, as for any packet marked
+/// `NEEDS_CSUM`.
+fn cut_datagram(
+    packet: &[u8],
+    ip_header: usize,
+    gso_size: usize,
+    at: usize,
+    out: &mut [u8],
+) -> Option<(usize, usize)> {
+    let headers = ip_header + UDP_HEADER;
+    if at < headers || at >= packet.len() || gso_size == 0 {
+        return None;
+    }
+    let payload = &packet[at..packet.len().min(at.saturating_add(gso_size))];
+    let len = headers + payload.len();
+    let udp_len = u16::try_from(UDP_HEADER + payload.len()).ok()?;
+    let out = out.get_mut(..len)?;
+    out[..headers].copy_from_slice(packet.get(..headers)?);
+    out[headers..].copy_from_slice(payload);
+    out[ip_header + 4..ip_header + 6].copy_from_slice(&udp_len.to_be_bytes());
+    if packet.first()? >> 4 == 4 {
+        let mut ip = Ipv4Packet::new_unchecked(&mut *out);
+        ip.set_total_len(u16::try_from(len).ok()?);
+        ip.fill_checksum();
+    } else {
+        // No extension header (`udp_ip_header`): the payload length is the UDP length.
+        out[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    }
+    Some((len, at + payload.len()))
 }
 
 /// The one's-complement sum (folded, not inverted) of the TCP pseudo-header of `packet`, whose
@@ -198,21 +279,53 @@ fn tcp_checksum_ok(packet: &[u8], layout: &TcpLayout) -> bool {
     TcpPacket::new_unchecked(&packet[layout.ip_header..]).verify_checksum(&layout.src, &layout.dst)
 }
 
-/// Whether a packet read with header `header` goes on to the stack: not a kind of segment
-/// braid did not ask for, and, for a TCP segment with a full checksum (one the kernel did not
-/// make: forwarded from another host), a right one.
-fn accept_read(header: &VnetHeader, packet: &[u8]) -> bool {
+/// What becomes of a packet read with a [`VnetHeader`] ([`read_verdict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadVerdict {
+    /// On to the stack as it is.
+    Pass,
+    /// On to the stack: a TCP segment with a full checksum (one the kernel did not make:
+    /// forwarded from another host), checked here and right.
+    Checked,
+    /// On to the stack: a TCP segment longer than the MTU allows, which the kernel did not cut.
+    Long,
+    /// UDP datagrams of `gso_size` payload bytes each sent as one packet, its IP header
+    /// `ip_header` bytes: cut here, one datagram per read ([`cut_datagram`]).
+    Cut { ip_header: usize, gso_size: usize },
+    /// Dropped: a TCP segment with a full checksum that is wrong.
+    WrongChecksum,
+    /// Dropped: segmentation braid did not ask for, or on headers that do not hold together.
+    Refused,
+}
+
+/// What becomes of a packet read with header `header` (module docs).
+fn read_verdict(header: &VnetHeader, packet: &[u8]) -> ReadVerdict {
     match header.gso_type & !GSO_ECN {
         GSO_NONE => {}
-        GSO_TCPV4 | GSO_TCPV6 => return tcp_layout(packet).is_some(),
-        _ => return false,
+        GSO_TCPV4 | GSO_TCPV6 => {
+            return match tcp_layout(packet) {
+                Some(_) => ReadVerdict::Long,
+                None => ReadVerdict::Refused,
+            };
+        }
+        GSO_UDP_L4 => {
+            return match udp_ip_header(packet) {
+                Some(ip_header) if header.gso_size > 0 => ReadVerdict::Cut {
+                    ip_header,
+                    gso_size: usize::from(header.gso_size),
+                },
+                _ => ReadVerdict::Refused,
+            };
+        }
+        _ => return ReadVerdict::Refused,
     }
     if header.flags & (NEEDS_CSUM | DATA_VALID) != 0 {
-        return true;
+        return ReadVerdict::Pass;
     }
     match tcp_layout(packet) {
-        Some(layout) => tcp_checksum_ok(packet, &layout),
-        None => true,
+        Some(layout) if tcp_checksum_ok(packet, &layout) => ReadVerdict::Checked,
+        Some(_) => ReadVerdict::WrongChecksum,
+        None => ReadVerdict::Pass,
     }
 }
 
@@ -291,8 +404,7 @@ impl TunDevice {
         let len = req.name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
         let name = String::from_utf8_lossy(&req.name[..len]).into_owned();
         let vnet = offload;
-        let offload = vnet && {
-            let features = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+        let set_offload = |features: libc::c_uint| {
             // SAFETY: `TUNSETOFFLOAD` takes the feature bits by value.
             let r = unsafe {
                 libc::ioctl(
@@ -302,13 +414,36 @@ impl TunDevice {
                 )
             };
             if r < 0 {
-                tracing::info!(
-                    device = %name,
-                    error = %io::Error::last_os_error(),
-                    "the kernel refused TUN offloads; the device works without"
-                );
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
             }
-            r >= 0
+        };
+        let tcp = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+        let udp = libc::TUN_F_USO4 | libc::TUN_F_USO6;
+        let (offload, udp_offload) = if !vnet {
+            (false, false)
+        } else if set_offload(tcp | udp).is_ok() {
+            (true, true)
+        } else {
+            match set_offload(tcp) {
+                Ok(()) => {
+                    tracing::info!(
+                        device = %name,
+                        "the kernel refused UDP segmentation offload (Linux before 6.2); TCP \
+                         offloads on"
+                    );
+                    (true, false)
+                }
+                Err(error) => {
+                    tracing::info!(
+                        device = %name,
+                        %error,
+                        "the kernel refused TUN offloads; the device works without"
+                    );
+                    (false, false)
+                }
+            }
         };
         // SAFETY: `fd` owns a valid descriptor that is neither replaced nor closed while the
         // `AsyncFd` holds it.
@@ -318,7 +453,40 @@ impl TunDevice {
             name,
             vnet,
             offload,
+            udp_offload,
+            cutting: Mutex::new(Cutting::default()),
+            counters: Arc::new(TunCounters::default()),
         })
+    }
+
+    /// The counters the device adds to (to be handed to the inbound with it).
+    pub fn counters(&self) -> Arc<TunCounters> {
+        self.counters.clone()
+    }
+
+    /// Whether the kernel hands over several UDP datagrams as one packet (cut by braid).
+    pub fn udp_offload(&self) -> bool {
+        self.udp_offload
+    }
+
+    /// The next datagram of the packet being cut into `buf`, if one is left.
+    fn next_cut(&self, buf: &mut [u8]) -> Option<usize> {
+        let mut cutting = self.cutting.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = &mut *cutting;
+        if c.next >= c.packet.len() {
+            return None;
+        }
+        match cut_datagram(&c.packet, c.ip_header, c.gso_size, c.next, buf) {
+            Some((len, next)) => {
+                c.next = next;
+                self.counters.udp_cut.fetch_add(1, Ordering::Relaxed);
+                Some(len)
+            }
+            None => {
+                c.next = c.packet.len();
+                None
+            }
+        }
     }
 
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
@@ -334,8 +502,9 @@ impl TunDevice {
         &self.name
     }
 
-    /// The next packet into `buf` (its header stripped and checked, [`accept_read`]; packets
-    /// it refuses are skipped); `WouldBlock` when none is waiting.
+    /// The next packet into `buf` (its header stripped and checked, [`read_verdict`]; packets
+    /// it refuses are skipped, several datagrams sent as one are handed over one by one);
+    /// `WouldBlock` when none is waiting.
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.fd.get_ref().as_raw_fd();
         if !self.vnet {
@@ -344,6 +513,9 @@ impl TunDevice {
             return usize::try_from(n).map_err(|_| io::Error::last_os_error());
         }
         loop {
+            if let Some(len) = self.next_cut(buf) {
+                return Ok(len);
+            }
             let mut header = [0u8; VNET_HEADER];
             let iov = [
                 libc::iovec {
@@ -362,8 +534,37 @@ impl TunDevice {
             let Some(len) = n.checked_sub(VNET_HEADER) else {
                 return Ok(0);
             };
-            if accept_read(&VnetHeader::parse(&header), &buf[..len]) {
-                return Ok(len);
+            let counters = &self.counters;
+            let count = |counter: &std::sync::atomic::AtomicU64| {
+                counter.fetch_add(1, Ordering::Relaxed);
+            };
+            match read_verdict(&VnetHeader::parse(&header), &buf[..len]) {
+                ReadVerdict::Pass => return Ok(len),
+                ReadVerdict::Checked => {
+                    count(&counters.checksums_checked);
+                    return Ok(len);
+                }
+                ReadVerdict::Long => {
+                    count(&counters.long_reads);
+                    return Ok(len);
+                }
+                ReadVerdict::Cut {
+                    ip_header,
+                    gso_size,
+                } => {
+                    count(&counters.long_reads);
+                    let mut cutting = self.cutting.lock().unwrap_or_else(PoisonError::into_inner);
+                    cutting.packet.clear();
+                    cutting.packet.extend_from_slice(&buf[..len]);
+                    cutting.ip_header = ip_header;
+                    cutting.gso_size = gso_size;
+                    cutting.next = ip_header + UDP_HEADER;
+                }
+                ReadVerdict::WrongChecksum => {
+                    count(&counters.checksums_checked);
+                    count(&counters.checksums_wrong);
+                }
+                ReadVerdict::Refused => count(&counters.other_dropped),
             }
         }
     }
@@ -393,6 +594,9 @@ impl TunDevice {
 
 impl PacketIo for TunDevice {
     async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(len) = self.next_cut(buf) {
+            return Ok(len);
+        }
         loop {
             let mut guard = self.fd.readable().await?;
             match guard.try_io(|_| self.read(buf)) {
@@ -527,7 +731,8 @@ pub(super) mod testing {
         rt: &tokio::runtime::Runtime,
         device: &TunDevice,
     ) -> (SocketAddr, SocketAddr, Vec<u8>) {
-        let mut buf = vec![0u8; 2048];
+        // Room for the longest packet a device with offloads hands over.
+        let mut buf = vec![0u8; crate::inbound::tun::READ_BUFFER];
         rt.block_on(async {
             loop {
                 let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
@@ -592,6 +797,157 @@ mod tests {
             let mut got = [0u8; 64];
             let (n, from) = app.recv_from(&mut got).expect("the answer did not arrive");
             assert_eq!((&got[..n], from), (&b"answer"[..], remote));
+            Ok(())
+        });
+    }
+
+    /// An application's UDP datagrams sent as one (`UDP_SEGMENT`, 1,000 bytes each: 5,500
+    /// bytes make six) reach the stack one by one, whole and in order, and the device counts
+    /// one long read and six datagrams cut from it. Needs root and `ip`, and Linux 6.2 or later
+    /// for the kernel to hand the datagrams over as one (before, it cuts them itself, and the
+    /// test checks only that they arrive).
+    #[test]
+    fn udp_datagrams_an_application_sends_as_one_are_read_one_by_one() {
+        in_own_netns("braidtest1", |rt, device| {
+            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest1"])
+                && ip(&["link", "set", "braidtest1", "up"]))
+            {
+                return Err("`ip` could not set the device up".into());
+            }
+            let app = UdpSocket::bind("10.7.0.1:0").unwrap();
+            let app_addr = app.local_addr().unwrap();
+            let size: libc::c_int = 1000;
+            // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
+            let r = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&app),
+                    libc::SOL_UDP,
+                    libc::UDP_SEGMENT,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r != 0 {
+                return Err(format!("no UDP_SEGMENT: {}", io::Error::last_os_error()));
+            }
+            let remote: SocketAddr = "10.7.0.9:5300".parse().unwrap();
+            let sent: Vec<u8> = (0..5500).map(|i| (i * 7 + i / 256) as u8).collect();
+            app.send_to(&sent, remote).unwrap();
+            let counters = device.counters();
+            let mut got = Vec::new();
+            for i in 0..6 {
+                let (from, to, payload) = next_udp(rt, &device);
+                assert_eq!((from, to), (app_addr, remote), "datagram {i}");
+                assert_eq!(
+                    payload.len(),
+                    if i < 5 { 1000 } else { 500 },
+                    "datagram {i}"
+                );
+                got.extend_from_slice(&payload);
+            }
+            assert!(got == sent, "the datagrams arrived whole and in order");
+            let (long, cut) = (
+                counters.long_reads.load(Ordering::Relaxed),
+                counters.udp_cut.load(Ordering::Relaxed),
+            );
+            println!(
+                "udp_offload {}: long reads {long}, cut {cut}",
+                device.udp_offload()
+            );
+            if device.udp_offload() {
+                assert_eq!((long, cut), (1, 6));
+            } else {
+                assert_eq!((long, cut), (0, 0));
+            }
+            Ok(())
+        });
+    }
+
+    /// A TCP segment the kernel did not make (sent from a raw socket, as a segment forwarded
+    /// from another host arrives: a full checksum and no flag) is checked: one with a right
+    /// checksum is read, one with a wrong one is dropped and counted. Needs root and `ip`.
+    #[test]
+    fn tcp_segments_with_a_full_checksum_are_checked_on_a_kernel_device() {
+        in_own_netns("braidtest2", |rt, device| {
+            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest2"])
+                && ip(&["link", "set", "braidtest2", "up"]))
+            {
+                return Err("`ip` could not set the device up".into());
+            }
+            if !device.offloads() {
+                return Err("the kernel refused the offloads".into());
+            }
+            let (from, to): (SocketAddr, SocketAddr) = (
+                "10.7.0.1:40000".parse().unwrap(),
+                "10.7.0.9:443".parse().unwrap(),
+            );
+            let sockaddr = |addr: SocketAddr| {
+                let SocketAddr::V4(v4) = addr else {
+                    unreachable!()
+                };
+                libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: 0,
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                    },
+                    sin_zero: [0; 8],
+                }
+            };
+            // SAFETY: plain arguments; the result is checked.
+            let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP) };
+            if raw < 0 {
+                return Err(format!("no raw socket: {}", io::Error::last_os_error()));
+            }
+            // SAFETY: `raw` was just opened and is owned by nothing else.
+            let raw = unsafe { OwnedFd::from_raw_fd(raw) };
+            let local = sockaddr(from);
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            // SAFETY: `local` is a `sockaddr_in` of `len` bytes that lives across the call.
+            let r = unsafe { libc::bind(raw.as_raw_fd(), (&raw const local).cast(), len) };
+            assert_eq!(r, 0, "bind: {}", io::Error::last_os_error());
+            let good = tcp_packet(from, to, &[], 100);
+            let mut bad = tcp_packet(from, to, &[], 101);
+            bad[60] ^= 1;
+            let remote = sockaddr(to);
+            // The wrong one first: the read then returns the right one, or nothing.
+            for segment in [&bad, &good] {
+                let tcp = &segment[20..];
+                // SAFETY: `tcp` and `remote` are readable for the lengths given.
+                let n = unsafe {
+                    libc::sendto(
+                        raw.as_raw_fd(),
+                        tcp.as_ptr().cast(),
+                        tcp.len(),
+                        0,
+                        (&raw const remote).cast(),
+                        len,
+                    )
+                };
+                assert_eq!(n, tcp.len() as isize, "{}", io::Error::last_os_error());
+            }
+            let counters = device.counters();
+            let mut buf = vec![0u8; crate::inbound::tun::READ_BUFFER];
+            let read = rt.block_on(async {
+                loop {
+                    let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
+                        .await
+                        .expect("no packet from the device")
+                        .unwrap();
+                    // Skip the kernel's own packets, if any.
+                    if tcp_layout(&buf[..n]).is_some() {
+                        break buf[..n].to_vec();
+                    }
+                }
+            });
+            assert_eq!(read[20..], good[20..], "the right one is read");
+            assert_eq!(
+                (
+                    counters.checksums_checked.load(Ordering::Relaxed),
+                    counters.checksums_wrong.load(Ordering::Relaxed)
+                ),
+                (2, 1)
+            );
             Ok(())
         });
     }
@@ -704,25 +1060,113 @@ mod tests {
             gso_size: 40,
             ..partial
         };
+        let no_size = VnetHeader { gso_size: 0, ..uso };
+        let ecn = VnetHeader {
+            gso_type: 3 | GSO_ECN,
+            ..tso
+        };
         let udp = crate::inbound::tun::udp::udp_packet(from, to, b"x", 1500).unwrap();
-        for (header, packet, accepted, case) in [
-            (&plain, &good, true, "a full checksum, right"),
-            (&plain, &bad, false, "a full checksum, wrong"),
+        let cut = ReadVerdict::Cut {
+            ip_header: 20,
+            gso_size: 40,
+        };
+        use ReadVerdict::{Checked, Long, Pass, Refused, WrongChecksum};
+        for (header, packet, verdict, case) in [
+            (&plain, &good, Checked, "a full checksum, right"),
+            (&plain, &bad, WrongChecksum, "a full checksum, wrong"),
             (
                 &partial,
                 &bad,
-                true,
+                Pass,
                 "a partial checksum (the kernel's own segment)",
             ),
-            (&valid, &bad, true, "checked by the kernel"),
-            (&tso, &bad, true, "a TCP segment to cut"),
-            (&tso, &udp, false, "a TCP cut on a UDP datagram"),
-            (&uso, &udp, false, "a UDP datagram to cut (not asked for)"),
-            (&plain, &udp, true, "a UDP datagram"),
-            (&plain, &vec![0x45; 3], true, "not TCP: the stack drops it"),
+            (&valid, &bad, Pass, "checked by the kernel"),
+            (&tso, &bad, Long, "a TCP segment to cut"),
+            (&tso, &udp, Refused, "a TCP cut on a UDP datagram"),
+            (&uso, &udp, cut, "UDP datagrams sent as one"),
+            (&no_size, &udp, Refused, "UDP datagrams of no size"),
+            (&uso, &good, Refused, "a UDP cut on a TCP segment"),
+            (
+                &ecn,
+                &good,
+                Refused,
+                "UDP fragmentation offload (never asked for)",
+            ),
+            (&plain, &udp, Pass, "a UDP datagram"),
+            (&plain, &vec![0x45; 3], Pass, "not TCP: the stack drops it"),
         ] {
-            assert_eq!(accept_read(header, packet), accepted, "{case}");
+            assert_eq!(read_verdict(header, packet), verdict, "{case}");
         }
+    }
+
+    /// A UDP packet of `datagrams` payloads of `size` bytes each, the last `last` bytes long,
+    /// sent as one (its IP and UDP lengths those of the whole, as the kernel writes them).
+    fn udp_gso_packet(v6: bool, size: usize, datagrams: usize, last: usize) -> Vec<u8> {
+        let (from, to): (SocketAddr, SocketAddr) = match v6 {
+            false => (
+                "10.7.0.1:5000".parse().unwrap(),
+                "10.7.0.9:443".parse().unwrap(),
+            ),
+            true => (
+                "[fd07::1]:5000".parse().unwrap(),
+                "[fd07::9]:443".parse().unwrap(),
+            ),
+        };
+        let total = size * (datagrams - 1) + last;
+        let payload: Vec<u8> = (0..total).map(|i| (i * 13 + i / 251) as u8).collect();
+        crate::inbound::tun::udp::udp_packet(from, to, &payload, 65_535).unwrap()
+    }
+
+    #[test]
+    fn udp_datagrams_sent_as_one_are_cut_into_whole_datagrams() {
+        for v6 in [false, true] {
+            let ip_header = if v6 { 40 } else { 20 };
+            for (size, datagrams, last) in
+                [(1200, 5, 1200), (1200, 5, 7), (1000, 1, 300), (1, 3, 1)]
+            {
+                let case = format!("v6 {v6} size {size} datagrams {datagrams} last {last}");
+                let packet = udp_gso_packet(v6, size, datagrams, last);
+                assert_eq!(udp_ip_header(&packet), Some(ip_header), "{case}");
+                let mut at = ip_header + UDP_HEADER;
+                let mut out = vec![0u8; 65_536];
+                let mut payload = Vec::new();
+                let mut count = 0;
+                while let Some((len, next)) = cut_datagram(&packet, ip_header, size, at, &mut out) {
+                    let datagram = &out[..len];
+                    let want = if next == packet.len() { last } else { size };
+                    assert_eq!(len, ip_header + UDP_HEADER + want, "{case}");
+                    // The stack reads it as a UDP datagram of its own payload, between the
+                    // same addresses and ports.
+                    match crate::inbound::tun::classify(datagram) {
+                        crate::inbound::tun::Packet::Udp {
+                            src,
+                            dst,
+                            payload: p,
+                        } => {
+                            assert_eq!((src.port(), dst.port()), (5000, 443), "{case}");
+                            payload.extend_from_slice(p);
+                        }
+                        other => panic!("{case}: {other:?}"),
+                    }
+                    if !v6 {
+                        assert!(Ipv4Packet::new_checked(datagram).unwrap().verify_checksum());
+                    }
+                    at = next;
+                    count += 1;
+                }
+                assert_eq!(count, datagrams, "{case}");
+                assert_eq!(payload, packet[ip_header + UDP_HEADER..], "{case}");
+            }
+        }
+        // A buffer too small for the next datagram, or nothing left: none.
+        let packet = udp_gso_packet(false, 1200, 3, 1200);
+        assert_eq!(cut_datagram(&packet, 20, 1200, 28, &mut [0u8; 1000]), None);
+        assert_eq!(
+            cut_datagram(&packet, 20, 1200, packet.len(), &mut [0u8; 2000]),
+            None
+        );
+        assert_eq!(cut_datagram(&packet, 20, 0, 28, &mut [0u8; 2000]), None);
+        assert_eq!(cut_datagram(&packet, 20, 1200, 3, &mut [0u8; 2000]), None);
     }
 
     proptest::proptest! {
@@ -734,7 +1178,8 @@ mod tests {
             mut packet in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
             mss in proptest::prelude::any::<u16>(),
         ) {
-            let _ = accept_read(&VnetHeader::parse(&header), &packet);
+            let _ = read_verdict(&VnetHeader::parse(&header), &packet);
+            cut_all(&packet, u16::from_ne_bytes([header[4], header[5]]));
             if let Some(layout) = tcp_layout(&packet) {
                 let _ = tcp_header_for(&mut packet, &layout, mss);
             }
@@ -769,10 +1214,54 @@ mod tests {
                 true => packet[4..6].copy_from_slice(&(len - 40).to_be_bytes()),
             }
             let header = VnetHeader { flags, gso_type: gso, ..VnetHeader::default() };
-            let _ = accept_read(&header, &packet);
+            let _ = read_verdict(&header, &packet);
             if let Some(layout) = tcp_layout(&packet) {
                 let _ = tcp_header_for(&mut packet, &layout, mss);
             }
+        }
+    }
+
+    /// Cuts `packet` as a read does when the kernel marks it `GSO_UDP_L4` with `gso_size`.
+    fn cut_all(packet: &[u8], gso_size: u16) {
+        let header = VnetHeader {
+            gso_type: GSO_UDP_L4,
+            gso_size,
+            ..VnetHeader::default()
+        };
+        if let ReadVerdict::Cut {
+            ip_header,
+            gso_size,
+        } = read_verdict(&header, packet)
+        {
+            let mut out = vec![0u8; 65_536];
+            let mut at = ip_header + UDP_HEADER;
+            while let Some((_, next)) = cut_datagram(packet, ip_header, gso_size, at, &mut out) {
+                assert!(next > at);
+                at = next;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Bytes that begin as an IPv4 or IPv6 header of a UDP datagram (its IP lengths
+        /// agreeing with them), marked as several datagrams of any size: cutting never panics
+        /// and always ends.
+        #[test]
+        fn udp_looking_cuts_never_panic(
+            v6 in proptest::prelude::any::<bool>(),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            gso_size in proptest::prelude::any::<u16>(),
+        ) {
+            let mut packet = udp_gso_packet(v6, 1, 1, 1);
+            let ip_header = if v6 { 40 } else { 20 };
+            packet.truncate(ip_header);
+            packet.extend_from_slice(&tail);
+            let len = packet.len() as u16;
+            match v6 {
+                false => packet[2..4].copy_from_slice(&len.to_be_bytes()),
+                true => packet[4..6].copy_from_slice(&(len - 40).to_be_bytes()),
+            }
+            cut_all(&packet, gso_size);
         }
     }
 

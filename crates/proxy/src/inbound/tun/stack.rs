@@ -56,6 +56,16 @@ pub struct TunCounters {
     pub udp_dropped: AtomicU64,
     /// Packets neither TCP nor UDP (ICMP, fragments, malformed), dropped.
     pub other_dropped: AtomicU64,
+    /// Packets read from a device with offloads that held more than one segment: TCP segments
+    /// the kernel did not cut, and UDP packets holding several datagrams.
+    pub long_reads: AtomicU64,
+    /// UDP datagrams cut from such packets.
+    pub udp_cut: AtomicU64,
+    /// TCP segments with a full checksum (not the kernel's own: forwarded from another host)
+    /// checked by braid.
+    pub checksums_checked: AtomicU64,
+    /// Of those, dropped for a wrong checksum.
+    pub checksums_wrong: AtomicU64,
 }
 
 impl TunCounters {
@@ -69,6 +79,10 @@ impl TunCounters {
             udp_datagrams: get(&self.udp_datagrams),
             udp_dropped: get(&self.udp_dropped),
             other_dropped: get(&self.other_dropped),
+            long_reads: get(&self.long_reads),
+            udp_cut: get(&self.udp_cut),
+            checksums_checked: get(&self.checksums_checked),
+            checksums_wrong: get(&self.checksums_wrong),
         }
     }
 }
