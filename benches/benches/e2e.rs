@@ -547,10 +547,10 @@ async fn tun_download(target: SocketAddr, bytes: u64) {
     tcp_download(tun_connect(target).await, bytes).await;
 }
 
-/// Payload bytes per datagram of `e2e/tun`'s `braid_tun_udp_upload` (the session carries up to 1,100 with the
-/// SOCKS5 header), and datagrams per `send`
+/// Payload bytes per datagram of `e2e/tun`'s `braid_tun_udp_upload` (a QUIC packet's size, which
+/// the paths carry once their MTU discovery has grown them), and datagrams per `send`
 /// (`UDP_SEGMENT`: with UDP segmentation offload the device hands the burst over as one packet).
-const UDP_PAYLOAD: usize = 1000;
+const UDP_PAYLOAD: usize = 1200;
 const UDP_BURST: usize = 32;
 /// Datagrams the uploader sends beyond the highest index the sink has acknowledged.
 const UDP_WINDOW: u64 = 128;

@@ -83,9 +83,12 @@ fn session_datagrams_flow_both_ways_and_expired_ones_are_dropped() {
         h.client().send_datagram(flow, &[0; 5000], None, now),
         Err(FlowError::DatagramTooLarge {
             len: 5000,
-            max: 1100
+            max: braid_proxy::session::config::DEFAULT_MAX_DATAGRAM_PAYLOAD
         })
     );
+    // The five expired ones and the one too long, counted.
+    assert_eq!(h.client().datagrams_dropped(), 6);
+    assert_eq!(h.server().datagrams_dropped(), 0);
     assert_eq!(
         h.client().write(flow, b"x"),
         Err(FlowError::WrongKind(flow))

@@ -393,3 +393,65 @@ fn stream_packets_fill_the_path_datagram_size() {
         "data packets are not full: {sizes:?}"
     );
 }
+
+/// QUIC-sized datagrams (a 1,200-byte QUIC packet with its SOCKS5 UDP header): dropped and
+/// counted while the paths take the packets of a path that just joined (1,200 bytes here, 1,162
+/// in the daemon), carried once their MTU discovery has grown them; the longest datagram the
+/// session accepts fits a path at quinn's largest datagram exactly.
+#[test]
+fn quic_sized_datagrams_go_once_a_path_takes_them() {
+    use braid_proxy::session::config::{DEFAULT_MAX_DATAGRAM_PAYLOAD, LARGEST_QUIC_DATAGRAM};
+    let links = [LinkConfig::new(20.0, 5.0), LinkConfig::new(20.0, 10.0)];
+    let mut h = Harness::new(
+        12,
+        config(),
+        SchedulerKind::MinRtt,
+        &links,
+        PathConfig::default(),
+    );
+    let flow = h
+        .client()
+        .open_flow(
+            FlowKind::Datagram,
+            Target::Addr("192.0.2.1:443".parse().unwrap()),
+        )
+        .unwrap();
+    let quic = vec![3u8; 1210];
+    let longest = vec![4u8; DEFAULT_MAX_DATAGRAM_PAYLOAD];
+    let mut buf = vec![0u8; 2048];
+    let mut received = Vec::new();
+    let mut round = |h: &mut Harness, until: f64, received: &mut Vec<usize>| {
+        let now = h.now();
+        for _ in 0..10 {
+            h.client().send_datagram(flow, &quic, None, now).unwrap();
+        }
+        h.client().send_datagram(flow, &longest, None, now).unwrap();
+        h.run_until(secs(until), |h| {
+            while let Some(Ok(Some(n))) = Some(h.server().recv_datagram(flow, &mut buf)) {
+                received.push(n);
+            }
+        });
+    };
+    round(&mut h, 0.5, &mut received);
+    assert!(received.is_empty(), "{received:?}");
+    assert_eq!(h.client().datagrams_dropped(), 11);
+    for p in 0..2 {
+        h.set_max_datagram_size(p, LARGEST_QUIC_DATAGRAM as u16)
+            .unwrap();
+    }
+    round(&mut h, 1.0, &mut received);
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    assert_eq!(h.stats.too_large, 0);
+    received.sort_unstable();
+    let mut want = vec![1210; 10];
+    want.push(DEFAULT_MAX_DATAGRAM_PAYLOAD);
+    assert_eq!(received, want);
+    assert_eq!(h.client().datagrams_dropped(), 11);
+    let now = h.now();
+    assert!(
+        h.client()
+            .send_datagram(flow, &vec![0; DEFAULT_MAX_DATAGRAM_PAYLOAD + 1], None, now)
+            .is_err()
+    );
+    assert_eq!(h.client().datagrams_dropped(), 12);
+}

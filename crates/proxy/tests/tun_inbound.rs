@@ -888,6 +888,23 @@ fn kernel_round_trip(
             false => bind(app_addr, 0),
             true => bind(LAN_HOST, 0),
         };
+        // The burst's datagrams, with their SOCKS5 UDP header, need paths grown past the
+        // 1,162 bytes they join with, both ways.
+        let grown = |status: braid_proxy::transport::status::DaemonStatus| {
+            status
+                .sessions
+                .iter()
+                .flat_map(|s| &s.paths)
+                .all(|p| p.max_datagram_size >= 1300)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(grown(client.status().await) && grown(server.status().await)) {
+            assert!(
+                Instant::now() < deadline,
+                "path MTU discovery did not grow the paths"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let targets = Targets {
             tcp: target,
             udp: echo_addr,
@@ -946,8 +963,9 @@ fn kernel_round_trip(
 /// Bytes each way in [`kernel_round_trip`].
 const LEN: usize = 20_000_000;
 
-/// Payload bytes per datagram of the UDP burst in [`kernel_round_trip`] (`UDP_SEGMENT`).
-const UDP_SEGMENT: usize = 1000;
+/// Payload bytes per datagram of the UDP burst in [`kernel_round_trip`] (`UDP_SEGMENT`): a
+/// QUIC packet's size, which a path carries once its MTU discovery has grown it.
+const UDP_SEGMENT: usize = 1200;
 
 /// The UDP burst: six datagrams' payloads (the last one short), sent in one `send`.
 fn udp_burst() -> Vec<u8> {

@@ -51,6 +51,21 @@ pub struct PathConfig {
     pub max_datagram_size: u16,
 }
 
+/// The default of [`SessionConfig::max_datagram_payload`]: the longest datagram any path can
+/// carry, 1,372 bytes. quinn's largest DATAGRAM frame is 1,414 bytes once its path MTU discovery
+/// has reached its upper bound (1,452 bytes of UDP payload, a 1,500-byte MTU), less the largest
+/// packet header and DATAGRAM frame header. So a QUIC packet an application sends (at least 1,200
+/// bytes) fits with its SOCKS5 UDP header once a path's MTU discovery has gone past about 1,250
+/// bytes; until then (a path joins at 1,162) a datagram longer than its paths take is dropped and
+/// counted ([`super::Session::datagrams_dropped`]). Until 23 Nov 2026 the default was 1,100, what
+/// a path carries as it joins, and longer datagrams were refused whatever the paths took.
+pub const DEFAULT_MAX_DATAGRAM_PAYLOAD: usize =
+    LARGEST_QUIC_DATAGRAM - super::frame::MAX_HEADER_LEN - super::frame::MAX_DATAGRAM_HEADER_LEN;
+
+/// quinn's largest DATAGRAM frame, bytes: its `max_datagram_size` at its path MTU discovery's
+/// default upper bound (1,452 bytes of UDP payload), as `braid status` shows on loopback paths.
+pub const LARGEST_QUIC_DATAGRAM: usize = 1414;
+
 /// The smallest `max_datagram_size` a path may have: every frame must fit a packet of this
 /// size with room to spare, the largest being the OPEN of a flow to a 255-byte domain name
 /// (269 bytes) sent with the flow's first stream bytes (checked at compile time in the send
@@ -112,7 +127,9 @@ pub struct SessionConfig {
     pub datagram_send_queue: usize,
     /// Datagrams queued per flow for the application to read; older ones are dropped.
     pub datagram_receive_queue: usize,
-    /// Largest datagram payload accepted by `send_datagram`, bytes.
+    /// Largest datagram payload accepted by `send_datagram`, bytes (default
+    /// [`DEFAULT_MAX_DATAGRAM_PAYLOAD`]); a datagram longer than its paths take when it is sent
+    /// is dropped.
     pub max_datagram_payload: usize,
     /// Packets tracked per path for acknowledgement and loss detection; when full, the path is
     /// treated as having no window.
@@ -146,7 +163,7 @@ impl Default for SessionConfig {
             session_receive_window: 16 << 20,
             datagram_send_queue: 512,
             datagram_receive_queue: 256,
-            max_datagram_payload: 1100,
+            max_datagram_payload: DEFAULT_MAX_DATAGRAM_PAYLOAD,
             max_sent_packets: 8192,
             max_ack_ranges: 32,
             initial_rtt: Duration::from_millis(100),

@@ -278,6 +278,7 @@ impl Session {
     ) -> Result<(), FlowError> {
         let max = self.config.max_datagram_payload;
         if data.len() > max {
+            self.datagrams_dropped += 1;
             return Err(FlowError::DatagramTooLarge {
                 len: data.len(),
                 max,
@@ -293,12 +294,16 @@ impl Session {
         let seq = d.next_seq;
         d.next_seq += 1;
         let data = self.datagrams.buffer_with(data);
-        self.datagrams.push(QueuedDatagram {
+        let pushed = self.datagrams.push(QueuedDatagram {
             flow: id,
             seq,
             deadline: budget_us.map(|b| now + std::time::Duration::from_micros(u64::from(b))),
             data,
-        })
+        });
+        if pushed.is_err() {
+            self.datagrams_dropped += 1;
+        }
+        pushed
     }
 
     /// Takes the oldest received datagram of the flow into `out`; returns its length (cut to

@@ -191,6 +191,8 @@ pub struct Session {
     unsent_bytes: u64,
     lost_bytes: u64,
     locally_dropped_deadlines: u32,
+    /// Datagrams dropped before sending, for any reason ([`Session::datagrams_dropped`]).
+    datagrams_dropped: u64,
     // Scratch tables reused on every ACK (never reallocated in steady state).
     scratch_acked: Vec<SentPacket>,
     scratch_lost: Vec<SentPacket>,
@@ -242,6 +244,7 @@ impl Session {
             unsent_bytes: 0,
             lost_bytes: 0,
             locally_dropped_deadlines: 0,
+            datagrams_dropped: 0,
             scratch_acked: Vec::with_capacity(config.max_sent_packets),
             scratch_lost: Vec::with_capacity(config.max_sent_packets),
             report: ReportAccumulator {
@@ -388,6 +391,13 @@ impl Session {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// Datagrams given to [`Session::send_datagram`] and dropped instead of sent since the
+    /// session started: longer than `max_datagram_payload`, the send queue full, their deadline
+    /// passed, the scheduler's choice, or longer than every live path takes.
+    pub fn datagrams_dropped(&self) -> u64 {
+        self.datagrams_dropped
     }
 
     /// Bytes and records held now.

@@ -440,6 +440,7 @@ impl Session {
             if d.deadline.is_some() {
                 self.locally_dropped_deadlines += 1;
             }
+            self.datagrams_dropped += 1;
             self.datagrams.recycle(d.data);
         }
     }
@@ -465,6 +466,7 @@ impl Session {
             }
             if let Some(d) = self.datagrams.pop() {
                 self.locally_dropped_deadlines += 1;
+                self.datagrams_dropped += 1;
                 self.datagrams.recycle(d.data);
             }
         }

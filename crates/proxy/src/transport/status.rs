@@ -95,6 +95,10 @@ pub struct SessionCounters {
     pub bytes_read: u64,
     /// Datagrams quinn refused as too large.
     pub datagrams_too_large: u64,
+    /// Application datagrams (UDP) dropped before sending: longer than the session carries or
+    /// than every path takes, or the send queue full.
+    #[serde(default)]
+    pub datagrams_dropped: u64,
     /// Other datagram send errors (connection gone).
     pub send_errors: u64,
     /// Received packets the session rejected.
@@ -207,7 +211,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B",
+                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -218,7 +222,8 @@ impl DaemonStatus {
                 c.flows_open,
                 c.flows_total,
                 c.bytes_written,
-                c.bytes_read
+                c.bytes_read,
+                c.datagrams_dropped
             );
             let _ = writeln!(
                 out,

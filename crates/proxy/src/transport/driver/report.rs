@@ -63,6 +63,7 @@ impl Driver {
         }
         let mut counters = self.counters.clone();
         counters.flows_open = self.session.memory_usage().flows;
+        counters.datagrams_dropped = self.session.datagrams_dropped();
         SessionStatus {
             session: self.label.clone(),
             user: self.user.clone(),
