@@ -905,11 +905,21 @@ fn kernel_round_trip(
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let (quic, quic_client) = quic_echo(bind(server_addr, 0));
         let targets = Targets {
             tcp: target,
             udp: echo_addr,
+            quic,
+            quic_client,
         };
-        let (got, verdict, down, up, echoes) = match lan {
+        let RoundTrip {
+            download: got,
+            verdict,
+            down,
+            up,
+            echoes,
+            quic_echo: quic_got,
+        } = match lan {
             None => app_round_trip(bind_to, targets).await,
             Some(lan) => tokio::task::spawn_blocking(move || lan.run(bind_to, targets))
                 .await
@@ -938,14 +948,23 @@ fn kernel_round_trip(
             echoes == want,
             "the datagrams sent as one came back one by one, whole"
         );
+        assert!(
+            quic_got == quic_payload(),
+            "the QUIC stream came back whole"
+        );
         let tun = client.status().await.tun.unwrap();
         println!(
-            "{device}: {} long reads, {} UDP datagrams cut from them, {} TCP checksums \
-             checked ({} wrong)",
-            tun.long_reads, tun.udp_cut, tun.checksums_checked, tun.checksums_wrong
+            "{device}: {} UDP datagrams, {} long reads, {} UDP datagrams cut from them, {} TCP \
+             checksums checked ({} wrong)",
+            tun.udp_datagrams,
+            tun.long_reads,
+            tun.udp_cut,
+            tun.checksums_checked,
+            tun.checksums_wrong
         );
         assert_eq!((tun.device.as_str(), tun.tcp_connections), (device, 2));
-        assert_eq!(tun.udp_datagrams, want.len() as u64);
+        // The burst's datagrams, then the QUIC connection's.
+        assert!(tun.udp_datagrams > want.len() as u64, "{tun:?}");
         assert_eq!(tun.checksums_wrong, 0);
         if !offload {
             assert_eq!(
@@ -975,22 +994,101 @@ fn udp_burst() -> Vec<u8> {
 }
 
 /// Where the application of [`kernel_round_trip`] connects.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Targets {
     /// The TCP server.
     tcp: SocketAddr,
     /// The UDP echo.
     udp: SocketAddr,
+    /// The QUIC echo, and a client configuration that trusts it.
+    quic: SocketAddr,
+    quic_client: quinn::ClientConfig,
 }
 
-/// What [`app_round_trip`] brings back: the download, the upload's verdict, how long each
-/// took, and the UDP echoes.
-type RoundTrip = (Vec<u8>, Vec<u8>, Duration, Duration, Vec<Vec<u8>>);
+/// What [`app_round_trip`] brings back.
+struct RoundTrip {
+    download: Vec<u8>,
+    /// The upload's verdict.
+    verdict: Vec<u8>,
+    /// How long the download and the upload took.
+    down: Duration,
+    up: Duration,
+    /// The UDP echoes.
+    echoes: Vec<Vec<u8>>,
+    /// What came back on the QUIC stream.
+    quic_echo: Vec<u8>,
+}
+
+/// What the application sends on its QUIC stream.
+fn quic_payload() -> Vec<u8> {
+    pattern(300_000, 8)
+}
+
+/// A QUIC server (quinn) on `bind` that echoes each bidirectional stream: its address, and a
+/// client configuration that trusts its certificate.
+fn quic_echo(bind: SocketAddr) -> (SocketAddr, quinn::ClientConfig) {
+    use braid_proxy::tls;
+    let identity = tls::ServerIdentity::generate("quic-echo").unwrap();
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls::server_crypto(&identity).unwrap())
+            .unwrap();
+    let server =
+        quinn::Endpoint::server(quinn::ServerConfig::with_crypto(Arc::new(crypto)), bind).unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Some(incoming) = server.accept().await {
+            let Ok(conn) = incoming.await else { continue };
+            tokio::spawn(async move {
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    let Ok(data) = recv.read_to_end(1 << 20).await else {
+                        return;
+                    };
+                    let _ = send.write_all(&data).await;
+                    let _ = send.finish();
+                    let _ = send.stopped().await;
+                }
+            });
+        }
+    });
+    let pin = braid_proxy::config::parse_fingerprint(&identity.fingerprint()).unwrap();
+    let client = quinn::crypto::rustls::QuicClientConfig::try_from(
+        tls::client_crypto(&braid_proxy::config::ServerTrust::Fingerprint(pin)).unwrap(),
+    )
+    .unwrap();
+    (addr, quinn::ClientConfig::new(Arc::new(client)))
+}
+
+/// From `from`, a QUIC connection (quinn: 1,200-byte Initial packets, its own path MTU
+/// discovery, UDP GSO where the kernel has it) to `server`; [`quic_payload`] on one stream;
+/// what came back.
+async fn quic_round_trip(
+    from: SocketAddr,
+    server: SocketAddr,
+    config: quinn::ClientConfig,
+) -> Vec<u8> {
+    let mut endpoint = quinn::Endpoint::client(SocketAddr::new(from.ip(), 0)).unwrap();
+    endpoint.set_default_client_config(config);
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let conn = endpoint
+            .connect(server, "braid")
+            .unwrap()
+            .await
+            .expect("no QUIC connection through the device");
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(&quic_payload()).await.unwrap();
+        send.finish().unwrap();
+        let echo = recv.read_to_end(1 << 20).await.unwrap();
+        conn.close(0u32.into(), b"done");
+        echo
+    })
+    .await
+    .expect("the QUIC exchange did not end")
+}
 
 /// The application's side of [`kernel_round_trip`]: from sockets bound to `from`, downloads
 /// from the TCP server, then uploads to it and reads its verdict, then sends the UDP burst to
 /// the echo in one `send` (`UDP_SEGMENT`: the kernel cuts it, or hands it to the device whole)
-/// and reads the echoes.
+/// and reads the echoes, then exchanges a stream over QUIC.
 async fn app_round_trip(from: SocketAddr, targets: Targets) -> RoundTrip {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let target = targets.tcp;
@@ -1025,13 +1123,14 @@ async fn app_round_trip(from: SocketAddr, targets: Targets) -> RoundTrip {
     .await
     .expect("the upload did not end");
     let up = started.elapsed();
-    (
-        got,
+    RoundTrip {
+        download: got,
         verdict,
         down,
         up,
-        udp_burst_echoes(from, targets.udp).await,
-    )
+        echoes: udp_burst_echoes(from, targets.udp).await,
+        quic_echo: quic_round_trip(from, targets.quic, targets.quic_client).await,
+    }
 }
 
 /// Sends [`udp_burst`] from `from` to `echo` as datagrams of [`UDP_SEGMENT`] bytes in one
