@@ -632,18 +632,7 @@ async fn tun_udp_upload(socket: &tokio::net::UdpSocket, sink: SocketAddr, run: u
 /// A UDP socket on the device's address that sends [`UDP_BURST`] datagrams per `send`.
 fn tun_udp_socket() -> tokio::net::UdpSocket {
     let socket = std::net::UdpSocket::bind("10.7.0.1:0").unwrap();
-    let size = UDP_PAYLOAD as libc::c_int;
-    // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
-    let r = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    braid_proxy::inbound::tun::device::send_as_one(&socket, UDP_PAYLOAD as u16).unwrap();
     socket.set_nonblocking(true).unwrap();
     tokio::net::UdpSocket::from_std(socket).unwrap()
 }

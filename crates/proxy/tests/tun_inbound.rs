@@ -69,11 +69,7 @@ impl PacketIo for Pipe {
     /// What the kernel does for a device with offloads, but the cut: the segment's checksum is
     /// filled in (the application's stack takes segments longer than its MTU).
     fn send_tcp(&self, packet: &mut [u8], _mss: u16) -> std::io::Result<()> {
-        match packet.first().map(|b| b >> 4) {
-            Some(4) => fix_checksums_v4(packet),
-            Some(6) => fix_checksums_v6(packet),
-            _ => {}
-        }
+        fix_checksums(packet);
         self.send(packet)
     }
 }
@@ -1137,18 +1133,7 @@ async fn app_round_trip(from: SocketAddr, targets: Targets) -> RoundTrip {
 /// `send` and reads their echoes (5 s at most for each).
 async fn udp_burst_echoes(from: SocketAddr, echo: SocketAddr) -> Vec<Vec<u8>> {
     let socket = std::net::UdpSocket::bind(SocketAddr::new(from.ip(), 0)).unwrap();
-    let size = UDP_SEGMENT as libc::c_int;
-    // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
-    let r = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&socket),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    braid_proxy::inbound::tun::device::send_as_one(&socket, UDP_SEGMENT as u16).unwrap();
     socket.set_nonblocking(true).unwrap();
     let socket = tokio::net::UdpSocket::from_std(socket).unwrap();
     let burst = udp_burst();
@@ -1340,7 +1325,7 @@ fn garbage(rng: &mut Rng, seeds: &[Vec<u8>], longest: usize, to_v4: Ipv4Address)
                 // The total length the packet has (a lengthened one is then all payload).
                 let len = p.len() as u16;
                 p[2..4].copy_from_slice(&len.to_be_bytes());
-                fix_checksums_v4(&mut p);
+                fix_checksums(&mut p);
             }
         }
         Some(6) if p.len() >= 40 => {
@@ -1348,7 +1333,7 @@ fn garbage(rng: &mut Rng, seeds: &[Vec<u8>], longest: usize, to_v4: Ipv4Address)
             if rng.below(2) == 0 {
                 let len = (p.len() - 40) as u16;
                 p[4..6].copy_from_slice(&len.to_be_bytes());
-                fix_checksums_v6(&mut p);
+                fix_checksums(&mut p);
             }
         }
         _ => {}
@@ -1356,29 +1341,30 @@ fn garbage(rng: &mut Rng, seeds: &[Vec<u8>], longest: usize, to_v4: Ipv4Address)
     p
 }
 
-fn fix_checksums_v4(p: &mut [u8]) {
-    let Ok(mut ip) = Ipv4Packet::new_checked(&mut p[..]) else {
-        return;
+/// Fills in the IPv4 header checksum and the TCP or UDP checksum of IP packet `p` (whatever
+/// parses of it).
+fn fix_checksums(p: &mut [u8]) {
+    let (protocol, src, dst, payload) = match p.first().map(|b| b >> 4) {
+        Some(4) => {
+            let Ok(mut ip) = Ipv4Packet::new_checked(&mut p[..]) else {
+                return;
+            };
+            ip.fill_checksum();
+            let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
+            let protocol = ip.next_header();
+            let header = usize::from(ip.header_len());
+            (protocol, src, dst, header)
+        }
+        Some(6) => {
+            let Ok(ip) = Ipv6Packet::new_checked(&mut p[..]) else {
+                return;
+            };
+            let (src, dst) = (ip.src_addr().into(), ip.dst_addr().into());
+            (ip.next_header(), src, dst, ip.header_len())
+        }
+        _ => return,
     };
-    ip.fill_checksum();
-    let (src, dst) = (
-        IpAddress::Ipv4(ip.src_addr()),
-        IpAddress::Ipv4(ip.dst_addr()),
-    );
-    let protocol = ip.next_header();
-    fix_transport(protocol, &src, &dst, ip.payload_mut());
-}
-
-fn fix_checksums_v6(p: &mut [u8]) {
-    let Ok(mut ip) = Ipv6Packet::new_checked(&mut p[..]) else {
-        return;
-    };
-    let (src, dst) = (
-        IpAddress::Ipv6(ip.src_addr()),
-        IpAddress::Ipv6(ip.dst_addr()),
-    );
-    let protocol = ip.next_header();
-    fix_transport(protocol, &src, &dst, ip.payload_mut());
+    fix_transport(protocol, &src, &dst, &mut p[payload..]);
 }
 
 fn fix_transport(protocol: IpProtocol, src: &IpAddress, dst: &IpAddress, payload: &mut [u8]) {

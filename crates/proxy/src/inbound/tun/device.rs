@@ -356,6 +356,27 @@ fn tcp_header_for(packet: &mut [u8], layout: &TcpLayout, mss: u16) -> VnetHeader
     }
 }
 
+/// Makes each `send` on UDP socket `socket` go as datagrams of `size` payload bytes (the last
+/// one shorter or not) handed to the kernel as one (`UDP_SEGMENT`), as QUIC stacks send: what an
+/// application behind the device does, for the tests and the bench.
+pub fn send_as_one(socket: &impl std::os::fd::AsRawFd, size: u16) -> io::Result<()> {
+    let size = libc::c_int::from(size);
+    // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether `name` can name a network interface: 1 to 15 bytes, no NUL, `/`, `:` or white space.
 pub fn valid_name(name: &str) -> bool {
     (1..=MAX_NAME).contains(&name.len())
@@ -757,6 +778,16 @@ mod tests {
     use std::process::Command;
     use std::time::Duration;
 
+    /// Gives device `name` the address 10.7.0.1/24 and brings it up (in the calling thread's
+    /// network namespace), or says why not.
+    fn up(name: &str) -> Result<(), String> {
+        if ip(&["addr", "add", "10.7.0.1/24", "dev", name]) && ip(&["link", "set", name, "up"]) {
+            Ok(())
+        } else {
+            Err("`ip` could not set the device up".into())
+        }
+    }
+
     /// Runs `ip ARGS` (in the calling thread's network namespace).
     fn ip(args: &[&str]) -> bool {
         Command::new("ip")
@@ -780,11 +811,7 @@ mod tests {
                 .map_err(|e| format!("no `ip`: {e}"))?;
             let link = String::from_utf8_lossy(&link.stdout).into_owned();
             assert!(link.contains(" mtu 1400 "), "{link}");
-            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest0"])
-                && ip(&["link", "set", "braidtest0", "up"]))
-            {
-                return Err("`ip` could not set the device up".into());
-            }
+            up("braidtest0")?;
             let app = UdpSocket::bind("10.7.0.1:0").unwrap();
             app.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let app_addr = app.local_addr().unwrap();
@@ -809,27 +836,10 @@ mod tests {
     #[test]
     fn udp_datagrams_an_application_sends_as_one_are_read_one_by_one() {
         in_own_netns("braidtest1", |rt, device| {
-            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest1"])
-                && ip(&["link", "set", "braidtest1", "up"]))
-            {
-                return Err("`ip` could not set the device up".into());
-            }
+            up("braidtest1")?;
             let app = UdpSocket::bind("10.7.0.1:0").unwrap();
             let app_addr = app.local_addr().unwrap();
-            let size: libc::c_int = 1000;
-            // SAFETY: `UDP_SEGMENT` reads a `c_int` that lives across the call.
-            let r = unsafe {
-                libc::setsockopt(
-                    std::os::fd::AsRawFd::as_raw_fd(&app),
-                    libc::SOL_UDP,
-                    libc::UDP_SEGMENT,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(format!("no UDP_SEGMENT: {}", io::Error::last_os_error()));
-            }
+            send_as_one(&app, 1000).map_err(|e| format!("no UDP_SEGMENT: {e}"))?;
             let remote: SocketAddr = "10.7.0.9:5300".parse().unwrap();
             let sent: Vec<u8> = (0..5500).map(|i| (i * 7 + i / 256) as u8).collect();
             app.send_to(&sent, remote).unwrap();
@@ -869,11 +879,7 @@ mod tests {
     #[test]
     fn tcp_segments_with_a_full_checksum_are_checked_on_a_kernel_device() {
         in_own_netns("braidtest2", |rt, device| {
-            if !(ip(&["addr", "add", "10.7.0.1/24", "dev", "braidtest2"])
-                && ip(&["link", "set", "braidtest2", "up"]))
-            {
-                return Err("`ip` could not set the device up".into());
-            }
+            up("braidtest2")?;
             if !device.offloads() {
                 return Err("the kernel refused the offloads".into());
             }
