@@ -126,18 +126,20 @@ async fn udp_associate_echo() {
     datagram.extend_from_slice(&echo_addr.port().to_be_bytes());
     datagram.extend_from_slice(b"marco");
     let mut buf = [0u8; 2048];
-    // UDP may drop: retry a few times.
-    let mut answered = None;
-    for _ in 0..20 {
-        app.send_to(&datagram, relay).await.unwrap();
-        if let Ok(Ok((n, _))) =
-            tokio::time::timeout(Duration::from_millis(500), app.recv_from(&mut buf)).await
-        {
-            answered = Some(n);
-            break;
+    // UDP may drop: each datagram is sent up to 20 times, 500 ms apart, until answered; the
+    // answer's length.
+    let ask = async |datagram: &[u8], buf: &mut [u8]| {
+        for _ in 0..20 {
+            app.send_to(datagram, relay).await.unwrap();
+            if let Ok(Ok((n, _))) =
+                tokio::time::timeout(Duration::from_millis(500), app.recv_from(buf)).await
+            {
+                return Some(n);
+            }
         }
-    }
-    let n = answered.expect("no UDP answer");
+        None
+    };
+    let n = ask(&datagram, &mut buf).await.expect("no UDP answer");
     assert_eq!(&buf[..3], &[0, 0, 0]);
     assert_eq!(&buf[4..8], &ip.octets());
     assert_eq!(&buf[10..n], b"marco");
@@ -146,17 +148,9 @@ async fn udp_associate_echo() {
     let quic: Vec<u8> = (0..1300u32).map(|i| (i * 7) as u8).collect();
     datagram.truncate(10);
     datagram.extend_from_slice(&quic);
-    let mut answered = None;
-    for _ in 0..20 {
-        app.send_to(&datagram, relay).await.unwrap();
-        if let Ok(Ok((n, _))) =
-            tokio::time::timeout(Duration::from_millis(500), app.recv_from(&mut buf)).await
-        {
-            answered = Some(n);
-            break;
-        }
-    }
-    let n = answered.expect("no answer to a 1,300-byte datagram");
+    let n = ask(&datagram, &mut buf)
+        .await
+        .expect("no answer to a 1,300-byte datagram");
     assert!(
         buf[10..n] == quic[..],
         "the 1,300-byte datagram came back whole"

@@ -22,7 +22,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket};
@@ -70,6 +70,9 @@ pub struct TunDevice {
     udp_offload: bool,
     /// Such a packet being cut, one datagram per read.
     cutting: Mutex<Cutting>,
+    /// Whether `cutting` holds datagrams not handed over yet (so that a read with none to
+    /// hand over does not take the lock).
+    cut_pending: AtomicBool,
     /// The inbound's counters; the device counts what it drops, checks and cuts.
     counters: Arc<TunCounters>,
 }
@@ -476,6 +479,7 @@ impl TunDevice {
             offload,
             udp_offload,
             cutting: Mutex::new(Cutting::default()),
+            cut_pending: AtomicBool::new(false),
             counters: Arc::new(TunCounters::default()),
         })
     }
@@ -492,22 +496,19 @@ impl TunDevice {
 
     /// The next datagram of the packet being cut into `buf`, if one is left.
     fn next_cut(&self, buf: &mut [u8]) -> Option<usize> {
-        let mut cutting = self.cutting.lock().unwrap_or_else(PoisonError::into_inner);
-        let c = &mut *cutting;
-        if c.next >= c.packet.len() {
+        if !self.cut_pending.load(Ordering::Relaxed) {
             return None;
         }
-        match cut_datagram(&c.packet, c.ip_header, c.gso_size, c.next, buf) {
-            Some((len, next)) => {
-                c.next = next;
-                self.counters.udp_cut.fetch_add(1, Ordering::Relaxed);
-                Some(len)
-            }
-            None => {
-                c.next = c.packet.len();
-                None
-            }
+        let mut cutting = self.cutting.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = &mut *cutting;
+        let cut = cut_datagram(&c.packet, c.ip_header, c.gso_size, c.next, buf);
+        c.next = cut.map_or(c.packet.len(), |(_, next)| next);
+        if c.next >= c.packet.len() {
+            self.cut_pending.store(false, Ordering::Relaxed);
         }
+        let (len, _) = cut?;
+        self.counters.udp_cut.fetch_add(1, Ordering::Relaxed);
+        Some(len)
     }
 
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
@@ -580,6 +581,7 @@ impl TunDevice {
                     cutting.ip_header = ip_header;
                     cutting.gso_size = gso_size;
                     cutting.next = ip_header + UDP_HEADER;
+                    self.cut_pending.store(true, Ordering::Relaxed);
                 }
                 ReadVerdict::WrongChecksum => {
                     count(&counters.checksums_checked);
