@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 
 use braid_proxy::session::frame::{
-    AckFields, DatagramDeadline, FlowKind, Frame, TargetRef, encode_ack, encode_header,
+    AckFields, DatagramDeadline, FlowKind, Fragment, Frame, TargetRef, encode_ack, encode_header,
 };
 use braid_proxy::session::ranges::RangeSet;
 use braid_proxy::session::varint::Writer;
@@ -52,6 +52,7 @@ fn sample_frames() -> Vec<Frame<'static>> {
             flow: FlowId(6),
             seq: 3,
             deadline: None,
+            fragment: None,
             data: b"rtp",
         },
         Frame::Datagram {
@@ -61,7 +62,18 @@ fn sample_frames() -> Vec<Frame<'static>> {
                 budget_us: 30_000,
                 sent_at_us: 99,
             }),
+            fragment: None,
             data: b"rtp2",
+        },
+        Frame::Datagram {
+            flow: FlowId(6),
+            seq: 5,
+            deadline: Some(DatagramDeadline {
+                budget_us: 30_000,
+                sent_at_us: 120,
+            }),
+            fragment: Some(Fragment { index: 1, count: 3 }),
+            data: b"middle piece",
         },
         Frame::Open {
             flow: FlowId(2),
@@ -165,6 +177,7 @@ fn valid_join(rng: &mut Rng) -> Vec<u8> {
             Tier::Backup
         },
         weight: 1 + (rng.next() % 65_535) as u16,
+        fragments: rng.below(2) == 0,
         link_name: text(rng),
         mac,
     }

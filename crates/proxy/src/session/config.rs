@@ -271,14 +271,18 @@ impl SessionConfig {
     }
 
     /// The most bytes the session's buffers may hold, from the limits above: every flow's send
-    /// buffer and receive window, the datagram queues, the per-path packet and range records, and
+    /// buffer and receive window, the datagram queues and reassembly, the per-path packet and range records, and
     /// the session's tables (flow queues, control queue, events, scratch packet tables).
     /// [`super::Session::memory_usage`] stays below it.
     pub fn memory_bound(&self) -> u64 {
         let flows = self.max_flows as u64
             * (self.flow_send_buffer + self.flow_receive_window + FLOW_OVERHEAD);
+        // The send queue and its pool (with the pieces of one datagram being cut), each flow's
+        // inbox and the datagrams it is putting back together from pieces.
         let datagrams = (2 * self.datagram_send_queue as u64
-            + self.datagram_receive_queue as u64 * self.max_flows as u64)
+            + u64::from(super::frame::MAX_FRAGMENTS)
+            + (self.datagram_receive_queue + super::reassembly::MAX_PARTIALS) as u64
+                * self.max_flows as u64)
             * (self.max_datagram_payload as u64 + DATAGRAM_OVERHEAD);
         let paths = MAX_PATHS as u64
             * (self.max_sent_packets as u64 * SENT_PACKET_SIZE

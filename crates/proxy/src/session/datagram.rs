@@ -8,15 +8,29 @@ use braid_sched_core::{FlowId, Timestamp};
 
 use super::config::SessionConfig;
 use super::error::FlowError;
+use super::frame::{Fragment, MAX_DATAGRAM_HEADER_LEN, MAX_FRAGMENT_HEADER_LEN};
 
-/// A datagram waiting to be sent.
+/// A datagram waiting to be sent (or one piece of a datagram cut into fragments).
 #[derive(Debug)]
 pub(crate) struct QueuedDatagram {
     pub flow: FlowId,
     pub seq: u64,
     /// Local time by which it must arrive, if any.
     pub deadline: Option<Timestamp>,
+    /// The piece this is, when the datagram was cut for paths too small to take it whole.
+    pub fragment: Option<Fragment>,
     pub data: Vec<u8>,
+}
+
+impl QueuedDatagram {
+    /// The most bytes its DATAGRAM (or DATAGRAM_FRAGMENT) frame header takes.
+    pub fn header_len(&self) -> usize {
+        if self.fragment.is_some() {
+            MAX_FRAGMENT_HEADER_LEN
+        } else {
+            MAX_DATAGRAM_HEADER_LEN
+        }
+    }
 }
 
 /// The send queue and the buffer pool.
@@ -68,6 +82,14 @@ impl DatagramQueue {
         self.queued_bytes += d.data.len() as u64;
         self.queue.push_back(d);
         Ok(())
+    }
+
+    /// Puts `d` at the front, whatever the queue holds: the pieces of the datagram just taken
+    /// from the front (at most [`super::frame::MAX_FRAGMENTS`] for one), so the queue holds at
+    /// most `capacity + MAX_FRAGMENTS - 1`.
+    pub fn push_front(&mut self, d: QueuedDatagram) {
+        self.queued_bytes += d.data.len() as u64;
+        self.queue.push_front(d);
     }
 
     pub fn front(&self) -> Option<&QueuedDatagram> {

@@ -13,6 +13,7 @@ use braid_sched_core::{FlowId, Timestamp};
 use super::datagram::QueuedDatagram;
 use super::error::FlowError;
 use super::frame::{FlowKind, Target};
+use super::reassembly::{Reassembly, SeqWindow};
 use super::sent::Control;
 use super::stream::{Chunk, RecvStream, SendStream};
 use super::{Event, Session};
@@ -22,6 +23,10 @@ use super::{Event, Session};
 pub(crate) struct DatagramFlow {
     pub next_seq: u64,
     pub inbox: VecDeque<Vec<u8>>,
+    /// Datagrams arriving in pieces.
+    pub pieces: Reassembly,
+    /// Sequence numbers delivered lately (copies are delivered once).
+    pub seen: SeqWindow,
 }
 
 /// The two kinds of flow.
@@ -61,6 +66,8 @@ impl Flow {
             FlowKind::Datagram => Body::Datagram(DatagramFlow {
                 next_seq: 0,
                 inbox: VecDeque::new(),
+                pieces: Reassembly::default(),
+                seen: SeqWindow::default(),
             }),
         };
         Flow {
@@ -90,7 +97,8 @@ impl Flow {
             ),
             Body::Datagram(d) => (
                 d.inbox.iter().map(|b| b.capacity() as u64).sum::<u64>()
-                    + (d.inbox.capacity() * std::mem::size_of::<Vec<u8>>()) as u64,
+                    + (d.inbox.capacity() * std::mem::size_of::<Vec<u8>>()) as u64
+                    + d.pieces.allocated(),
                 0,
                 0,
                 d.inbox.len(),
@@ -298,6 +306,7 @@ impl Session {
             flow: id,
             seq,
             deadline: budget_us.map(|b| now + std::time::Duration::from_micros(u64::from(b))),
+            fragment: None,
             data,
         });
         if pushed.is_err() {

@@ -50,6 +50,23 @@ pub mod kind {
     pub const CLOSE: u64 = 0x0d;
     /// ACK with a receiver report that also carries per-path deadline counts.
     pub const ACK_PATH_REPORT: u64 = 0x0e;
+    /// One fragment of a DATAGRAM too long for the paths, without deadline.
+    pub const DATAGRAM_FRAGMENT: u64 = 0x0f;
+    /// One fragment of a DATAGRAM too long for the paths, with a deadline budget.
+    pub const DATAGRAM_FRAGMENT_DEADLINE: u64 = 0x10;
+}
+
+/// The most fragments one datagram is cut into.
+pub const MAX_FRAGMENTS: u8 = 8;
+
+/// Which piece of a fragmented datagram a DATAGRAM frame carries: piece `index` of `count`
+/// (`2 ..= MAX_FRAGMENTS`), the pieces in order making the datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fragment {
+    /// The piece, from 0.
+    pub index: u8,
+    /// How many pieces the datagram has.
+    pub count: u8,
 }
 
 /// Whether a flow carries reliable ordered bytes or unreliable datagrams.
@@ -159,7 +176,9 @@ pub enum Frame<'a> {
         seq: u64,
         /// Its deadline, if it has one.
         deadline: Option<DatagramDeadline>,
-        /// The payload.
+        /// The piece it is, when the datagram was cut into fragments.
+        fragment: Option<Fragment>,
+        /// The payload (the piece's bytes for a fragment).
         data: &'a [u8],
     },
     /// Opens a flow towards a target.
@@ -264,7 +283,10 @@ impl<'a> Frame<'a> {
             kind::ACK_PATH_REPORT => Frame::Ack(decode_ack(r, ReportLayout::PerPath)?),
             kind::STREAM | kind::STREAM_FIN => decode_stream(r, ty == kind::STREAM_FIN)?,
             kind::DATAGRAM | kind::DATAGRAM_DEADLINE => {
-                decode_datagram(r, ty == kind::DATAGRAM_DEADLINE)?
+                decode_datagram(r, ty == kind::DATAGRAM_DEADLINE, false)?
+            }
+            kind::DATAGRAM_FRAGMENT | kind::DATAGRAM_FRAGMENT_DEADLINE => {
+                decode_datagram(r, ty == kind::DATAGRAM_FRAGMENT_DEADLINE, true)?
             }
             kind::OPEN => decode_open(r)?,
             kind::RESET => Frame::Reset {
@@ -306,9 +328,10 @@ impl<'a> Frame<'a> {
                 flow,
                 seq,
                 deadline,
+                fragment,
                 data,
             } => {
-                encode_datagram_header(w, flow, seq, deadline, data.len())?;
+                encode_datagram_header(w, flow, seq, deadline, fragment, data.len())?;
                 w.bytes(data)
             }
             Frame::Open { flow, kind, target } => encode_open(w, flow, kind, target),
@@ -370,7 +393,11 @@ fn decode_stream<'a>(r: &mut Reader<'a>, fin: bool) -> Result<Frame<'a>, FrameEr
     })
 }
 
-fn decode_datagram<'a>(r: &mut Reader<'a>, with_deadline: bool) -> Result<Frame<'a>, FrameError> {
+fn decode_datagram<'a>(
+    r: &mut Reader<'a>,
+    with_deadline: bool,
+    fragmented: bool,
+) -> Result<Frame<'a>, FrameError> {
     let flow = FlowId(r.varint("datagram flow")?);
     let seq = r.varint("datagram seq")?;
     let deadline = if with_deadline {
@@ -381,14 +408,44 @@ fn decode_datagram<'a>(r: &mut Reader<'a>, with_deadline: bool) -> Result<Frame<
     } else {
         None
     };
+    let fragment = if fragmented {
+        Some(decode_fragment(r)?)
+    } else {
+        None
+    };
     let len = r.varint("datagram length")?;
     let data = r.bytes(usize::try_from(len).unwrap_or(usize::MAX), "datagram data")?;
     Ok(Frame::Datagram {
         flow,
         seq,
         deadline,
+        fragment,
         data,
     })
+}
+
+fn decode_fragment(r: &mut Reader<'_>) -> Result<Fragment, FrameError> {
+    let index = r.u8("fragment index")?;
+    let count = r.u8("fragment count")?;
+    if count > MAX_FRAGMENTS {
+        return Err(FrameError::ValueTooLarge {
+            field: "fragment count",
+            value: u64::from(count),
+        });
+    }
+    if count < 2 {
+        return Err(FrameError::InvalidEnum {
+            field: "fragment count",
+            value: count,
+        });
+    }
+    if index >= count {
+        return Err(FrameError::InvalidEnum {
+            field: "fragment index",
+            value: index,
+        });
+    }
+    Ok(Fragment { index, count })
 }
 
 fn decode_path_status<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
@@ -459,33 +516,41 @@ pub fn encode_stream_header(
 /// The most bytes a STREAM frame header takes.
 pub const MAX_STREAM_HEADER_LEN: usize = 1 + 8 + 8 + 4;
 
-/// Writes a DATAGRAM frame header for `len` bytes that the caller writes right after.
+/// Writes a DATAGRAM frame header (a DATAGRAM_FRAGMENT one for a fragment) for `len` bytes that
+/// the caller writes right after.
 pub fn encode_datagram_header(
     w: &mut Writer<'_>,
     flow: FlowId,
     seq: u64,
     deadline: Option<DatagramDeadline>,
+    fragment: Option<Fragment>,
     len: usize,
 ) -> Result<(), FrameError> {
-    match deadline {
-        Some(d) => {
-            w.varint(kind::DATAGRAM_DEADLINE)?;
-            w.varint(flow.0)?;
-            w.varint(seq)?;
-            w.varint(u64::from(d.budget_us))?;
-            w.varint(d.sent_at_us)?;
-        }
-        None => {
-            w.varint(kind::DATAGRAM)?;
-            w.varint(flow.0)?;
-            w.varint(seq)?;
-        }
+    let ty = match (deadline.is_some(), fragment.is_some()) {
+        (false, false) => kind::DATAGRAM,
+        (true, false) => kind::DATAGRAM_DEADLINE,
+        (false, true) => kind::DATAGRAM_FRAGMENT,
+        (true, true) => kind::DATAGRAM_FRAGMENT_DEADLINE,
+    };
+    w.varint(ty)?;
+    w.varint(flow.0)?;
+    w.varint(seq)?;
+    if let Some(d) = deadline {
+        w.varint(u64::from(d.budget_us))?;
+        w.varint(d.sent_at_us)?;
+    }
+    if let Some(f) = fragment {
+        w.u8(f.index)?;
+        w.u8(f.count)?;
     }
     w.varint(len as u64)
 }
 
 /// The most bytes a DATAGRAM frame header takes.
 pub const MAX_DATAGRAM_HEADER_LEN: usize = 1 + 8 + 8 + 4 + 8 + 4;
+/// The most bytes a DATAGRAM_FRAGMENT frame header takes (a DATAGRAM one and the piece's index
+/// and count).
+pub const MAX_FRAGMENT_HEADER_LEN: usize = MAX_DATAGRAM_HEADER_LEN + 2;
 
 fn encode_open(
     w: &mut Writer<'_>,

@@ -39,6 +39,7 @@ fn samples() -> Vec<Frame<'static>> {
             flow: FlowId(9),
             seq: 77,
             deadline: None,
+            fragment: None,
             data: b"dgram",
         },
         Frame::Datagram {
@@ -48,7 +49,28 @@ fn samples() -> Vec<Frame<'static>> {
                 budget_us: 50_000,
                 sent_at_us: 123_456_789,
             }),
+            fragment: None,
             data: &[0xff; 40],
+        },
+        Frame::Datagram {
+            flow: FlowId(9),
+            seq: 79,
+            deadline: None,
+            fragment: Some(Fragment { index: 0, count: 2 }),
+            data: b"first half",
+        },
+        Frame::Datagram {
+            flow: FlowId(1 << 20),
+            seq: 1 << 33,
+            deadline: Some(DatagramDeadline {
+                budget_us: 7,
+                sent_at_us: 1,
+            }),
+            fragment: Some(Fragment {
+                index: MAX_FRAGMENTS - 1,
+                count: MAX_FRAGMENTS,
+            }),
+            data: &[0x5a; 100],
         },
         Frame::Open {
             flow: FlowId(2),
@@ -412,6 +434,40 @@ fn malformed_frames_are_typed_errors() {
             FrameError::ValueTooLarge {
                 field: "datagram budget",
                 value: 0xff_ffff_ff00_0000,
+            },
+        ),
+        (
+            &[kind::DATAGRAM_FRAGMENT as u8, 1, 1, 0, 9, 0],
+            FrameError::ValueTooLarge {
+                field: "fragment count",
+                value: 9,
+            },
+        ),
+        (
+            &[kind::DATAGRAM_FRAGMENT as u8, 1, 1, 0, 1, 0],
+            FrameError::InvalidEnum {
+                field: "fragment count",
+                value: 1,
+            },
+        ),
+        (
+            &[kind::DATAGRAM_FRAGMENT as u8, 1, 1, 0, 0, 0],
+            FrameError::InvalidEnum {
+                field: "fragment count",
+                value: 0,
+            },
+        ),
+        (
+            &[kind::DATAGRAM_FRAGMENT_DEADLINE as u8, 1, 1, 5, 0, 3, 3, 0],
+            FrameError::InvalidEnum {
+                field: "fragment index",
+                value: 3,
+            },
+        ),
+        (
+            &[kind::DATAGRAM_FRAGMENT as u8, 1, 1, 1, 2, 4, 1, 2],
+            FrameError::Truncated {
+                field: "datagram data",
             },
         ),
     ];

@@ -37,6 +37,7 @@ mod control;
 mod datagram;
 mod flow;
 mod path;
+mod reassembly;
 mod recv;
 mod send;
 mod sent;
@@ -193,6 +194,12 @@ pub struct Session {
     locally_dropped_deadlines: u32,
     /// Datagrams dropped before sending, for any reason ([`Session::datagrams_dropped`]).
     datagrams_dropped: u64,
+    /// The peer reassembles DATAGRAM_FRAGMENT frames ([`Session::set_peer_reassembles`]).
+    peer_reassembles: bool,
+    /// Datagrams cut into fragments ([`Session::datagrams_split`]).
+    datagrams_split: u64,
+    /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
+    datagrams_reassembled: u64,
     // Scratch tables reused on every ACK (never reallocated in steady state).
     scratch_acked: Vec<SentPacket>,
     scratch_lost: Vec<SentPacket>,
@@ -245,6 +252,9 @@ impl Session {
             lost_bytes: 0,
             locally_dropped_deadlines: 0,
             datagrams_dropped: 0,
+            peer_reassembles: false,
+            datagrams_split: 0,
+            datagrams_reassembled: 0,
             scratch_acked: Vec::with_capacity(config.max_sent_packets),
             scratch_lost: Vec::with_capacity(config.max_sent_packets),
             report: ReportAccumulator {
@@ -398,6 +408,26 @@ impl Session {
     /// passed, the scheduler's choice, or longer than every live path takes.
     pub fn datagrams_dropped(&self) -> u64 {
         self.datagrams_dropped
+    }
+
+    /// Whether the peer reassembles datagrams cut into DATAGRAM_FRAGMENT frames (`docs/protocol.md`):
+    /// the daemon learns it in each path's JOIN exchange. From then on, a datagram that fits no
+    /// live path whole when it comes to be sent is cut into at most
+    /// [`frame::MAX_FRAGMENTS`] pieces that fit the smallest live path, instead of being
+    /// dropped. Off by default: a peer that does not know the frame rejects the packets carrying
+    /// it. Fragments are always accepted.
+    pub fn set_peer_reassembles(&mut self, yes: bool) {
+        self.peer_reassembles = yes;
+    }
+
+    /// Datagrams cut into fragments for sending since the session started.
+    pub fn datagrams_split(&self) -> u64 {
+        self.datagrams_split
+    }
+
+    /// Datagrams received as fragments and put back together since the session started.
+    pub fn datagrams_reassembled(&self) -> u64 {
+        self.datagrams_reassembled
     }
 
     /// Bytes and records held now.

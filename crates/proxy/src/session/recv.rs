@@ -1,7 +1,8 @@
 //! The receive path: [`Session::handle_datagram`] validates a whole packet before acting on
 //! it, records its packet number for the ACK, then applies each frame: ACKs drive loss
 //! detection and the scheduler's feedback hooks, STREAM bytes go to the flow's reorder buffer,
-//! DATAGRAMs to the flow's bounded inbox (with the deadline verdict for the receiver report),
+//! DATAGRAMs to the flow's bounded inbox (with the deadline verdict for the receiver report;
+//! pieces of a datagram cut into DATAGRAM_FRAGMENT frames through the flow's reassembly),
 //! and control frames update flows, credit and paths.
 
 use std::time::Duration;
@@ -10,7 +11,9 @@ use braid_sched_core::{AckInfo, FlowId, PathId, Scheduler, Timestamp};
 
 use super::error::{FLOW_REFUSED_CODE, SessionError};
 use super::flow::{Body, Flow};
-use super::frame::{AckFrame, DatagramDeadline, FlowKind, Frame, TargetRef, parse_packet};
+use super::frame::{
+    AckFrame, DatagramDeadline, FlowKind, Fragment, Frame, TargetRef, parse_packet,
+};
 use super::sent::{Control, Payload, SentPacket};
 use super::stream::RecvViolation;
 use super::{Event, Session, SessionState, Tier};
@@ -70,10 +73,11 @@ impl Session {
             } => self.on_stream_frame(flow, offset, fin, data)?,
             Frame::Datagram {
                 flow,
+                seq,
                 deadline,
+                fragment,
                 data,
-                ..
-            } => self.on_datagram_frame(path, flow, deadline, data, now),
+            } => self.on_datagram_frame(path, flow, (seq, fragment), deadline, data, now),
             Frame::Open { flow, kind, target } => self.on_open(flow, kind, target),
             Frame::Reset {
                 flow,
@@ -330,10 +334,13 @@ impl Session {
         Ok(())
     }
 
+    /// A datagram, or one piece of one (`piece`: its sequence number and, for a piece, which
+    /// one), whose deadline verdict counts for the path it came on either way.
     fn on_datagram_frame(
         &mut self,
         path: PathId,
         id: FlowId,
+        piece: (u64, Option<Fragment>),
         deadline: Option<DatagramDeadline>,
         data: &[u8],
         now: Timestamp,
@@ -352,13 +359,30 @@ impl Session {
         let Body::Datagram(d) = &mut flow.body else {
             return;
         };
+        let (seq, fragment) = piece;
+        if d.seen.contains(seq) {
+            self.report.report.duplicate_bytes += data.len() as u64;
+            return;
+        }
+        let buf = match fragment {
+            None => self.datagrams.buffer_with(data),
+            Some(f) => {
+                let max = self.config.max_datagram_payload;
+                let Some(whole) = d.pieces.add(seq, f, data, max, &mut self.datagrams) else {
+                    return;
+                };
+                self.datagrams_reassembled += 1;
+                whole
+            }
+        };
+        d.seen.insert(seq);
         if d.inbox.len() >= limit
             && let Some(old) = d.inbox.pop_front()
         {
             self.datagrams.recycle(old);
         }
-        d.inbox.push_back(self.datagrams.buffer_with(data));
-        self.report.report.delivered_bytes += data.len() as u64;
+        self.report.report.delivered_bytes += buf.len() as u64;
+        d.inbox.push_back(buf);
         self.push_event(Event::DatagramReceived(id));
     }
 

@@ -15,12 +15,12 @@ use super::config::MIN_DATAGRAM_SIZE;
 use super::datagram::QueuedDatagram;
 use super::flow::Body;
 use super::frame::{
-    self, AckFields, DatagramDeadline, Frame, MAX_DATAGRAM_HEADER_LEN, MAX_HEADER_LEN,
-    MAX_OPEN_LEN, MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header, encode_header,
-    encode_stream_header,
+    self, AckFields, DatagramDeadline, Fragment, Frame, MAX_FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
+    MAX_HEADER_LEN, MAX_OPEN_LEN, MAX_STREAM_HEADER_LEN, encode_ack, encode_datagram_header,
+    encode_header, encode_stream_header,
 };
 use super::path::Path;
-use super::sent::{Payload, SentPacket};
+use super::sent::{Control, Payload, SentPacket};
 use super::stream::Chunk;
 use super::varint::{Writer, varint_len};
 use super::{Session, SessionState, Transmit};
@@ -53,7 +53,8 @@ enum DatagramRoute {
     Path(PathId),
     /// It fits a live path that cannot take a packet now.
     Wait,
-    /// It fits no live path (they all shrank below it).
+    /// It fits no live path (they all shrank below it, or it is longer than they have grown):
+    /// cut into fragments when the peer reassembles them, else dropped.
     Drop,
 }
 
@@ -409,7 +410,7 @@ impl Session {
         let Some(d) = self.datagrams.front() else {
             return DatagramRoute::Drop;
         };
-        let need = MAX_HEADER_LEN + MAX_DATAGRAM_HEADER_LEN + d.data.len();
+        let need = MAX_HEADER_LEN + d.header_len() + d.data.len();
         let fits = |p: &Path| usize::from(p.config.max_datagram_size) >= need;
         let path = |p: PathId| self.paths.get(p.index()).and_then(Option::as_ref);
         if let Some(p) = preferred
@@ -434,15 +435,129 @@ impl Session {
         }
     }
 
-    /// Drops the front datagram (it fits no path, or the scheduler said so).
+    /// Drops the front datagram (the scheduler said so, or its deadline passed), with the
+    /// pieces of it still queued when it is a fragment: one datagram dropped.
     fn drop_front_datagram(&mut self) {
-        if let Some(d) = self.datagrams.pop() {
-            if d.deadline.is_some() {
-                self.locally_dropped_deadlines += 1;
-            }
-            self.datagrams_dropped += 1;
-            self.datagrams.recycle(d.data);
+        let Some(d) = self.datagrams.pop() else {
+            return;
+        };
+        if d.deadline.is_some() {
+            self.locally_dropped_deadlines += 1;
         }
+        self.datagrams_dropped += 1;
+        if d.fragment.is_some() {
+            while let Some(next) = self.datagrams.front()
+                && next.fragment.is_some()
+                && (next.flow, next.seq) == (d.flow, d.seq)
+            {
+                if let Some(piece) = self.datagrams.pop() {
+                    self.datagrams.recycle(piece.data);
+                }
+            }
+        }
+        self.datagrams.recycle(d.data);
+    }
+
+    /// Whether the front datagram fits no live path while one lives. Such a datagram is cut or
+    /// dropped before the scheduler sees it: it may be longer than every path's window can
+    /// ever be (two packets of a small path), and the scheduler would wait for room forever.
+    fn front_fits_no_live_path(&self) -> bool {
+        let Some(d) = self.datagrams.front() else {
+            return false;
+        };
+        let need = MAX_HEADER_LEN + d.header_len() + d.data.len();
+        let mut live = self.paths[..self.path_end]
+            .iter()
+            .flatten()
+            .filter(|p| !p.is_failed())
+            .peekable();
+        live.peek().is_some() && live.all(|p| usize::from(p.config.max_datagram_size) < need)
+    }
+
+    /// Whether the front datagram's flow still has its first OPEN queued and no live path takes
+    /// the OPEN beside the datagram: then the OPEN goes first, in a packet of control frames.
+    /// (Sent alone, the datagram would reach a peer that does not know its flow, which drops
+    /// it: the first datagram of a flow, often a QUIC Initial.)
+    fn open_goes_first(&self) -> bool {
+        let Some(d) = self.datagrams.front() else {
+            return false;
+        };
+        let Some(flow) = self.flows.get(&d.flow).filter(|f| !f.open_acked) else {
+            return false;
+        };
+        let beside = MAX_HEADER_LEN
+            + frame::open_len(d.flow, flow.target.as_ref())
+            + d.header_len()
+            + d.data.len();
+        let fits_beside = self.paths[..self.path_end]
+            .iter()
+            .flatten()
+            .any(|p| !p.is_failed() && usize::from(p.config.max_datagram_size) >= beside);
+        !fits_beside && self.controls.contains(&Control::Open(d.flow))
+    }
+
+    /// The front datagram fits no live path: cut it into pieces for the smallest live path when
+    /// the peer reassembles them and [`MAX_FRAGMENTS`] are enough, else drop it.
+    fn split_or_drop_front_datagram(&mut self) {
+        if !self.split_front_datagram() {
+            self.drop_front_datagram();
+        }
+    }
+
+    /// Replaces the front datagram by its pieces, of nearly equal sizes, each of which fits
+    /// every live path (so the scheduler places them freely); false when it cannot.
+    fn split_front_datagram(&mut self) -> bool {
+        if !self.peer_reassembles {
+            return false;
+        }
+        let Some(len) = self
+            .datagrams
+            .front()
+            .filter(|d| d.fragment.is_none())
+            .map(|d| d.data.len())
+        else {
+            return false;
+        };
+        let Some(smallest) = self.paths[..self.path_end]
+            .iter()
+            .flatten()
+            .filter(|p| !p.is_failed())
+            .map(|p| usize::from(p.config.max_datagram_size))
+            .min()
+        else {
+            return false;
+        };
+        let room = smallest.saturating_sub(MAX_HEADER_LEN + MAX_FRAGMENT_HEADER_LEN);
+        if room == 0 {
+            return false;
+        }
+        let count = len.div_ceil(room);
+        let Ok(count) = u8::try_from(count) else {
+            return false;
+        };
+        if !(2..=MAX_FRAGMENTS).contains(&count) {
+            return false;
+        }
+        let Some(d) = self.datagrams.pop() else {
+            return false;
+        };
+        let n = usize::from(count);
+        for index in (0..count).rev() {
+            let i = usize::from(index);
+            let data = self
+                .datagrams
+                .buffer_with(&d.data[i * len / n..(i + 1) * len / n]);
+            self.datagrams.push_front(QueuedDatagram {
+                flow: d.flow,
+                seq: d.seq,
+                deadline: d.deadline,
+                fragment: Some(Fragment { index, count }),
+                data,
+            });
+        }
+        self.datagrams.recycle(d.data);
+        self.datagrams_split += 1;
+        true
     }
 
     fn session_credit(&self) -> u64 {
@@ -461,13 +576,14 @@ impl Session {
             }
         }
         while let Some(d) = self.datagrams.front() {
-            if d.deadline.is_none_or(|dl| dl > now) {
+            if d.deadline.is_some_and(|dl| dl <= now) {
+                self.drop_front_datagram();
+            } else if self.front_fits_no_live_path() {
+                self.split_or_drop_front_datagram();
+            } else if self.open_goes_first() {
+                return Some(Item::Control);
+            } else {
                 return Some(Item::Datagram);
-            }
-            if let Some(d) = self.datagrams.pop() {
-                self.locally_dropped_deadlines += 1;
-                self.datagrams_dropped += 1;
-                self.datagrams.recycle(d.data);
             }
         }
         while let Some(&id) = self.send_queue.front() {
@@ -522,7 +638,7 @@ impl Session {
             Item::Datagram => {
                 if let Some(d) = self.datagrams.front() {
                     meta.flow = d.flow;
-                    meta.len = (d.data.len() + MAX_DATAGRAM_HEADER_LEN) as u32;
+                    meta.len = (d.data.len() + d.header_len()) as u32;
                     meta.deadline = d.deadline;
                 }
                 meta.class = TrafficClass::Realtime;
@@ -573,7 +689,7 @@ impl Session {
                             DatagramRoute::Path(q) => (q, item),
                             DatagramRoute::Wait => return None,
                             DatagramRoute::Drop => {
-                                self.drop_front_datagram();
+                                self.split_or_drop_front_datagram();
                                 continue;
                             }
                         },
@@ -603,7 +719,7 @@ impl Session {
                                 DatagramRoute::Path(q) => fitting.insert(q),
                                 DatagramRoute::Wait => return None,
                                 DatagramRoute::Drop => {
-                                    self.drop_front_datagram();
+                                    self.split_or_drop_front_datagram();
                                     continue;
                                 }
                             }
@@ -732,7 +848,7 @@ impl Session {
             return false;
         };
         let target = flow.target.as_ref();
-        let needed = frame::open_len(d.flow, target) + MAX_DATAGRAM_HEADER_LEN + d.data.len();
+        let needed = frame::open_len(d.flow, target) + d.header_len() + d.data.len();
         if w.remaining() < needed {
             return false;
         }
@@ -822,7 +938,7 @@ fn write_datagram(w: &mut Writer<'_>, d: &QueuedDatagram, now: Timestamp) -> Opt
         budget_us: u32::try_from((dl - now).as_micros()).unwrap_or(u32::MAX),
         sent_at_us: now.as_micros(),
     });
-    encode_datagram_header(w, d.flow, d.seq, deadline, d.data.len()).ok()?;
+    encode_datagram_header(w, d.flow, d.seq, deadline, d.fragment, d.data.len()).ok()?;
     w.bytes(&d.data).ok()
 }
 

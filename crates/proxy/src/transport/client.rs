@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
-use super::join::{EXPORTER_LABEL, JOIN_OK, Join, SessionId, compute_mac};
+use super::join::{EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, Join, SessionId, compute_mac};
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use crate::config::{ClientConfig, LinkConfig};
 use crate::session::{PathConfig, Role};
@@ -112,7 +112,7 @@ async fn run_link(
     loop {
         let started = Instant::now();
         match connect_and_join(index, link, &ctx, &session_id).await {
-            Ok((endpoint, conn)) => {
+            Ok((endpoint, conn, fragments)) => {
                 if let Ok(mut conns) = ctx.conns.lock() {
                     conns[index] = Some(conn.clone());
                 }
@@ -127,6 +127,7 @@ async fn run_link(
                     conn: conn.clone(),
                     config,
                     name: link.name.clone(),
+                    fragments,
                 };
                 if session.commands.send(attach).await.is_err() {
                     return;
@@ -168,7 +169,7 @@ async fn connect_and_join(
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(quinn::Endpoint, quinn::Connection), LinkError> {
+) -> Result<(quinn::Endpoint, quinn::Connection, bool), LinkError> {
     let server = resolve(link).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
@@ -187,25 +188,26 @@ async fn connect_and_join(
         let conn = connecting
             .await
             .map_err(|e| LinkError::Connect(e.to_string()))?;
-        join(&conn, index, link, ctx, session_id).await?;
-        Ok::<_, LinkError>(conn)
+        let fragments = join(&conn, index, link, ctx, session_id).await?;
+        Ok::<_, LinkError>((conn, fragments))
     };
-    let conn = tokio::time::timeout(CONNECT_TIMEOUT, work)
+    let (conn, fragments) = tokio::time::timeout(CONNECT_TIMEOUT, work)
         .await
         .map_err(|_| LinkError::Timeout(CONNECT_TIMEOUT))??;
     if conn.max_datagram_size().is_none() {
         return Err(LinkError::NoDatagrams);
     }
-    Ok((endpoint, conn))
+    Ok((endpoint, conn, fragments))
 }
 
+/// Joins the session on `conn`; returns whether the server reassembles DATAGRAM_FRAGMENT frames.
 async fn join(
     conn: &quinn::Connection,
     index: usize,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(), LinkError> {
+) -> Result<bool, LinkError> {
     let io = |e: &dyn std::fmt::Display| LinkError::Connect(e.to_string());
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
@@ -217,6 +219,7 @@ async fn join(
         path,
         tier: link.tier,
         weight: link.weight,
+        fragments: true,
         link_name: link.name.clone(),
         mac: compute_mac(&ctx.config.key, &exporter, session_id, path),
     };
@@ -225,7 +228,9 @@ async fn join(
     send.finish().map_err(|e| io(&e))?;
     let answer = recv.read_to_end(16).await.map_err(|_| LinkError::Refused)?;
     if answer == [JOIN_OK] {
-        Ok(())
+        Ok(false)
+    } else if answer == [JOIN_OK_FRAGMENTS] {
+        Ok(true)
     } else {
         conn.close(quinn::VarInt::from_u32(0), b"");
         Err(LinkError::Refused)

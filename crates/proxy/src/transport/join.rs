@@ -1,10 +1,11 @@
 //! The authenticated join: the first (and only) bidirectional stream of every path connection
-//! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] or
-//! [`JOIN_REFUSED`], then closes a refused connection.
+//! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (or
+//! [`JOIN_OK_FRAGMENTS`]) or [`JOIN_REFUSED`], then closes a refused connection.
 //!
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
-//!        (bit 0: backup tier) | weight u16 (big endian) | name_len u8 | link name | mac [32]
+//!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; other bits ignored)
+//!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
 //! ```
@@ -23,6 +24,14 @@ pub const JOIN_VERSION: u8 = 1;
 pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-braid-join";
 /// The server's answer: joined.
 pub const JOIN_OK: u8 = 0;
+/// The server's answer to a JOIN with flag bit 1: joined, and the server reassembles
+/// DATAGRAM_FRAGMENT frames too. A server that does not (an older one) answers [`JOIN_OK`], and
+/// a client that did not set the bit is never sent this answer.
+pub const JOIN_OK_FRAGMENTS: u8 = 2;
+/// JOIN flag bit 0: the link is a backup.
+const FLAG_BACKUP: u8 = 1;
+/// JOIN flag bit 1: the client reassembles datagrams cut into DATAGRAM_FRAGMENT frames.
+const FLAG_FRAGMENTS: u8 = 2;
 /// The server's answer: refused (no reason is given).
 pub const JOIN_REFUSED: u8 = 1;
 /// The longest JOIN: all variable fields at their limit.
@@ -46,6 +55,8 @@ pub struct Join {
     pub tier: Tier,
     /// The link's weight.
     pub weight: u16,
+    /// The client reassembles datagrams cut into DATAGRAM_FRAGMENT frames (flag bit 1).
+    pub fragments: bool,
     /// The link's name (for logs and status).
     pub link_name: String,
     /// The proof.
@@ -119,7 +130,14 @@ impl Join {
         push_text(&mut out, &self.user);
         out.extend_from_slice(&self.session_id);
         out.push(self.path.0);
-        out.push(u8::from(self.tier == Tier::Backup));
+        let mut flags = 0;
+        if self.tier == Tier::Backup {
+            flags |= FLAG_BACKUP;
+        }
+        if self.fragments {
+            flags |= FLAG_FRAGMENTS;
+        }
+        out.push(flags);
         out.extend_from_slice(&self.weight.to_be_bytes());
         push_text(&mut out, &self.link_name);
         out.extend_from_slice(&self.mac);
@@ -162,12 +180,13 @@ impl Join {
             user,
             session_id,
             path: PathId(path),
-            tier: if flags & 1 == 1 {
+            tier: if flags & FLAG_BACKUP != 0 {
                 Tier::Backup
             } else {
                 Tier::Primary
             },
             weight,
+            fragments: flags & FLAG_FRAGMENTS != 0,
             link_name,
             mac,
         })
@@ -231,6 +250,7 @@ mod tests {
             path: PathId(1),
             tier: Tier::Backup,
             weight: 3,
+            fragments: true,
             link_name: "lte".into(),
             mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
         }
@@ -253,6 +273,35 @@ mod tests {
         let mut other_path = d.clone();
         other_path.path = PathId(2);
         assert!(!verify_mac(Some(&[9; 32]), &[5; 32], &other_path));
+        let plain = Join {
+            tier: Tier::Primary,
+            fragments: false,
+            ..j
+        };
+        assert_eq!(Join::decode(&plain.encode()).unwrap(), plain);
+    }
+
+    #[test]
+    fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
+        let bytes = sample().encode();
+        let flags_at = 1 + 1 + 5 + 16 + 1;
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | FLAG_FRAGMENTS);
+        for (flags, tier, fragments) in [
+            (0b0000_0000, Tier::Primary, false),
+            (0b0000_0001, Tier::Backup, false),
+            (0b0000_0010, Tier::Primary, true),
+            (0b1111_1100, Tier::Primary, false),
+            (0b1111_1111, Tier::Backup, true),
+        ] {
+            let mut b = bytes.clone();
+            b[flags_at] = flags;
+            let j = Join::decode(&b).unwrap();
+            assert_eq!(
+                (j.tier, j.fragments),
+                (tier, fragments),
+                "flags {flags:#010b}"
+            );
+        }
     }
 
     #[test]

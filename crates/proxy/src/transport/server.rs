@@ -23,8 +23,8 @@ use tracing::{debug, info};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::join::{
-    EXPORTER_LABEL, JOIN_OK, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE, SessionId,
-    verify_mac,
+    EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE,
+    SessionId, verify_mac,
 };
 use super::quic::datagram_size;
 use crate::config::ServerConfig;
@@ -222,13 +222,19 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         conn: conn.clone(),
         config,
         name: join.link_name.clone(),
+        fragments: join.fragments,
     };
     session
         .commands
         .send(attach)
         .await
         .map_err(|_| "session gone")?;
-    send.write_all(&[JOIN_OK])
+    let answer = if join.fragments {
+        JOIN_OK_FRAGMENTS
+    } else {
+        JOIN_OK
+    };
+    send.write_all(&[answer])
         .await
         .map_err(|_| "join answer lost")?;
     let _ = send.finish();

@@ -99,6 +99,13 @@ pub struct SessionCounters {
     /// than every path takes, or the send queue full.
     #[serde(default)]
     pub datagrams_dropped: u64,
+    /// Application datagrams longer than every path took, sent cut into DATAGRAM_FRAGMENT
+    /// pieces (only when the peer reassembles them).
+    #[serde(default)]
+    pub datagrams_split: u64,
+    /// Datagrams that arrived in pieces and were put back together.
+    #[serde(default)]
+    pub datagrams_reassembled: u64,
     /// Other datagram send errors (connection gone).
     pub send_errors: u64,
     /// Received packets the session rejected.
@@ -211,7 +218,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}",
+                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -223,7 +230,9 @@ impl DaemonStatus {
                 c.flows_total,
                 c.bytes_written,
                 c.bytes_read,
-                c.datagrams_dropped
+                c.datagrams_dropped,
+                c.datagrams_split,
+                c.datagrams_reassembled
             );
             let _ = writeln!(
                 out,

@@ -47,6 +47,8 @@ pub(crate) enum Command {
         conn: quinn::Connection,
         config: PathConfig,
         name: String,
+        /// The JOIN exchange on this path said the peer reassembles DATAGRAM_FRAGMENT frames.
+        fragments: bool,
     },
     Open {
         kind: FlowKind,
@@ -368,7 +370,13 @@ impl Driver {
                 conn,
                 config,
                 name,
-            } => self.attach_path(id, conn, config, name),
+                fragments,
+            } => {
+                if fragments {
+                    self.session.set_peer_reassembles(true);
+                }
+                self.attach_path(id, conn, config, name);
+            }
             Command::Open {
                 kind,
                 target,

@@ -64,6 +64,8 @@ impl Driver {
         let mut counters = self.counters.clone();
         counters.flows_open = self.session.memory_usage().flows;
         counters.datagrams_dropped = self.session.datagrams_dropped();
+        counters.datagrams_split = self.session.datagrams_split();
+        counters.datagrams_reassembled = self.session.datagrams_reassembled();
         SessionStatus {
             session: self.label.clone(),
             user: self.user.clone(),
