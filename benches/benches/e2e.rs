@@ -488,7 +488,8 @@ fn report_cpu(name: &str, iters: u64, cpu_before: f64, wall: Duration) {
 // the application sends from 10.7.0.1 into the device. Needs root (or CAP_SYS_ADMIN and
 // CAP_NET_ADMIN) and `ip`; without them the group says why and measures nothing.
 // `BRAID_BENCH_TUN_MTU` and `BRAID_BENCH_TUN_BUFFER` set `[tun] mtu` and `tcp_buffer`;
-// `BRAID_BENCH_TUN_OFFLOAD=0` sets `[tun] offload = false`.
+// `BRAID_BENCH_TUN_OFFLOAD=0` sets `[tun] offload = false`; `BRAID_BENCH_UDP_PAYLOAD` the UDP
+// upload's datagram size (default 1200).
 
 /// A runtime whose threads live in a new network namespace set up for the TUN bench, or why
 /// not.
@@ -547,10 +548,18 @@ async fn tun_download(target: SocketAddr, bytes: u64) {
     tcp_download(tun_connect(target).await, bytes).await;
 }
 
-/// Payload bytes per datagram of `e2e/tun`'s `braid_tun_udp_upload` (a QUIC packet's size, which
-/// the paths carry once their MTU discovery has grown them), and datagrams per `send`
-/// (`UDP_SEGMENT`: with UDP segmentation offload the device hands the burst over as one packet).
-const UDP_PAYLOAD: usize = 1200;
+/// Payload bytes per datagram of `e2e/tun`'s `braid_tun_udp_upload`: 1200 (a QUIC packet's size,
+/// which the paths carry once their MTU discovery has grown them) unless
+/// `BRAID_BENCH_UDP_PAYLOAD` says otherwise (above 1372 they go in DATAGRAM_FRAGMENT pieces).
+fn udp_payload() -> usize {
+    std::env::var("BRAID_BENCH_UDP_PAYLOAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| (16..=1472).contains(&n))
+        .unwrap_or(1200)
+}
+/// Datagrams per `send` (`UDP_SEGMENT`: with UDP segmentation offload the device hands the
+/// burst over as one packet).
 const UDP_BURST: usize = 32;
 /// Datagrams the uploader sends beyond the highest index the sink has acknowledged.
 const UDP_WINDOW: u64 = 128;
@@ -587,14 +596,15 @@ async fn udp_sink_on(bind: SocketAddr) -> SocketAddr {
     addr
 }
 
-/// Uploads [`BYTES`] to `sink` in datagrams of [`UDP_PAYLOAD`] bytes from the device's
+/// Uploads [`BYTES`] to `sink` in datagrams of [`udp_payload`] bytes from the device's
 /// address, [`UDP_BURST`] per `send` (`UDP_SEGMENT`), at most [`UDP_WINDOW`] beyond the highest
 /// index the sink acknowledged (after 20 ms without an answer, half the window is taken as lost
 /// and the upload goes on), until the sink counted [`BYTES`] of them: what is lost is sent
 /// again as new datagrams, so the time is that of delivering [`BYTES`]. The datagrams sent.
 async fn tun_udp_upload(socket: &tokio::net::UdpSocket, sink: SocketAddr, run: u64) -> u64 {
-    let total = BYTES / UDP_PAYLOAD as u64;
-    let mut burst = vec![0u8; UDP_PAYLOAD * UDP_BURST];
+    let payload = udp_payload();
+    let total = BYTES / payload as u64;
+    let mut burst = vec![0u8; payload * UDP_BURST];
     let mut ack = [0u8; 64];
     // The next index, one past the highest acknowledged, and the datagrams the sink counted.
     let (mut next, mut acked, mut received) = (0u64, 0u64, 0u64);
@@ -611,7 +621,7 @@ async fn tun_udp_upload(socket: &tokio::net::UdpSocket, sink: SocketAddr, run: u
         }
         if next - acked.min(next) < UDP_WINDOW {
             for i in 0..UDP_BURST {
-                let d = &mut burst[i * UDP_PAYLOAD..];
+                let d = &mut burst[i * payload..];
                 d[..8].copy_from_slice(&run.to_be_bytes());
                 d[8..16].copy_from_slice(&(next + i as u64).to_be_bytes());
             }
@@ -632,7 +642,7 @@ async fn tun_udp_upload(socket: &tokio::net::UdpSocket, sink: SocketAddr, run: u
 /// A UDP socket on the device's address that sends [`UDP_BURST`] datagrams per `send`.
 fn tun_udp_socket() -> tokio::net::UdpSocket {
     let socket = std::net::UdpSocket::bind("10.7.0.1:0").unwrap();
-    braid_proxy::inbound::tun::device::send_as_one(&socket, UDP_PAYLOAD as u16).unwrap();
+    braid_proxy::inbound::tun::device::send_as_one(&socket, udp_payload() as u16).unwrap();
     socket.set_nonblocking(true).unwrap();
     tokio::net::UdpSocket::from_std(socket).unwrap()
 }
@@ -726,7 +736,7 @@ fn tun(c: &mut Criterion) {
             })
         });
     }
-    // UDP: 64 MiB delivered in datagrams of `UDP_PAYLOAD` bytes, 32 per `send`, to a sink that
+    // UDP: 64 MiB delivered in datagrams of `udp_payload()` bytes, 32 per `send`, to a sink that
     // acknowledges them (a window keeps the uploader from running far ahead of what arrives).
     let udp = rt
         .block_on(rt.spawn(async { Arc::new(tun_udp_socket()) }))
@@ -752,7 +762,7 @@ fn tun(c: &mut Criterion) {
         sent.load(std::sync::atomic::Ordering::Relaxed),
         runs.load(std::sync::atomic::Ordering::Relaxed),
     );
-    let delivered = runs * (BYTES / UDP_PAYLOAD as u64);
+    let delivered = runs * (BYTES / udp_payload() as u64);
     eprintln!(
         "e2e/tun: braid_tun_udp_upload sent {sent} datagrams to deliver {delivered} ({runs} runs, \
          {:.1} % lost)",

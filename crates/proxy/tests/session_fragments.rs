@@ -133,7 +133,7 @@ fn datagrams_longer_than_the_paths_arrive_whole_in_pieces() {
     let received = run.send(90, lengths, None, 2);
     let seen = check_whole_and_once(&received, lengths);
     assert_eq!(seen.len(), 90, "lossless links: every datagram arrives");
-    // 1210 and 1372 bytes fit neither path; 1100 fits both whole.
+    // 1210 and 1494 bytes fit neither path; 1100 fits both whole.
     let c = run.h.client();
     assert_eq!((c.datagrams_split(), c.datagrams_dropped()), (60, 0));
     assert_eq!(run.h.server().datagrams_reassembled(), 60);
@@ -161,15 +161,14 @@ fn without_the_peers_word_long_datagrams_are_dropped_as_before() {
 
 #[test]
 fn the_smallest_path_sets_the_pieces_and_copies_arrive_once() {
-    // A path at the smallest size a path may have: the longest datagram goes in 4 pieces, each
+    // A path at the smallest size a path may have: the longest datagram goes in 5 pieces, each
     // of which the redundant scheduler sends on both paths.
     let mut run = Run::new(SchedulerKind::Redundant, &links(), [400, 1400], true);
     let lengths = &LENGTHS[..2];
     let received = run.send(40, lengths, Some(200_000), 2);
     let seen = check_whole_and_once(&received, lengths);
     // 1210 bytes fit the 1400-byte path whole: those go whole on it alone (redundant copies
-    // only onto the paths they fit); 1372 do not (with the 35-byte fragment header they would
-    // need 1416), so they go in pieces.
+    // only onto the paths they fit); 1494 do not, so they go in pieces (five of 298-299 bytes).
     assert_eq!(seen.len(), 40);
     assert_eq!(run.h.client().datagrams_split(), 20);
     assert_eq!(run.h.server().datagrams_reassembled(), 20);
@@ -183,7 +182,8 @@ fn a_lost_piece_loses_its_datagram_only() {
     }
     let mut run = Run::new(SchedulerKind::MinRtt, &lossy, [1162, 1162], true);
     let lengths = &LENGTHS[..2];
-    let received = run.send(400, lengths, None, 2);
+    // 10 ms apart: the windows, shrunk by the losses, carry them all.
+    let received = run.send(400, lengths, None, 10);
     let seen = check_whole_and_once(&received, lengths);
     // Two pieces each at 10 % loss: about 81 % arrive.
     assert!(

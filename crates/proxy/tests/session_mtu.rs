@@ -394,13 +394,17 @@ fn stream_packets_fill_the_path_datagram_size() {
     );
 }
 
-/// QUIC-sized datagrams (a 1,200-byte QUIC packet with its SOCKS5 UDP header): dropped and
-/// counted while the paths take the packets of a path that just joined (1,200 bytes here, 1,162
-/// in the daemon), carried once their MTU discovery has grown them; the longest datagram the
-/// session accepts fits a path at quinn's largest datagram exactly.
+/// QUIC-sized datagrams (a 1,200-byte QUIC packet with its SOCKS5 UDP header), with a peer that
+/// does not reassemble pieces (`session_fragments` has the other case): dropped and counted
+/// while the paths take the packets of a path that just joined (1,200 bytes here, 1,162 in the
+/// daemon), carried once their MTU discovery has grown them; the longest datagram that goes
+/// whole fits a path at quinn's largest datagram exactly, and the longest the session accepts
+/// (a 1,500-byte MTU's UDP payload with a SOCKS5 header) fits no path whole and is dropped.
 #[test]
 fn quic_sized_datagrams_go_once_a_path_takes_them() {
-    use braid_proxy::session::config::{DEFAULT_MAX_DATAGRAM_PAYLOAD, LARGEST_QUIC_DATAGRAM};
+    use braid_proxy::session::config::{
+        DEFAULT_MAX_DATAGRAM_PAYLOAD, LARGEST_QUIC_DATAGRAM, LONGEST_WHOLE_DATAGRAM,
+    };
     let links = [LinkConfig::new(20.0, 5.0), LinkConfig::new(20.0, 10.0)];
     let mut h = Harness::new(
         12,
@@ -417,7 +421,7 @@ fn quic_sized_datagrams_go_once_a_path_takes_them() {
         )
         .unwrap();
     let quic = vec![3u8; 1210];
-    let longest = vec![4u8; DEFAULT_MAX_DATAGRAM_PAYLOAD];
+    let longest = vec![4u8; LONGEST_WHOLE_DATAGRAM];
     let mut buf = vec![0u8; 2048];
     let mut received = Vec::new();
     let mut round = |h: &mut Harness, until: f64, received: &mut Vec<usize>| {
@@ -444,14 +448,23 @@ fn quic_sized_datagrams_go_once_a_path_takes_them() {
     assert_eq!(h.stats.too_large, 0);
     received.sort_unstable();
     let mut want = vec![1210; 10];
-    want.push(DEFAULT_MAX_DATAGRAM_PAYLOAD);
+    want.push(LONGEST_WHOLE_DATAGRAM);
     assert_eq!(received, want);
     assert_eq!(h.client().datagrams_dropped(), 11);
     let now = h.now();
+    h.client()
+        .send_datagram(flow, &vec![5; LONGEST_WHOLE_DATAGRAM + 1], None, now)
+        .unwrap();
+    h.client()
+        .send_datagram(flow, &vec![6; DEFAULT_MAX_DATAGRAM_PAYLOAD], None, now)
+        .unwrap();
+    h.run_until(secs(1.5), |_| {});
+    assert_eq!(h.client().datagrams_dropped(), 13);
+    assert_eq!(h.client().datagrams_split(), 0);
     assert!(
         h.client()
             .send_datagram(flow, &vec![0; DEFAULT_MAX_DATAGRAM_PAYLOAD + 1], None, now)
             .is_err()
     );
-    assert_eq!(h.client().datagrams_dropped(), 12);
+    assert_eq!(h.client().datagrams_dropped(), 14);
 }

@@ -947,6 +947,7 @@ fn kernel_round_trip(
             .chunks(UDP_SEGMENT)
             .map(<[u8]>::to_vec)
             .collect();
+        want.push(wireguard_sized());
         let mut echoes = echoes;
         want.sort();
         echoes.sort();
@@ -1017,6 +1018,12 @@ const LEN: usize = 20_000_000;
 /// Payload bytes per datagram of the UDP burst in [`kernel_round_trip`] (`UDP_SEGMENT`): a
 /// QUIC packet's size, which a path carries once its MTU discovery has grown it.
 const UDP_SEGMENT: usize = 1200;
+
+/// One datagram of WireGuard's size at its default 1,420-byte MTU (1,452 bytes), longer than
+/// any path carries whole: it goes in pieces.
+fn wireguard_sized() -> Vec<u8> {
+    (0..1452u32).map(|i| (i * 13 + 5) as u8).collect()
+}
 
 /// The UDP burst: six datagrams' payloads (the last one short), sent in one `send`.
 fn udp_burst() -> Vec<u8> {
@@ -1166,7 +1173,7 @@ async fn app_round_trip(from: SocketAddr, targets: Targets) -> RoundTrip {
 }
 
 /// Sends [`udp_burst`] from `from` to `echo` as datagrams of [`UDP_SEGMENT`] bytes in one
-/// `send` and reads their echoes (5 s at most for each).
+/// `send`, then [`wireguard_sized`], and reads their echoes (5 s at most for each).
 async fn udp_burst_echoes(from: SocketAddr, echo: SocketAddr) -> Vec<Vec<u8>> {
     let socket = std::net::UdpSocket::bind(SocketAddr::new(from.ip(), 0)).unwrap();
     braid_proxy::inbound::tun::device::send_as_one(&socket, UDP_SEGMENT as u16).unwrap();
@@ -1183,6 +1190,18 @@ async fn udp_burst_echoes(from: SocketAddr, echo: SocketAddr) -> Vec<Vec<u8>> {
             .unwrap();
         echoes.push(buf[..n].to_vec());
     }
+    // Then one datagram longer than any path carries whole, from a socket of its own (the
+    // first one cuts what it sends into segments).
+    let single = tokio::net::UdpSocket::bind(SocketAddr::new(from.ip(), 0))
+        .await
+        .unwrap();
+    let wireguard = wireguard_sized();
+    single.send_to(&wireguard, echo).await.unwrap();
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), single.recv_from(&mut buf))
+        .await
+        .expect("the 1,452-byte datagram did not come back")
+        .unwrap();
+    echoes.push(buf[..n].to_vec());
     echoes
 }
 

@@ -51,15 +51,22 @@ pub struct PathConfig {
     pub max_datagram_size: u16,
 }
 
-/// The default of [`SessionConfig::max_datagram_payload`]: the longest datagram any path can
-/// carry, 1,372 bytes. quinn's largest DATAGRAM frame is 1,414 bytes once its path MTU discovery
-/// has reached its upper bound (1,452 bytes of UDP payload, a 1,500-byte MTU), less the largest
-/// packet header and DATAGRAM frame header. So a QUIC packet an application sends (at least 1,200
-/// bytes) fits with its SOCKS5 UDP header once a path's MTU discovery has gone past about 1,250
-/// bytes; until then (a path joins at 1,162) a datagram longer than its paths take is dropped and
-/// counted ([`super::Session::datagrams_dropped`]). Until 23 Nov 2026 the default was 1,100, what
-/// a path carries as it joins, and longer datagrams were refused whatever the paths took.
-pub const DEFAULT_MAX_DATAGRAM_PAYLOAD: usize =
+/// The default of [`SessionConfig::max_datagram_payload`], 1,494 bytes: the whole UDP payload of
+/// a 1,500-byte IPv4 packet (1,472 bytes), with the longest SOCKS5 UDP header of an address (22
+/// bytes, IPv6). So whatever UDP a 1,500-byte MTU carries (the TUN device's default, a LAN's)
+/// crosses braid, WireGuard's 1,452-byte packets (its default 1,420-byte MTU) among them. A
+/// datagram goes whole when a path takes it ([`LONGEST_WHOLE_DATAGRAM`], 1,372 bytes, at most,
+/// once a path's MTU discovery has reached its upper bound; a path joins taking 1,120), else in
+/// DATAGRAM_FRAGMENT pieces when the peer reassembles them
+/// ([`super::Session::set_peer_reassembles`]), else it is dropped and counted
+/// ([`super::Session::datagrams_dropped`]). Until 23 Nov 2026 the default was
+/// [`LONGEST_WHOLE_DATAGRAM`], and before that 1,100, what a path carries as it joins.
+pub const DEFAULT_MAX_DATAGRAM_PAYLOAD: usize = 1472 + 22;
+
+/// The longest datagram payload any path carries whole, 1,372 bytes: quinn's largest DATAGRAM
+/// frame (1,414 bytes once its path MTU discovery has reached its upper bound, 1,452 bytes of UDP
+/// payload, a 1,500-byte MTU) less the largest packet header and DATAGRAM frame header.
+pub const LONGEST_WHOLE_DATAGRAM: usize =
     LARGEST_QUIC_DATAGRAM - super::frame::MAX_HEADER_LEN - super::frame::MAX_DATAGRAM_HEADER_LEN;
 
 /// quinn's largest DATAGRAM frame, bytes: its `max_datagram_size` at its path MTU discovery's
@@ -128,8 +135,9 @@ pub struct SessionConfig {
     /// Datagrams queued per flow for the application to read; older ones are dropped.
     pub datagram_receive_queue: usize,
     /// Largest datagram payload accepted by `send_datagram`, bytes (default
-    /// [`DEFAULT_MAX_DATAGRAM_PAYLOAD`]); a datagram longer than its paths take when it is sent
-    /// is dropped.
+    /// [`DEFAULT_MAX_DATAGRAM_PAYLOAD`]), and the longest a flow puts back together from
+    /// pieces; a datagram longer than its paths take when it is sent goes in pieces when the
+    /// peer reassembles them, else it is dropped.
     pub max_datagram_payload: usize,
     /// Packets tracked per path for acknowledgement and loss detection; when full, the path is
     /// treated as having no window.
