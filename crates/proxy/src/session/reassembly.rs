@@ -40,9 +40,9 @@ impl SeqWindow {
     /// is too old to tell and counts as new.
     pub fn insert(&mut self, seq: u64) -> bool {
         if seq >= self.next {
-            let shift = seq - self.next + 1;
+            let shift = (seq - self.next).saturating_add(1);
             self.bits = if shift >= 64 { 0 } else { self.bits << shift } | 1;
-            self.next = seq + 1;
+            self.next = seq.saturating_add(1);
             return true;
         }
         let age = self.next - 1 - seq;

@@ -482,6 +482,10 @@ impl Session {
         let Some(d) = self.datagrams.front() else {
             return false;
         };
+        // Mostly no control frame waits: the flow's lookup is skipped.
+        if !self.controls.contains(&Control::Open(d.flow)) {
+            return false;
+        }
         let Some(flow) = self.flows.get(&d.flow).filter(|f| !f.open_acked) else {
             return false;
         };
@@ -493,7 +497,7 @@ impl Session {
             .iter()
             .flatten()
             .any(|p| !p.is_failed() && usize::from(p.config.max_datagram_size) >= beside);
-        !fits_beside && self.controls.contains(&Control::Open(d.flow))
+        !fits_beside
     }
 
     /// The front datagram fits no live path: cut it into pieces for the smallest live path when
