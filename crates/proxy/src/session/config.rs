@@ -285,10 +285,12 @@ impl SessionConfig {
     pub fn memory_bound(&self) -> u64 {
         let flows = self.max_flows as u64
             * (self.flow_send_buffer + self.flow_receive_window + FLOW_OVERHEAD);
-        // The send queue and its pool (with the pieces of one datagram being cut), each flow's
-        // inbox and the datagrams it is putting back together from pieces.
+        // The send queue and its pool (with the pieces of one datagram being cut), the
+        // datagrams of flows not opened yet, each flow's inbox and the datagrams it is putting
+        // back together from pieces.
         let datagrams = (2 * self.datagram_send_queue as u64
             + u64::from(super::frame::MAX_FRAGMENTS)
+            + super::EARLY_DATAGRAMS as u64
             + (self.datagram_receive_queue + super::reassembly::MAX_PARTIALS) as u64
                 * self.max_flows as u64)
             * (self.max_datagram_payload as u64 + DATAGRAM_OVERHEAD);

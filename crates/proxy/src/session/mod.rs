@@ -148,6 +148,19 @@ enum SessionState {
     Closed,
 }
 
+/// Datagrams (or pieces) a session keeps for flows the peer has not opened yet: their OPEN,
+/// sent in the same packet or just before, may be overtaken on another path.
+pub(crate) const EARLY_DATAGRAMS: usize = 16;
+
+/// A datagram (or a piece) that came before its flow's OPEN.
+#[derive(Debug)]
+struct EarlyDatagram {
+    flow: FlowId,
+    /// Its sequence number and, for a piece, which one.
+    piece: (u64, Option<frame::Fragment>),
+    data: Vec<u8>,
+}
+
 /// The receiver report being accumulated for the peer.
 #[derive(Clone, Copy, Debug, Default)]
 struct ReportAccumulator {
@@ -200,6 +213,8 @@ pub struct Session {
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
     datagrams_reassembled: u64,
+    /// Datagrams of flows whose OPEN has not come yet, oldest first.
+    early: VecDeque<EarlyDatagram>,
     // Scratch tables reused on every ACK (never reallocated in steady state).
     scratch_acked: Vec<SentPacket>,
     scratch_lost: Vec<SentPacket>,
@@ -255,6 +270,7 @@ impl Session {
             peer_reassembles: false,
             datagrams_split: 0,
             datagrams_reassembled: 0,
+            early: VecDeque::with_capacity(EARLY_DATAGRAMS),
             scratch_acked: Vec::with_capacity(config.max_sent_packets),
             scratch_lost: Vec::with_capacity(config.max_sent_packets),
             report: ReportAccumulator {
@@ -444,6 +460,12 @@ impl Session {
             usage.receive_buffered += recv;
             usage.datagrams_queued += datagrams;
         }
+        usage.allocated += self
+            .early
+            .iter()
+            .map(|e| e.data.capacity() as u64)
+            .sum::<u64>()
+            + (self.early.capacity() * std::mem::size_of::<EarlyDatagram>()) as u64;
         usage.allocated += self.datagrams.allocated()
             + ((self.send_queue.capacity() + self.retransmit_queue.capacity())
                 * std::mem::size_of::<FlowId>()

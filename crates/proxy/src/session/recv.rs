@@ -16,7 +16,7 @@ use super::frame::{
 };
 use super::sent::{Control, Payload, SentPacket};
 use super::stream::RecvViolation;
-use super::{Event, Session, SessionState, Tier};
+use super::{EARLY_DATAGRAMS, EarlyDatagram, Event, Session, SessionState, Tier};
 
 impl Session {
     /// Processes one datagram received on `path`. A malformed packet is rejected as a whole
@@ -278,6 +278,7 @@ impl Session {
                 self.flows.insert(id, flow);
                 self.push_control(Control::Reset(id));
             }
+            self.take_early_datagrams(id);
             return;
         }
         self.flows
@@ -287,6 +288,7 @@ impl Session {
             kind,
             target: target.to_owned(),
         });
+        self.take_early_datagrams(id);
     }
 
     fn on_stream_frame(
@@ -335,7 +337,9 @@ impl Session {
     }
 
     /// A datagram, or one piece of one (`piece`: its sequence number and, for a piece, which
-    /// one), whose deadline verdict counts for the path it came on either way.
+    /// one), whose deadline verdict counts for the path it came on either way. One of a flow
+    /// the peer has not opened yet (its OPEN overtaken on another path or by reordering) waits
+    /// for the OPEN among the [`EARLY_DATAGRAMS`] latest such.
     fn on_datagram_frame(
         &mut self,
         path: PathId,
@@ -349,6 +353,43 @@ impl Session {
             let met = self.deadline_met(path, d, now);
             self.report.report.count_deadline(path, met);
         }
+        if !self.flows.contains_key(&id)
+            && self.peer_flow(id)
+            && !self.peer_flows_seen.contains(id.0 >> 1)
+        {
+            if self.early.len() >= EARLY_DATAGRAMS
+                && let Some(old) = self.early.pop_front()
+            {
+                self.datagrams.recycle(old.data);
+            }
+            let data = self.datagrams.buffer_with(data);
+            self.early.push_back(EarlyDatagram {
+                flow: id,
+                piece,
+                data,
+            });
+            return;
+        }
+        self.take_datagram(id, piece, data);
+    }
+
+    /// Hands the datagrams that came before the OPEN of `id` to its flow.
+    fn take_early_datagrams(&mut self, id: FlowId) {
+        let mut i = 0;
+        while i < self.early.len() {
+            if self.early[i].flow != id {
+                i += 1;
+                continue;
+            }
+            if let Some(e) = self.early.remove(i) {
+                self.take_datagram(id, e.piece, &e.data);
+                self.datagrams.recycle(e.data);
+            }
+        }
+    }
+
+    /// Delivers a datagram (or a piece) to its flow's inbox, once.
+    fn take_datagram(&mut self, id: FlowId, piece: (u64, Option<Fragment>), data: &[u8]) {
         let limit = self.config.datagram_receive_queue;
         let Some(flow) = self.flows.get_mut(&id) else {
             return;
