@@ -53,8 +53,8 @@ enum DatagramRoute {
     Path(PathId),
     /// It fits a live path that cannot take a packet now.
     Wait,
-    /// It fits no live path (they all shrank below it, or it is longer than they have grown):
-    /// cut into fragments when the peer reassembles them, else dropped.
+    /// No live path takes it: none lives (one longer than every live path was cut into pieces
+    /// or dropped before the scheduler saw it, in `next_item`).
     Drop,
 }
 
@@ -435,8 +435,8 @@ impl Session {
         }
     }
 
-    /// Drops the front datagram (the scheduler said so, or its deadline passed), with the
-    /// pieces of it still queued when it is a fragment: one datagram dropped.
+    /// Drops the front datagram (the scheduler said so, its deadline passed, or no path takes
+    /// it), with the pieces of it still queued when it is a fragment: one datagram dropped.
     fn drop_front_datagram(&mut self) {
         let Some(d) = self.datagrams.pop() else {
             return;
@@ -500,16 +500,9 @@ impl Session {
         !fits_beside
     }
 
-    /// The front datagram fits no live path: cut it into pieces for the smallest live path when
-    /// the peer reassembles them and [`MAX_FRAGMENTS`] are enough, else drop it.
-    fn split_or_drop_front_datagram(&mut self) {
-        if !self.split_front_datagram() {
-            self.drop_front_datagram();
-        }
-    }
-
-    /// Replaces the front datagram by its pieces, of nearly equal sizes, each of which fits
-    /// every live path (so the scheduler places them freely); false when it cannot.
+    /// Replaces the front datagram, which fits no live path, by its pieces, of nearly equal sizes,
+    /// each of which fits every live path (so the scheduler places them freely); false when the
+    /// peer does not reassemble them or more than [`MAX_FRAGMENTS`] would be needed.
     fn split_front_datagram(&mut self) -> bool {
         if !self.peer_reassembles {
             return false;
@@ -583,7 +576,9 @@ impl Session {
             if d.deadline.is_some_and(|dl| dl <= now) {
                 self.drop_front_datagram();
             } else if self.front_fits_no_live_path() {
-                self.split_or_drop_front_datagram();
+                if !self.split_front_datagram() {
+                    self.drop_front_datagram();
+                }
             } else if self.open_goes_first() {
                 return Some(Item::Control);
             } else {
@@ -693,7 +688,7 @@ impl Session {
                             DatagramRoute::Path(q) => (q, item),
                             DatagramRoute::Wait => return None,
                             DatagramRoute::Drop => {
-                                self.split_or_drop_front_datagram();
+                                self.drop_front_datagram();
                                 continue;
                             }
                         },
@@ -723,7 +718,7 @@ impl Session {
                                 DatagramRoute::Path(q) => fitting.insert(q),
                                 DatagramRoute::Wait => return None,
                                 DatagramRoute::Drop => {
-                                    self.split_or_drop_front_datagram();
+                                    self.drop_front_datagram();
                                     continue;
                                 }
                             }
