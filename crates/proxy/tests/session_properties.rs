@@ -144,6 +144,11 @@ fn check_scenario(
         }
     }
     prop_assert!(h.errors.is_empty(), "protocol errors: {:?}", h.errors);
+    // An honest peer's holes (lost and reordered packets) never come near the limits on the
+    // pieces a flow holds.
+    for s in &h.endpoints {
+        prop_assert_eq!(s.packets_refused(), 0, "packets refused");
+    }
     for (n, t) in d.transfers.iter().enumerate() {
         prop_assert!(!t.corrupt, "transfer {n} corrupted: {t:?}");
         match t.reset_after {

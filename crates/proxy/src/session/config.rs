@@ -278,13 +278,29 @@ impl SessionConfig {
         c
     }
 
+    /// The most gaps (plus one) the record of the flows the peer opened holds: a packet whose
+    /// OPEN frames would leave it more is refused. An honest peer's gaps are its flows whose
+    /// OPEN is late (lost or overtaken), so at most its open flows.
+    pub(crate) fn max_peer_flow_ranges(&self) -> usize {
+        self.max_flows.max(64)
+    }
+
     /// The most bytes the session's buffers may hold, from the limits above: every flow's send
-    /// buffer and receive window, the datagram queues and reassembly, the per-path packet and range records, and
-    /// the session's tables (flow queues, control queue, events, scratch packet tables).
+    /// buffer and receive window, the datagram queues and reassembly, the per-path packet and
+    /// range records, the ranges of flows' bytes received out of order and of the peer's flows,
+    /// and the session's tables (flow queues, control queue, events, scratch packet tables).
     /// [`super::Session::memory_usage`] stays below it.
     pub fn memory_bound(&self) -> u64 {
+        // Each flow's buffers and bookkeeping, its ranges of bytes received out of order, and
+        // the record of the flows the peer opened (ranges of flow numbers); a range table that
+        // grew by doubling may have twice the room it holds.
+        let ranges = 2 * std::mem::size_of::<std::ops::Range<u64>>() as u64;
         let flows = self.max_flows as u64
-            * (self.flow_send_buffer + self.flow_receive_window + FLOW_OVERHEAD);
+            * (self.flow_send_buffer
+                + self.flow_receive_window
+                + FLOW_OVERHEAD
+                + (super::stream::max_recv_ranges(self.flow_receive_window) as u64 + 1) * ranges)
+            + (self.max_peer_flow_ranges() as u64 + 1) * ranges;
         // The send queue and its pool (with the pieces of one datagram being cut), the
         // datagrams of flows not opened yet, each flow's inbox and the datagrams it is putting
         // back together from pieces.

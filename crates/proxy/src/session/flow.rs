@@ -106,6 +106,13 @@ impl Flow {
         }
     }
 
+    pub fn stream_recv(&self) -> Option<&RecvStream> {
+        match &self.body {
+            Body::Stream { recv, .. } => Some(recv),
+            Body::Datagram(_) => None,
+        }
+    }
+
     pub fn stream_send(&mut self) -> Option<&mut SendStream> {
         match &mut self.body {
             Body::Stream { send, .. } => Some(send),

@@ -213,6 +213,9 @@ pub struct Session {
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
     datagrams_reassembled: u64,
+    /// Packets refused whole for what they would have made the session hold
+    /// ([`Session::packets_refused`]).
+    packets_refused: u64,
     /// Datagrams of flows whose OPEN has not come yet, oldest first.
     early: VecDeque<EarlyDatagram>,
     // Scratch tables reused on every ACK (never reallocated in steady state).
@@ -270,6 +273,7 @@ impl Session {
             peer_reassembles: false,
             datagrams_split: 0,
             datagrams_reassembled: 0,
+            packets_refused: 0,
             early: VecDeque::with_capacity(EARLY_DATAGRAMS),
             scratch_acked: Vec::with_capacity(config.max_sent_packets),
             scratch_lost: Vec::with_capacity(config.max_sent_packets),
@@ -446,6 +450,13 @@ impl Session {
         self.datagrams_reassembled
     }
 
+    /// Packets received and refused whole (not acknowledged, so that the peer sends their
+    /// frames again) because a flow would have held too many separate pieces of its bytes, or
+    /// the record of the peer's flows too many gaps (see `Session::handle_datagram`).
+    pub fn packets_refused(&self) -> u64 {
+        self.packets_refused
+    }
+
     /// Bytes and records held now.
     pub fn memory_usage(&self) -> MemoryUsage {
         let mut usage = MemoryUsage {
@@ -465,7 +476,8 @@ impl Session {
             .iter()
             .map(|e| e.data.capacity() as u64)
             .sum::<u64>()
-            + (self.early.capacity() * std::mem::size_of::<EarlyDatagram>()) as u64;
+            + (self.early.capacity() * std::mem::size_of::<EarlyDatagram>()) as u64
+            + self.peer_flows_seen.capacity_bytes() as u64;
         usage.allocated += self.datagrams.allocated()
             + ((self.send_queue.capacity() + self.retransmit_queue.capacity())
                 * std::mem::size_of::<FlowId>()

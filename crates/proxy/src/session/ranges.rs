@@ -70,6 +70,15 @@ impl RangeSet {
         total
     }
 
+    /// True when adding `r` would not add a range: `r` is empty, or overlaps or adjoins one.
+    pub fn touches(&self, r: Range<u64>) -> bool {
+        if r.start >= r.end {
+            return true;
+        }
+        let lo = self.ranges.partition_point(|x| x.end < r.start);
+        self.ranges.get(lo).is_some_and(|x| x.start <= r.end)
+    }
+
     /// Adds `r`; returns how many of its values were new.
     pub fn insert(&mut self, r: Range<u64>) -> u64 {
         if r.start >= r.end {

@@ -18,9 +18,21 @@ use super::sent::{Control, Payload, SentPacket};
 use super::stream::RecvViolation;
 use super::{EARLY_DATAGRAMS, EarlyDatagram, Event, Session, SessionState, Tier};
 
+/// What the frames of one packet would add, for [`Session::overfills`].
+#[derive(Default)]
+struct Added {
+    /// Separate pieces of flows' received bytes.
+    pieces: usize,
+    /// Gaps in the record of the peer's flows.
+    gaps: usize,
+}
+
 impl Session {
     /// Processes one datagram received on `path`. A malformed packet is rejected as a whole
-    /// (nothing in it is applied) with an error naming the problem.
+    /// (nothing in it is applied) with an error naming the problem. A packet whose STREAM or
+    /// OPEN frames would leave the session holding too many separate pieces of a flow's bytes
+    /// or gaps among the peer's flows is refused whole, without an error: not applied nor
+    /// acknowledged, so the peer sends its frames again ([`Session::packets_refused`]).
     pub fn handle_datagram(
         &mut self,
         path: PathId,
@@ -32,8 +44,19 @@ impl Session {
         }
         let frame_err = |source| SessionError::Frame { path, source };
         let (pn, frames) = parse_packet(data).map_err(frame_err)?;
+        let mut added = Added::default();
+        let mut overfills = false;
         for f in frames {
-            f.map_err(frame_err)?;
+            overfills |= self.overfills(&f.map_err(frame_err)?, &mut added);
+        }
+        if self.paths.get(path.index()).is_none_or(Option::is_none) {
+            return Err(SessionError::UnknownPath(path));
+        }
+        if overfills {
+            // Not recorded, so not acknowledged: the peer declares it lost and sends its frames
+            // again, by when the gaps may have filled.
+            self.packets_refused += 1;
+            return Ok(());
         }
         let p = self
             .paths
@@ -54,6 +77,43 @@ impl Session {
             p.on_ack_eliciting(now, self.config.max_ack_delay);
         }
         Ok(())
+    }
+
+    /// True when `frame`, with the frames of its packet before it (counted in `added`), could
+    /// leave a flow holding more separate pieces of its received bytes than
+    /// [`RecvStream::max_ranges`](super::stream::RecvStream::max_ranges), or the record of the
+    /// flows the peer opened with more gaps than
+    /// [`SessionConfig::max_peer_flow_ranges`](super::SessionConfig::max_peer_flow_ranges).
+    /// Each STREAM frame that neither overlaps nor adjoins bytes held (beyond the read offset)
+    /// counts as one piece more, whatever flow it is for and even when it adjoins another
+    /// frame of the packet, so the limits hold exactly; an honest peer stays far below them.
+    fn overfills(&self, frame: &Frame<'_>, added: &mut Added) -> bool {
+        match *frame {
+            Frame::Stream {
+                flow, offset, data, ..
+            } => {
+                let (held, max) = match self.flows.get(&flow).map(Flow::stream_recv) {
+                    Some(Some(recv)) if recv.adds_range(offset, data.len()) => {
+                        (recv.range_count(), recv.max_ranges())
+                    }
+                    // Nothing added, the frame ignored, or (a datagram flow) an error.
+                    Some(_) => return false,
+                    // A flow not open yet (its OPEN may come earlier in the packet).
+                    None => (0, super::stream::MIN_RECV_RANGES),
+                };
+                added.pieces += 1;
+                held + added.pieces > max
+            }
+            Frame::Open { flow, .. } if self.peer_flow(flow) => {
+                let n = flow.0 >> 1;
+                if self.peer_flows_seen.touches(n..n + 1) {
+                    return false;
+                }
+                added.gaps += 1;
+                self.peer_flows_seen.range_count() + added.gaps > self.config.max_peer_flow_ranges()
+            }
+            _ => false,
+        }
     }
 
     fn on_frame(

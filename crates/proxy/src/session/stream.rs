@@ -18,6 +18,23 @@ use super::ranges::RangeSet;
 /// Ranges kept before the range sets grow.
 const RANGE_CAPACITY: usize = 16;
 
+/// A receive side holds at most one range of out-of-order bytes per this many bytes of its
+/// window, and at least [`MIN_RECV_RANGES`], at most [`MAX_RECV_RANGES`] (see
+/// [`RecvStream::max_ranges`]).
+const RECV_WINDOW_PER_RANGE: u64 = 1024;
+/// The fewest ranges a receive side may hold.
+pub(crate) const MIN_RECV_RANGES: usize = 32;
+/// The most ranges a receive side may hold: inserting into the sorted set moves at most this
+/// many ranges (16 KiB).
+pub(crate) const MAX_RECV_RANGES: usize = 1024;
+
+/// The most ranges of received bytes a receive side with `window` bytes of window holds.
+pub(crate) fn max_recv_ranges(window: u64) -> usize {
+    usize::try_from(window / RECV_WINDOW_PER_RANGE)
+        .unwrap_or(MAX_RECV_RANGES)
+        .clamp(MIN_RECV_RANGES, MAX_RECV_RANGES)
+}
+
 /// A receiver advertises new credit once `window / CREDIT_UPDATE_FRACTION` bytes were read:
 /// with an eighth the sender's usable credit stays between 7/8 W and W.
 ///
@@ -547,6 +564,35 @@ impl RecvStream {
             }
         }
         Ok(out)
+    }
+
+    /// True when storing `len` bytes at `offset` would add a range to the bytes held that
+    /// counts against [`RecvStream::max_ranges`]: they neither overlap nor adjoin bytes held,
+    /// and start beyond the read offset. (Bytes at the read offset are readable at once and
+    /// always taken, so that the flow moves on whatever the set holds; bytes already read,
+    /// and a reset or abandoned side, store nothing.)
+    pub fn adds_range(&self, offset: u64, len: usize) -> bool {
+        let end = offset.saturating_add(len as u64);
+        offset > self.read_offset
+            && self.reset.is_none()
+            && !self.discarding
+            && !self.received.touches(offset..end)
+    }
+
+    /// Ranges of bytes held now.
+    pub fn range_count(&self) -> usize {
+        self.received.range_count()
+    }
+
+    /// The most ranges of bytes this side holds: a packet whose frames could leave it with more
+    /// is refused whole ([`Session::handle_datagram`](super::Session::handle_datagram)), so
+    /// that a peer cannot make each STREAM frame cost a move of the whole set (nor the set
+    /// outgrow the window many times over) by sending bytes with gaps between them. The
+    /// honest peer's holes come from lost and reordered packets: at most one per packet in
+    /// flight, a packet carrying about 1 KiB or more of a busy flow. The set may hold one
+    /// range more, begun at the read offset.
+    pub fn max_ranges(&self) -> usize {
+        max_recv_ranges(self.window)
     }
 
     /// Bytes readable in order now.

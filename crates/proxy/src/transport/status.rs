@@ -110,6 +110,11 @@ pub struct SessionCounters {
     pub send_errors: u64,
     /// Received packets the session rejected.
     pub bad_packets: u64,
+    /// Received packets refused whole, unacknowledged, because they would have left a flow
+    /// holding too many separate pieces of its bytes or too many gaps among the peer's flows
+    /// (the peer sends them again; an honest peer hardly ever meets the limits).
+    #[serde(default)]
+    pub packets_refused: u64,
     /// Paths joined (rejoins included).
     pub path_joins: u64,
 }
@@ -218,7 +223,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}",
+                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -232,7 +237,9 @@ impl DaemonStatus {
                 c.bytes_read,
                 c.datagrams_dropped,
                 c.datagrams_split,
-                c.datagrams_reassembled
+                c.datagrams_reassembled,
+                c.bad_packets,
+                c.packets_refused
             );
             let _ = writeln!(
                 out,

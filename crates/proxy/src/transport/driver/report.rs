@@ -66,6 +66,7 @@ impl Driver {
         counters.datagrams_dropped = self.session.datagrams_dropped();
         counters.datagrams_split = self.session.datagrams_split();
         counters.datagrams_reassembled = self.session.datagrams_reassembled();
+        counters.packets_refused = self.session.packets_refused();
         SessionStatus {
             session: self.label.clone(),
             user: self.user.clone(),
