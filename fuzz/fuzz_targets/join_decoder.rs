@@ -1,4 +1,4 @@
-//! libFuzzer target: `cargo +nightly fuzz run join_decoder`.
+//! libFuzzer target: `cargo +nightly fuzz run --features libfuzzer join_decoder`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| braid_fuzz::join_decoder(data));

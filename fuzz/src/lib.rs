@@ -1,13 +1,30 @@
 //! The bodies of braid's fuzz targets, shared by the libFuzzer binaries (`fuzz_targets/`, run
-//! with `cargo +nightly fuzz run <target>`) and the stable-Rust smoke pass (`tests/smoke.rs`, run
-//! by `cargo test`), so that both exercise exactly the same code: `frame_decoder` (session
-//! packets) and `join_decoder` (the path join message).
+//! with `cargo +nightly fuzz run --features libfuzzer <target>` from `fuzz/`) and the
+//! stable-Rust smoke pass (`tests/smoke.rs`, run by `cargo test`), so that both exercise
+//! exactly the same code: `frame_decoder` (session packets), `session_peer` (a broken or
+//! hostile peer, packet after packet) and `join_decoder` (the path join message).
+
+use std::time::Duration;
 
 use braid_proxy::session::frame::{Frame, parse_packet};
 use braid_proxy::session::harness::{Harness, LinkConfig};
 use braid_proxy::session::varint::Writer;
-use braid_proxy::session::{PathConfig, SessionConfig};
-use braid_sched_core::{PathId, SchedulerKind, Timestamp};
+use braid_proxy::session::{Event, FlowKind, PathConfig, Role, Session, SessionConfig, Target};
+use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
+
+/// The small session the targets talk to: few flows and short buffers, so that limits are met.
+pub fn fuzz_config() -> SessionConfig {
+    SessionConfig {
+        max_flows: 4,
+        max_sent_packets: 64,
+        datagram_send_queue: 8,
+        datagram_receive_queue: 8,
+        flow_send_buffer: 4096,
+        flow_receive_window: 4096,
+        session_receive_window: 8192,
+        ..SessionConfig::default()
+    }
+}
 
 /// The `frame_decoder` target: decode a packet; every frame that decodes must re-encode to
 /// bytes that decode to the same frame; the decoder must never panic. Then feed the bytes to a
@@ -30,19 +47,9 @@ pub fn frame_decoder(data: &[u8]) {
             }
         }
     }
-    let config = SessionConfig {
-        max_flows: 4,
-        max_sent_packets: 64,
-        datagram_send_queue: 8,
-        datagram_receive_queue: 8,
-        flow_send_buffer: 4096,
-        flow_receive_window: 4096,
-        session_receive_window: 8192,
-        ..SessionConfig::default()
-    };
     let mut h = Harness::new(
         0,
-        config,
+        fuzz_config(),
         SchedulerKind::MinRtt,
         &[LinkConfig::new(0.0, 1.0)],
         PathConfig::default(),
@@ -51,6 +58,209 @@ pub fn frame_decoder(data: &[u8]) {
     let _ = h.server().handle_datagram(PathId(0), data, now);
     let _ = h.server().handle_datagram(PathId(1), data, now);
     h.flush();
+}
+
+/// The schedulers [`session_peer`] picks from (by the script's first byte).
+pub const SESSION_PEER_SCHEDULERS: [SchedulerKind; 8] = [
+    SchedulerKind::MinRtt,
+    SchedulerKind::RoundRobin,
+    SchedulerKind::Redundant,
+    SchedulerKind::Edf,
+    SchedulerKind::Peekaboo,
+    SchedulerKind::Olms,
+    SchedulerKind::Edar,
+    SchedulerKind::Falcon,
+];
+
+/// Steps of a [`session_peer`] script (the low three bits of a step's first byte).
+pub mod step {
+    /// Ops 0-3: a packet from the peer. Then: the path (bits 3-4 of the op byte: paths 0, 1
+    /// and 3 are attached, path 1 comes and goes with [`PATHS`] steps, path 2 is unknown), a
+    /// `u16` length (little endian) and that many bytes (fewer at the script's end).
+    pub const PACKET_MAX: u8 = 3;
+    /// Time passes: one byte, milliseconds (0-255), then 1 ms more.
+    pub const WAIT: u8 = 4;
+    /// The application writes on one of its flows: a byte choosing the flow, a byte giving the
+    /// length (times 8 bytes: some datagrams are longer than any path, some than the limit).
+    pub const WRITE: u8 = 5;
+    /// The application finishes (even byte) or resets (odd byte) one of its flows; the byte
+    /// also chooses the flow.
+    pub const END: u8 = 6;
+    /// The application or the daemon does something else, chosen by bits 3-5 of the op byte:
+    /// open a stream (0) or datagram (1) flow, remove path 1 (2), attach it again (3), set a
+    /// path's datagram size (4, a byte: path in bit 0, size `1000 + 2 × byte`), close the
+    /// session (5); 6-7 do nothing. One byte follows in every case.
+    pub const PATHS: u8 = 7;
+}
+
+/// The `session_peer` target: a session (client or server, by the first byte's bit 0, with a
+/// scheduler chosen by bits 1-3 from [`SESSION_PEER_SCHEDULERS`] and the peer's reassembly
+/// word by bit 4) fed a script of [`step`]s: packets from a peer that may lie about anything
+/// (flows it never opened, offsets beyond its credit, ACKs of packets never sent, pieces that
+/// disagree, paths that do not exist), time passing, and its own application writing, reading,
+/// finishing and resetting flows while paths come and go. After every step, the session answers
+/// (everything it wants to send is taken, as the daemon does) and its application reads
+/// everything readable. Checked after every step: no panic; the memory the session holds stays
+/// within [`SessionConfig::memory_bound`], its flows within twice `max_flows` (refused ones
+/// wait for their RESET's acknowledgement) and its received bytes within the session window;
+/// the session's sending stops by itself (at most 4,096 packets in one go).
+pub fn session_peer(data: &[u8]) {
+    let Some((&setup, mut script)) = data.split_first() else {
+        return;
+    };
+    let role = if setup & 1 == 0 {
+        Role::Server
+    } else {
+        Role::Client
+    };
+    let kind = SESSION_PEER_SCHEDULERS[usize::from(setup >> 1) % SESSION_PEER_SCHEDULERS.len()];
+    let config = fuzz_config();
+    let bound = config.memory_bound();
+    let mut now = Timestamp::from_millis(1);
+    let mut s = Session::new(
+        config.clone(),
+        role,
+        SchedulerConfig::new(kind).build(),
+        now,
+    );
+    for id in [PathId(0), PathId(1), PathId(3)] {
+        if let Err(e) = s.add_path(id, PathConfig::default(), now) {
+            panic!("path {id:?} refused: {e}");
+        }
+    }
+    s.set_peer_reassembles(setup & 0x10 != 0);
+    let mut app = App::default();
+    while let Some((&op, rest)) = script.split_first() {
+        script = rest;
+        let mut byte = || {
+            let (&b, rest) = script.split_first().unwrap_or((&0, &[]));
+            script = rest;
+            b
+        };
+        match op & 7 {
+            0..=step::PACKET_MAX => {
+                let len = usize::from(u16::from_le_bytes([byte(), byte()])).min(script.len());
+                let (packet, rest) = script.split_at(len);
+                script = rest;
+                let _ = s.handle_datagram(PathId((op >> 3) & 3), packet, now);
+            }
+            step::WAIT => now += Duration::from_millis(u64::from(byte()) + 1),
+            step::WRITE => {
+                let (pick, len) = (byte(), usize::from(byte()) * 8);
+                if let Some(&(flow, kind)) =
+                    app.flows.get(usize::from(pick) % app.flows.len().max(1))
+                {
+                    let data = vec![pick; len];
+                    let _ = match kind {
+                        FlowKind::Stream => s.write(flow, &data).map(drop),
+                        FlowKind::Datagram => s.send_datagram(flow, &data, Some(50_000), now),
+                    };
+                }
+            }
+            step::END => {
+                let pick = byte();
+                if let Some(&(flow, _)) = app.flows.get(usize::from(pick) % app.flows.len().max(1))
+                {
+                    let _ = if pick & 1 == 0 {
+                        s.finish(flow)
+                    } else {
+                        s.reset(flow, u64::from(pick))
+                    };
+                }
+            }
+            _ => {
+                let arg = byte();
+                match (op >> 3) & 7 {
+                    sub @ (0 | 1) => {
+                        let kind = if sub == 0 {
+                            FlowKind::Stream
+                        } else {
+                            FlowKind::Datagram
+                        };
+                        let target = Target::Domain {
+                            name: "fuzz.example".into(),
+                            port: u16::from(arg),
+                        };
+                        if let Ok(flow) = s.open_flow(kind, target) {
+                            app.flows.push((flow, kind));
+                        }
+                    }
+                    2 => {
+                        let _ = s.remove_path(PathId(1), now);
+                    }
+                    3 => {
+                        let _ = s.add_path(PathId(1), PathConfig::default(), now);
+                    }
+                    4 => {
+                        let size = 1000 + 2 * u16::from(arg);
+                        let _ = s.set_max_datagram_size(PathId(arg & 1), size);
+                    }
+                    5 => s.close(u64::from(arg), now),
+                    _ => {}
+                }
+            }
+        }
+        now += Duration::from_micros(100);
+        if s.poll_timeout().is_some_and(|t| t <= now) {
+            s.handle_timeout(now);
+        }
+        app.answer(&mut s, now);
+        let used = s.memory_usage();
+        assert!(
+            used.allocated <= bound,
+            "the session holds {} bytes, above its bound of {bound} ({used:?})",
+            used.allocated
+        );
+        assert!(used.flows <= 2 * config.max_flows, "{used:?}");
+        assert!(
+            used.receive_buffered <= config.session_receive_window,
+            "{used:?}"
+        );
+    }
+}
+
+/// The application side of [`session_peer`]: the flows it knows, and a buffer to read into.
+#[derive(Default)]
+struct App {
+    flows: Vec<(FlowId, FlowKind)>,
+    buf: Vec<u8>,
+}
+
+impl App {
+    /// Takes everything the session wants to send (the way the daemon does, without waiting
+    /// for the paths), handles its events and reads everything readable.
+    fn answer(&mut self, s: &mut Session, now: Timestamp) {
+        self.buf.resize(65_536, 0);
+        let mut sent = 0;
+        while s.poll_transmit(now, &mut self.buf).is_some() {
+            sent += 1;
+            assert!(
+                sent <= 4096,
+                "the session keeps sending: {sent} packets at {now:?}"
+            );
+        }
+        while let Some(event) = s.poll_event() {
+            match event {
+                Event::FlowOpened { flow, kind, .. } => self.flows.push((flow, kind)),
+                Event::FlowClosed(flow) => self.flows.retain(|&(f, _)| f != flow),
+                _ => {}
+            }
+        }
+        for &(flow, kind) in &self.flows {
+            match kind {
+                FlowKind::Stream => {
+                    while let Ok(Some(n)) = s.read(flow, &mut self.buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                }
+                FlowKind::Datagram => {
+                    while let Ok(Some(_)) = s.recv_datagram(flow, &mut self.buf) {}
+                }
+            }
+        }
+    }
 }
 
 /// The `join_decoder` target: decode a JOIN (the first message of every path connection, sent

@@ -1,7 +1,7 @@
-//! Stable-Rust smoke pass of the fuzz targets `frame_decoder` and `join_decoder`, run by `cargo
-//! test` (the workspace's test suite): each target body over valid inputs (packets, JOIN
-//! messages), random bytes and mutations of valid inputs (bit flips, truncations, insertions,
-//! splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
+//! Stable-Rust smoke pass of the fuzz targets `frame_decoder`, `session_peer` and
+//! `join_decoder`, run by `cargo test` (the workspace's test suite): each target body over valid
+//! inputs (packets, scripts of a hostile peer's packets, JOIN messages), random bytes and
+//! mutations of valid inputs (bit flips, truncations, insertions, splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
 //! target; a target that panics fails its test. More at once: `BRAID_FUZZ_SMOKE_ITERATIONS=5000000
 //! cargo test --release -p braid-fuzz -- --nocapture`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -154,6 +154,204 @@ fn valid_packet(rng: &mut Rng, frames: &[Frame<'static>]) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
+/// Bytes for frames' payloads.
+static FILL: [u8; 1600] = [0x5a; 1600];
+
+/// A flow number a hostile peer might use: mostly small ones of either parity, sometimes
+/// spread out (each its own range of flows seen) or huge.
+fn hostile_flow(rng: &mut Rng) -> FlowId {
+    FlowId(match rng.below(8) {
+        0 => rng.next() % (1 << 62),
+        1 | 2 => 4 * (rng.next() % 4000) + rng.next() % 2,
+        _ => rng.next() % 12,
+    })
+}
+
+/// An offset or limit: around the 4,096-byte windows of `fuzz_config`, or anywhere.
+fn hostile_offset(rng: &mut Rng) -> u64 {
+    match rng.below(6) {
+        0 => rng.next() % (1 << 62),
+        1 => 4096 + rng.next() % 8,
+        2 => 8192 - rng.next() % 8,
+        _ => rng.next() % 4600,
+    }
+}
+
+/// One frame with values chosen to break things, written to `w` (nothing if it does not fit).
+fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
+    let flow = hostile_flow(rng);
+    let data = |rng: &mut Rng| -> &'static [u8] {
+        let n = match rng.below(4) {
+            0 => 1,
+            1 => rng.below(1600),
+            _ => rng.below(80),
+        };
+        &FILL[..n]
+    };
+    let frame = match rng.below(12) {
+        0 => {
+            let mut received = RangeSet::default();
+            let mut pn = rng.next() % 8;
+            for _ in 0..1 + rng.below(8) {
+                let len = 1 + rng.next() % 12;
+                received.insert(pn..pn + len);
+                pn += len + rng.next() % 4;
+            }
+            let report = (rng.below(2) == 0).then(|| ReceiverReport {
+                interval_us: (rng.next() % 2_000_000) as u32,
+                delivered_bytes: rng.next() % (1 << 40),
+                ..ReceiverReport::default()
+            });
+            let fields = AckFields {
+                path: PathId((rng.next() % 4) as u8),
+                ack_delay_us: rng.next() % 100_000,
+                receiver_time_us: rng.next() % (1 << 40),
+                report,
+            };
+            let room = w.remaining();
+            let _ = encode_ack(w, &received, &fields, room);
+            return;
+        }
+        1..=3 => Frame::Stream {
+            flow,
+            offset: hostile_offset(rng),
+            fin: rng.below(5) == 0,
+            data: data(rng),
+        },
+        4..=6 => {
+            let count = 2 + rng.below(7) as u8;
+            Frame::Datagram {
+                flow,
+                seq: rng.next() % 80,
+                deadline: (rng.below(3) == 0).then(|| DatagramDeadline {
+                    budget_us: (rng.next() % 100_000) as u32,
+                    sent_at_us: rng.next() % (1 << 40),
+                }),
+                fragment: (rng.below(2) == 0).then(|| Fragment {
+                    index: rng.below(usize::from(count)) as u8,
+                    count,
+                }),
+                data: data(rng),
+            }
+        }
+        7 => Frame::Open {
+            flow,
+            kind: if rng.below(2) == 0 {
+                FlowKind::Stream
+            } else {
+                FlowKind::Datagram
+            },
+            target: TargetRef::Domain {
+                name: "hostile.example",
+                port: 443,
+            },
+        },
+        8 => Frame::Reset {
+            flow,
+            code: rng.next() % 4,
+            final_size: hostile_offset(rng),
+        },
+        9 => match rng.below(3) {
+            0 => Frame::MaxData(hostile_offset(rng)),
+            1 => Frame::MaxFlowData {
+                flow,
+                max: hostile_offset(rng),
+            },
+            _ => Frame::PathStatus {
+                path: PathId((rng.next() % 5) as u8),
+                backup: rng.below(2) == 0,
+                seq: rng.next() % 4,
+            },
+        },
+        10 if rng.below(100) == 0 => Frame::Close {
+            code: 7,
+            reason: "hostile",
+        },
+        _ => Frame::Ping,
+    };
+    let _ = frame.encode(w);
+}
+
+/// A `session_peer` script (see `braid_fuzz::step`): packets of hostile frames with packet
+/// numbers that mostly grow (sometimes repeat or jump), time passing, and the application's
+/// writes, ends, opens and path changes.
+fn hostile_script(rng: &mut Rng) -> Vec<u8> {
+    use braid_fuzz::step;
+    let mut script = vec![rng.next() as u8];
+    let mut pn = [0u64; 4];
+    for i in 0..1 + rng.below(80) {
+        // The first step is a packet (what the smoke pass counts as valid).
+        match if i == 0 { 0 } else { rng.below(16) } {
+            0..=9 => {
+                let path = match rng.below(10) {
+                    0 => 2,
+                    1 => 3,
+                    2..=4 => 1,
+                    _ => 0,
+                };
+                let number = match rng.below(12) {
+                    0 => pn[path].saturating_sub(1 + rng.next() % 4),
+                    1 => pn[path] + 2 + rng.next() % 100,
+                    _ => pn[path],
+                };
+                pn[path] = pn[path].max(number + 1);
+                let mut buf = [0u8; 1500];
+                let mut w = Writer::new(&mut buf);
+                let _ = encode_header(&mut w, number);
+                match rng.below(12) {
+                    // Bytes with a gap after each, to one flow (pieces up to its limit).
+                    0 => {
+                        let (flow, base) = (FlowId(rng.next() % 6), rng.next() % 4000);
+                        for k in 0..rng.below(90) as u64 {
+                            let frame = Frame::Stream {
+                                flow,
+                                offset: (base + 2 * k) % 4096,
+                                fin: false,
+                                data: &FILL[..1],
+                            };
+                            let _ = frame.encode(&mut w);
+                        }
+                    }
+                    // OPENs of flows with gaps between them (the record's limit, 64 gaps).
+                    1 => {
+                        let first = rng.next() % 1000;
+                        for k in 0..rng.below(100) as u64 {
+                            let frame = Frame::Open {
+                                flow: FlowId(4 * (first + k) + rng.next() % 2),
+                                kind: FlowKind::Datagram,
+                                target: TargetRef::Addr(SocketAddr::from(([192, 0, 2, 1], 53))),
+                            };
+                            let _ = frame.encode(&mut w);
+                        }
+                    }
+                    _ => {
+                        for _ in 0..1 + rng.below(6) {
+                            hostile_frame(rng, &mut w);
+                        }
+                    }
+                }
+                let n = w.len();
+                script.push(rng.below(4) as u8 | (path as u8) << 3);
+                script.extend_from_slice(&(n as u16).to_le_bytes());
+                script.extend_from_slice(&buf[..n]);
+            }
+            10 => script.extend_from_slice(&[step::WAIT, [0, 1, 5, 30, 255][rng.below(5)]]),
+            11 | 12 => script.extend_from_slice(&[step::WRITE, rng.next() as u8, rng.next() as u8]),
+            13 => script.extend_from_slice(&[step::END, rng.next() as u8]),
+            _ => {
+                // Closing the session ends the script's interest: rarely.
+                let sub = if rng.below(40) == 0 {
+                    5
+                } else {
+                    [0, 1, 2, 3, 4, 6][rng.below(6)]
+                };
+                script.extend_from_slice(&[step::PATHS | sub << 3, rng.next() as u8]);
+            }
+        }
+    }
+    script
+}
+
 fn valid_join(rng: &mut Rng) -> Vec<u8> {
     use braid_proxy::session::Tier;
     use braid_proxy::transport::join::Join;
@@ -284,6 +482,34 @@ fn frame_decoder_smoke_pass() {
         &mut rng,
         valid,
         braid_fuzz::frame_decoder,
+    );
+}
+
+#[test]
+fn session_peer_smoke_pass() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let corpus: Vec<Vec<u8>> = (0..256).map(|_| hostile_script(&mut rng)).collect();
+    // Valid: a script that starts with a packet whose frames all decode.
+    let valid = |input: &[u8]| {
+        let Some(len) = input
+            .get(2..4)
+            .map(|l| usize::from(u16::from_le_bytes([l[0], l[1]])))
+        else {
+            return false;
+        };
+        input[1] & 7 <= braid_fuzz::step::PACKET_MAX
+            && input.len() >= 4 + len
+            && braid_proxy::session::frame::parse_packet(&input[4..4 + len])
+                .map(|(_, mut f)| f.all(|x| x.is_ok()))
+                .unwrap_or(false)
+    };
+    smoke(
+        "session_peer",
+        &corpus,
+        256,
+        &mut rng,
+        valid,
+        braid_fuzz::session_peer,
     );
 }
 
