@@ -22,13 +22,14 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# --- fuzz (session frame decoder, JOIN decoder) ---------------------------------------------
-# The stable-Rust smoke pass of both target bodies (200k seeded random and mutated inputs each)
-# is a test of the `braid-fuzz` workspace member (fuzz/tests/smoke.rs): `cargo test` below runs it.
-# Real libFuzzer runs only where nightly and cargo-fuzz are installed.
+# --- fuzz (session frame decoder, a session fed a hostile peer, JOIN decoder) -----------------
+# The stable-Rust smoke pass of the three target bodies (200k seeded random and mutated inputs
+# each) is a test of the `braid-fuzz` workspace member (fuzz/tests/smoke.rs): `cargo test` below
+# runs it. Real libFuzzer runs only where nightly and cargo-fuzz are installed.
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "== libFuzzer"
     (cd fuzz && cargo +nightly fuzz run frame_decoder --features libfuzzer -- -max_total_time=30)
+    (cd fuzz && cargo +nightly fuzz run session_peer --features libfuzzer -- -max_total_time=30)
     (cd fuzz && cargo +nightly fuzz run join_decoder --features libfuzzer -- -max_total_time=30)
 fi
 # --- end fuzz --------------------------------------------------------------------------------
