@@ -6,11 +6,14 @@
 //! beside them or comes after them. Virtual time over the harness: deterministic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod session_common;
+
 use braid_proxy::session::config::DEFAULT_MAX_DATAGRAM_PAYLOAD;
 use braid_proxy::session::harness::{Harness, LinkConfig};
 use braid_proxy::session::{FlowKind, PathConfig, Session, SessionConfig, Target};
 use braid_sched_core::{FlowId, SchedulerKind};
 use proptest::prelude::*;
+use session_common::open_datagram_flow;
 
 /// Datagram `i` of `len` bytes: its number, then a pattern of it.
 fn datagram(i: u32, len: usize) -> Vec<u8> {
@@ -46,13 +49,7 @@ impl Run {
             h.set_max_datagram_size(p, size).unwrap();
         }
         h.client().set_peer_reassembles(peer);
-        let flow = h
-            .client()
-            .open_flow(
-                FlowKind::Datagram,
-                Target::Addr("192.0.2.1:443".parse().unwrap()),
-            )
-            .unwrap();
+        let flow = open_datagram_flow(&mut h);
         Run { h, flow, bound }
     }
 

@@ -413,13 +413,7 @@ fn quic_sized_datagrams_go_once_a_path_takes_them() {
         &links,
         PathConfig::default(),
     );
-    let flow = h
-        .client()
-        .open_flow(
-            FlowKind::Datagram,
-            Target::Addr("192.0.2.1:443".parse().unwrap()),
-        )
-        .unwrap();
+    let flow = session_common::open_datagram_flow(&mut h);
     let quic = vec![3u8; 1210];
     let longest = vec![4u8; LONGEST_WHOLE_DATAGRAM];
     let mut buf = vec![0u8; 2048];

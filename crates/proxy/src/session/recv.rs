@@ -49,20 +49,17 @@ impl Session {
         for f in frames {
             overfills |= self.overfills(&f.map_err(frame_err)?, &mut added);
         }
-        if self.paths.get(path.index()).is_none_or(Option::is_none) {
-            return Err(SessionError::UnknownPath(path));
-        }
+        let p = self
+            .paths
+            .get_mut(path.index())
+            .and_then(Option::as_mut)
+            .ok_or(SessionError::UnknownPath(path))?;
         if overfills {
             // Not recorded, so not acknowledged: the peer declares it lost and sends its frames
             // again, by when the gaps may have filled.
             self.packets_refused += 1;
             return Ok(());
         }
-        let p = self
-            .paths
-            .get_mut(path.index())
-            .and_then(Option::as_mut)
-            .ok_or(SessionError::UnknownPath(path))?;
         if !p.on_received(pn, now) {
             self.report.report.duplicate_bytes += data.len() as u64;
             return Ok(());
