@@ -3,10 +3,13 @@
 //! this script bakes it into braid-benches' own binaries as an rpath (link arguments from a
 //! dependency's build script do not reach a dependant's binaries).
 
+include!("../crates/learners/link_libtorch.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../crates/learners/link_libtorch.rs");
     println!("cargo:rerun-if-env-changed=DEP_BRAID_TORCH_LIBTORCH_LIB");
     if let Ok(lib_dir) = std::env::var("DEP_BRAID_TORCH_LIBTORCH_LIB") {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
+        link_libtorch(&lib_dir);
     }
 }

@@ -8,8 +8,11 @@
 //! rpath keeps working when the binary is run directly, not just under `cargo test`/`cargo run`.
 //! Without the feature the script does nothing.
 
+include!("link_libtorch.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=link_libtorch.rs");
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
@@ -21,9 +24,6 @@ fn main() {
         );
         return;
     };
-    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    if target_os == "linux" || target_os == "macos" {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
-    }
+    link_libtorch(&lib_dir);
     println!("cargo:libtorch_lib={lib_dir}");
 }

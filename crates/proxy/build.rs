@@ -4,8 +4,11 @@
 //! this script bakes it in as an rpath (see crates/learners/build.rs). Without the feature it
 //! does nothing.
 
+include!("../learners/link_libtorch.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../learners/link_libtorch.rs");
     println!("cargo:rerun-if-env-changed=DEP_BRAID_TORCH_LIBTORCH_LIB");
     if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
@@ -17,8 +20,5 @@ fn main() {
         );
         return;
     };
-    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
-    if target_os == "linux" || target_os == "macos" {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
-    }
+    link_libtorch(&lib_dir);
 }
