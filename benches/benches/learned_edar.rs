@@ -26,7 +26,9 @@
 //!   the `nn` parts (the pass before the re-layout), on the same state.
 //! - `learned/tch/edar_forward/{2,4}` (feature `torch`): the tch twin on the same state, one
 //!   sample, one thread.
-//! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU.
+//! - `learned/train_step/edar_cpu` (feature `torch`): one DQN step (batch 32, 2 paths) on CPU,
+//!   one thread; `learned/train_step/edar_cuda`: the same step on the GPU, where libtorch sees
+//!   one (the row is left out, with a line on stderr, where it does not).
 //! - `cpu/…` (Linux): every `sched/select/…` row and the Rust forward passes
 //!   again (with `EdarNetwork::initial(1)`, the same shapes), and with `torch` the tch forward
 //!   passes (`cpu/learned/tch/edar_forward/{2,4}`, one thread), timed in this thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) instead of wall-clock
@@ -348,7 +350,6 @@ fn cpu_time(c: &mut Criterion<ThreadCpuTime>) {
 fn learned(c: &mut Criterion) {
     use braid_learners::edar::train::{EdarDqn, EdarHyper};
     use braid_learners::torch::tch::{self, Device};
-    use braid_sched_core::sched::edar::{EdarAction, EdarTransition};
 
     tch::set_num_threads(1);
     let mut dqn = EdarDqn::new(EdarHyper::default(), Device::Cpu).unwrap();
@@ -364,6 +365,30 @@ fn learned(c: &mut Criterion) {
         });
     }
     group.finish();
+    fill_replay(&mut dqn);
+    let mut group = c.benchmark_group("learned/train_step");
+    group.sample_size(20);
+    group.bench_function("edar_cpu", |b| {
+        b.iter(|| black_box(dqn.train_step().unwrap()))
+    });
+    if tch::Cuda::is_available() {
+        let mut gpu = EdarDqn::new(EdarHyper::default(), Device::Cuda(0)).unwrap();
+        fill_replay(&mut gpu);
+        // `train_step` reads the loss back to the host, so each step is timed to its end.
+        group.bench_function("edar_cuda", |b| {
+            b.iter(|| black_box(gpu.train_step().unwrap()))
+        });
+    } else {
+        eprintln!("learned/train_step/edar_cuda: libtorch sees no CUDA device, row not run");
+    }
+    group.finish();
+}
+
+/// 1,000 transitions of two-path states with random connection states, actions alternating.
+#[cfg(feature = "torch")]
+fn fill_replay(dqn: &mut braid_learners::edar::train::EdarDqn) {
+    use braid_sched_core::sched::edar::{EdarAction, EdarTransition};
+
     let mut rng = SplitMix64(8);
     for i in 0..1_000 {
         let mut s = state(2);
@@ -380,12 +405,6 @@ fn learned(c: &mut Criterion) {
             terminal: false,
         });
     }
-    let mut group = c.benchmark_group("learned/train_step");
-    group.sample_size(20);
-    group.bench_function("edar_cpu", |b| {
-        b.iter(|| black_box(dqn.train_step().unwrap()))
-    });
-    group.finish();
 }
 
 criterion_group!(benches, learned);

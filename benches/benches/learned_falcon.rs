@@ -8,7 +8,8 @@
 //! - `learned/tch/falcon-forward`: the same policy and the same state through tch (one sample,
 //!   one intra-op thread, no autograd) — feature `torch`.
 //! - `learned/train/falcon-step`: one DQN gradient step on a minibatch of 32 plus the soft target
-//!   update, CPU — feature `torch`.
+//!   update, CPU — feature `torch`; `learned/train/falcon-step-cuda`: the same step on the GPU,
+//!   where libtorch sees one (the row is left out, with a line on stderr, where it does not).
 #![allow(missing_docs)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -102,6 +103,16 @@ fn torch_side(c: &mut Criterion, weights: &FalconWeights, slots: &Slots) {
     group.bench_function("falcon-step", |b| {
         b.iter(|| black_box(dqn.step(black_box(&batch))))
     });
+    if tch::Cuda::is_available() {
+        let mut gpu = FalconDqn::new(FalconHyper::default(), Device::Cuda(0)).unwrap();
+        gpu.load(weights.policy()).unwrap();
+        // `step` returns the loss read back to the host, so each step is timed to its end.
+        group.bench_function("falcon-step-cuda", |b| {
+            b.iter(|| black_box(gpu.step(black_box(&batch))))
+        });
+    } else {
+        eprintln!("learned/train/falcon-step-cuda: libtorch sees no CUDA device, row not run");
+    }
     group.finish();
 }
 
