@@ -230,8 +230,8 @@ impl<N> DqnCore<N> {
         tch::no_grad(|| {
             for (name, mut t) in self.target_vs.variables() {
                 if let Some(s) = source.get(&name) {
-                    let blended = &t * (1.0 - tau) + s * tau;
-                    t.copy_(&blended);
+                    // θ' + τ(θ − θ'): one operation per variable, in place.
+                    let _ = t.lerp_(s, tau);
                 }
             }
         });

@@ -202,26 +202,70 @@ impl TchEdar {
                 (Kind::Float, states.connection.device()),
             )
         } else {
-            let steps = i64_of(HISTORY);
-            let per_feature: Vec<Tensor> = self
-                .features
-                .iter()
-                .enumerate()
-                .map(|(f, lstm)| {
-                    // [B·n, steps, 1]: one sequence per (state, path).
-                    let xs = states.paths.select(2, i64_of(f)).reshape([b * n, steps, 1]);
-                    let last = lstm.forward_sequence(&xs);
-                    let before = lstm.forward_sequence(&xs.narrow(1, 0, steps - 1));
-                    Tensor::cat(&[before, last], 1)
-                })
-                .collect();
-            let per_path = Tensor::cat(&per_feature, 1).view([b, n, -1]);
+            let (steps, f, h) = (i64_of(HISTORY), i64_of(FEATURES), i64_of(FEATURE_HIDDEN));
+            // The six feature LSTMs run as one LSTM over [B·n, steps, FEATURES] (see
+            // `merged_features`); its hidden unit `h·f + j` is unit j of feature f's LSTM.
+            let xs = states
+                .paths
+                .reshape([b * n, f, steps])
+                .transpose(1, 2)
+                .contiguous();
+            let zeros = Tensor::zeros([1, b * n, f * h], (Kind::Float, xs.device()));
+            let (outputs, _, _) = xs.lstm(
+                &[&zeros, &zeros],
+                &self.merged_features().each_ref(),
+                true,
+                1,
+                0.0,
+                true,
+                false,
+                true,
+            );
+            // Per path, per feature: the hidden state before last, then the last
+            // ([B, n, FEATURES · 2 · hidden], feature-major, as LSTM2 reads them).
+            let per_path = outputs
+                .narrow(1, steps - 2, 2)
+                .reshape([b * n, 2, f, h])
+                .transpose(1, 2)
+                .reshape([b, n, -1]);
             self.across.forward_sequence(&per_path)
         };
         self.core.forward(&Tensor::cat(
             &[states.connection.shallow_clone(), representation],
             1,
         ))
+    }
+
+    /// The six feature LSTMs (input 1, hidden `H` each) as the weights of one LSTM of input
+    /// `FEATURES` and hidden `FEATURES · H`: `weight_ih`, `weight_hh` block-diagonal within each
+    /// gate (unit `H·f + j` reads only feature f's input and feature f's units), biases
+    /// concatenated. One LSTM call instead of six (and one backward): the per-call overhead of
+    /// libtorch's RNN kernels, not the arithmetic, is most of a training step's time. Built
+    /// from the six layers' own variables on every call, so gradients reach them and the zeros
+    /// outside the blocks stay zeros.
+    fn merged_features(&self) -> [Tensor; 4] {
+        let h = i64_of(FEATURE_HIDDEN);
+        let gates = |variable: usize, merge: &dyn Fn(&[Tensor]) -> Tensor| -> Tensor {
+            let per_gate: Vec<Tensor> = (0..4)
+                .map(|gate| {
+                    let blocks: Vec<Tensor> = self
+                        .features
+                        .iter()
+                        .map(|lstm| lstm.tensors()[variable].narrow(0, gate * h, h))
+                        .collect();
+                    merge(&blocks)
+                })
+                .collect();
+            Tensor::cat(&per_gate, 0)
+        };
+        let block_diag = |blocks: &[Tensor]| Tensor::block_diag(blocks);
+        let concat = |blocks: &[Tensor]| Tensor::cat(blocks, 0);
+        [
+            gates(0, &block_diag),
+            gates(1, &block_diag),
+            gates(2, &concat),
+            gates(3, &concat),
+        ]
     }
 
     /// Q-values `[B, 2]` of `states` (all with the same number of paths).
@@ -276,8 +320,16 @@ impl std::fmt::Debug for EdarDqn {
 
 impl EdarDqn {
     /// A fresh agent on `device` (Alg. 1 lines 11–12: random main network, target = main).
+    ///
+    /// On a CUDA device this turns libtorch's cuDNN off for the process: the feature LSTMs run
+    /// as one LSTM whose weights are assembled on every call (`TchEdar::merged_features`), which
+    /// cuDNN would re-pack on every call with a warning each time; libtorch's own CUDA LSTM
+    /// runs them as they are. (EdAR's networks are its only users of cuDNN in braid.)
     pub fn new(hyper: EdarHyper, device: Device) -> Result<Self, EdarTrainError> {
         hyper.validate()?;
+        if device.is_cuda() {
+            tch::Cuda::set_user_enabled_cudnn(false);
+        }
         let core = DqnCore::new(
             device,
             hyper.seed,
