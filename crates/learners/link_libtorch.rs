@@ -12,6 +12,8 @@ fn link_libtorch(lib_dir: &str) {
     if target_os == "linux" || target_os == "macos" {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib_dir}");
     }
+    // For braid-learners' test of this very link (tests/torch_link.rs).
+    println!("cargo:rustc-env=BRAID_LIBTORCH_LIB={lib_dir}");
     let cuda = std::path::Path::new(lib_dir).join("libtorch_cuda.so");
     println!("cargo:rerun-if-changed={}", cuda.display());
     if target_os == "linux" && cuda.exists() {
