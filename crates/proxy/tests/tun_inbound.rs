@@ -562,6 +562,93 @@ fn udp_payload(packet: &[u8]) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// The UDP datagrams in `packets` (IPv4, from `from` to `to`) as the application's stack
+/// would receive them: whole packets as they are, fragments put back together by their
+/// identification (pieces that follow each other from offset 0 up to one without "more
+/// fragments"), each datagram's checksum checked. Incomplete sets are left out.
+fn reassembled_udp_payloads(
+    packets: &[Vec<u8>],
+    from: Ipv4Address,
+    to: Ipv4Address,
+) -> Vec<Vec<u8>> {
+    let mut pieces: std::collections::BTreeMap<u16, Vec<(usize, bool, Vec<u8>)>> =
+        std::collections::BTreeMap::new();
+    for p in packets {
+        let Ok(ip) = Ipv4Packet::new_checked(&p[..]) else {
+            continue;
+        };
+        assert!(ip.verify_checksum(), "IPv4 header checksum");
+        let flags = u16::from_be_bytes([p[6], p[7]]);
+        let (offset, more) = (usize::from(flags & 0x1fff) * 8, flags & 0x2000 != 0);
+        pieces
+            .entry(ip.ident())
+            .or_default()
+            .push((offset, more, ip.payload().to_vec()));
+    }
+    let mut datagrams = Vec::new();
+    for (_, mut set) in pieces {
+        set.sort_by_key(|(offset, _, _)| *offset);
+        let mut datagram = Vec::new();
+        let mut complete = false;
+        for (offset, more, data) in set {
+            if offset != datagram.len() || complete {
+                break;
+            }
+            datagram.extend_from_slice(&data);
+            complete = !more;
+        }
+        if !complete {
+            continue;
+        }
+        let udp = UdpPacket::new_checked(&datagram[..]).unwrap();
+        assert!(udp.verify_checksum(&IpAddress::Ipv4(from), &IpAddress::Ipv4(to)));
+        datagrams.push(udp.payload().to_vec());
+    }
+    datagrams
+}
+
+/// A UDP answer longer than the device's MTU allows (1,472 bytes, the most a datagram flow
+/// carries, through a device of MTU 1,280) reaches the application as IPv4 fragments that put
+/// back together give the answer. (Until 23 Nov 2026 it was dropped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_answers_longer_than_the_mtu_come_as_fragments() {
+    let (mut app, counters, _keep) = setup_with("tun-udp-frag", TunLimits::with_mtu(1280)).await;
+    let server = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let answer: Vec<u8> = (0..1472u32).map(|i| (i % 251) as u8).collect();
+    let sent = answer.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = server.recv_from(&mut buf).await {
+            let _ = server.send_to(&sent, from).await;
+        }
+    });
+    let mut tries = 0;
+    let mut sent_at: Option<Instant> = None;
+    app.run_until(|app| {
+        let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+        let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
+        if got.is_empty() && tries < 20 && due {
+            tries += 1;
+            sent_at = Some(Instant::now());
+            let _ = app
+                .device
+                .tx
+                .send(udp_from_app(50_003, server_addr, b"question"));
+        }
+        !got.is_empty()
+    })
+    .await;
+    assert!(
+        app.udp.iter().all(|p| p.len() <= 1280),
+        "a packet over the MTU"
+    );
+    assert!(app.udp.len() >= 2, "{} packets", app.udp.len());
+    let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
+    assert_eq!(got[0], answer);
+    assert_eq!(counters.udp_dropped.load(Ordering::Relaxed), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_datagrams_through_the_tun_inbound_are_answered() {
     let (mut app, counters, _keep) = setup("tun-udp").await;

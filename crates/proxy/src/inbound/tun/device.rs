@@ -775,7 +775,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::testing::{in_own_netns, next_udp, tcp_packet};
     use super::*;
-    use crate::inbound::tun::udp::udp_packet;
+    use crate::inbound::tun::udp::{udp_packet, udp_packets};
     use std::net::{SocketAddr, UdpSocket};
     use std::process::Command;
     use std::time::Duration;
@@ -826,6 +826,52 @@ mod tests {
             let mut got = [0u8; 64];
             let (n, from) = app.recv_from(&mut got).expect("the answer did not arrive");
             assert_eq!((&got[..n], from), (&b"answer"[..], remote));
+            Ok(())
+        });
+    }
+
+    /// A UDP answer longer than the device's MTU (4,000 bytes at MTU 1,400: a large DNS answer,
+    /// say) reaches the application whole, over IPv4 and IPv6: written as the fragments
+    /// `udp_packets` cuts, which the kernel puts back together. Needs root and `ip`; says so
+    /// and passes without them.
+    #[test]
+    fn a_udp_answer_longer_than_the_mtu_reaches_the_application_whole() {
+        in_own_netns("braidtest3", |_rt, device| {
+            device.set_mtu(1400).unwrap();
+            up("braidtest3")?;
+            if !ip(&[
+                "-6",
+                "addr",
+                "add",
+                "fd00:7::1/64",
+                "dev",
+                "braidtest3",
+                "nodad",
+            ]) {
+                return Err("`ip` could not give the device an IPv6 address".into());
+            }
+            let payload: Vec<u8> = (0..4_000u32).map(|i| (i % 251) as u8).collect();
+            for (local, remote) in [
+                ("10.7.0.1:0", "10.7.0.9:5300"),
+                ("[fd00:7::1]:0", "[fd00:7::9]:5300"),
+            ] {
+                let app = UdpSocket::bind(local).unwrap();
+                app.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let app_addr = app.local_addr().unwrap();
+                let remote: SocketAddr = remote.parse().unwrap();
+                let packets = udp_packets(remote, app_addr, &payload, 1400);
+                assert!(packets.len() >= 3, "{remote}: {} packets", packets.len());
+                for p in &packets {
+                    device.send(p).unwrap();
+                }
+                let mut got = [0u8; 8192];
+                let (n, from) = app
+                    .recv_from(&mut got)
+                    .map_err(|e| format!("{remote}: the answer did not arrive: {e}"))
+                    .unwrap();
+                assert_eq!((n, from), (payload.len(), remote));
+                assert_eq!(&got[..n], &payload[..], "{remote}");
+            }
             Ok(())
         });
     }

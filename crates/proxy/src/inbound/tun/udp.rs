@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -157,13 +157,14 @@ async fn associate(
                     let Ok((Target::Addr(from), n)) = socks5::parse_udp_datagram(&d) else {
                         continue;
                     };
-                    let Some(packet) = udp_packet(from, local, &d[n..], mtu) else {
+                    let packets = udp_packets(from, local, &d[n..], mtu);
+                    if packets.is_empty() {
                         counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
-                    };
+                    }
                     let mut q = replies.lock().unwrap_or_else(PoisonError::into_inner);
-                    if q.len() < MAX_REPLIES {
-                        q.push_back(packet);
+                    if q.len() + packets.len() <= MAX_REPLIES {
+                        q.extend(packets);
                     } else {
                         counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
                     }
@@ -179,8 +180,95 @@ async fn associate(
     let _ = writer.reset(0).await;
 }
 
+/// Identification of the next answer sent in fragments (IPv4 uses its low 16 bits).
+static NEXT_FRAGMENT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// The IP packets carrying `payload` from `from` to `to`, none longer than `mtu`: the one
+/// packet [`udp_packet`] builds, or, for an answer longer than the MTU allows (a DNS answer
+/// with EDNS0, say), its fragments, which the kernel puts back together: IPv4 fragments, or
+/// IPv6 ones with a Fragment header (braid is the packet's source on the device's side, and
+/// a source may fragment). Each fragment but the last carries a multiple of 8 bytes. Empty
+/// when [`udp_packet`] builds none at any size: families that differ, or a datagram longer
+/// than IP can carry.
+pub(super) fn udp_packets(
+    from: SocketAddr,
+    to: SocketAddr,
+    payload: &[u8],
+    mtu: usize,
+) -> Vec<Vec<u8>> {
+    let Some(whole) = udp_packet(from, to, payload, usize::MAX) else {
+        return Vec::new();
+    };
+    if whole.len() <= mtu {
+        return vec![whole];
+    }
+    let ident = NEXT_FRAGMENT_ID.fetch_add(1, Ordering::Relaxed);
+    if whole[0] >> 4 == 4 {
+        fragments_v4(&whole, mtu, ident)
+    } else {
+        fragments_v6(&whole, mtu, ident)
+    }
+}
+
+/// The fragments of `whole`, an IPv4 packet with a 20-byte header (as [`udp_packet`] writes
+/// it), each at most `mtu` bytes.
+fn fragments_v4(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
+    const HEADER: usize = 20;
+    let (header, data) = whole.split_at(HEADER);
+    let step = (mtu.saturating_sub(HEADER) & !7).max(8);
+    let mut packets = Vec::with_capacity(data.len().div_ceil(step));
+    for (i, chunk) in data.chunks(step).enumerate() {
+        let offset = i * step;
+        let more = offset + chunk.len() < data.len();
+        let mut packet = Vec::with_capacity(HEADER + chunk.len());
+        packet.extend_from_slice(header);
+        packet.extend_from_slice(chunk);
+        // Total length, identification, flags (DF clear, MF) and offset in 8-byte units.
+        let total = u16::try_from(packet.len()).unwrap_or(u16::MAX);
+        packet[2..4].copy_from_slice(&total.to_be_bytes());
+        packet[4..6].copy_from_slice(&ident.to_be_bytes()[2..]);
+        let flags = (u16::from(more) << 13) | u16::try_from(offset / 8).unwrap_or(0x1fff);
+        packet[6..8].copy_from_slice(&flags.to_be_bytes());
+        packet[10..12].fill(0);
+        let checksum = !smoltcp::wire::checksum::data(&packet[..HEADER]);
+        packet[10..12].copy_from_slice(&checksum.to_be_bytes());
+        packets.push(packet);
+    }
+    packets
+}
+
+/// The fragments of `whole`, an IPv6 packet with no extension header (as [`udp_packet`]
+/// writes it), each at most `mtu` bytes: the fixed header, a Fragment header, the piece.
+fn fragments_v6(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
+    const HEADER: usize = 40;
+    const FRAGMENT: usize = 8;
+    const NEXT_HEADER_FRAGMENT: u8 = 44;
+    let (header, data) = whole.split_at(HEADER);
+    let next_header = header[6];
+    let step = (mtu.saturating_sub(HEADER + FRAGMENT) & !7).max(8);
+    let mut packets = Vec::with_capacity(data.len().div_ceil(step));
+    for (i, chunk) in data.chunks(step).enumerate() {
+        let offset = i * step;
+        let more = offset + chunk.len() < data.len();
+        let mut packet = Vec::with_capacity(HEADER + FRAGMENT + chunk.len());
+        packet.extend_from_slice(header);
+        let payload_len = u16::try_from(FRAGMENT + chunk.len()).unwrap_or(u16::MAX);
+        packet[4..6].copy_from_slice(&payload_len.to_be_bytes());
+        packet[6] = NEXT_HEADER_FRAGMENT;
+        // Next header, reserved, offset in 8-byte units (13 bits) with M, identification.
+        let offset_more = (u16::try_from(offset / 8).unwrap_or(0x1fff) << 3) | u16::from(more);
+        packet.extend_from_slice(&[next_header, 0]);
+        packet.extend_from_slice(&offset_more.to_be_bytes());
+        packet.extend_from_slice(&ident.to_be_bytes());
+        packet.extend_from_slice(chunk);
+        packets.push(packet);
+    }
+    packets
+}
+
 /// The IP packet carrying `payload` from `from` to `to`; `None` when the two are of different
-/// families (an IPv4-mapped IPv6 source counts as IPv4) or the packet would exceed `mtu`.
+/// families (an IPv4-mapped IPv6 source counts as IPv4) or the packet would exceed `mtu` (or
+/// what IP can carry).
 pub(super) fn udp_packet(
     from: SocketAddr,
     to: SocketAddr,
@@ -199,7 +287,9 @@ pub(super) fn udp_packet(
     let udp_len = udp.header_len() + payload.len();
     let ip = IpRepr::new(src.into(), to.ip().into(), IpProtocol::Udp, udp_len, 64);
     let total = ip.header_len() + udp_len;
-    if total > mtu || udp_len > usize::from(u16::MAX) {
+    // IPv4's total length and IPv6's payload length are 16 bits.
+    let ip_limit = if src.is_ipv4() { total } else { udp_len };
+    if total > mtu || ip_limit > usize::from(u16::MAX) {
         return None;
     }
     let mut packet = vec![0u8; total];
@@ -258,5 +348,108 @@ mod tests {
         assert_eq!(udp_packet(v4, v6, b"x", 1500), None, "families differ");
         assert_eq!(udp_packet(v4, v4, &[0; 1473], 1500), None, "over the MTU");
         assert!(udp_packet(v4, v4, &[0; 1472], 1500).is_some());
+    }
+
+    /// Puts `packets` back together as a receiver would, checking each on the way: at most
+    /// `mtu` bytes, a valid IPv4 header checksum (DF clear) or an IPv6 Fragment header, one
+    /// identification, pieces that follow each other without gap or overlap, "more" on every
+    /// piece but the last. Returns the IP payload (the UDP datagram).
+    fn reassemble(packets: &[Vec<u8>], mtu: usize) -> Vec<u8> {
+        use smoltcp::wire::Ipv4Packet;
+        let mut data = Vec::new();
+        let mut ident = None;
+        for (i, p) in packets.iter().enumerate() {
+            assert!(p.len() <= mtu, "piece {i}: {} bytes over {mtu}", p.len());
+            let last = i + 1 == packets.len();
+            let (id, offset, more, piece) = if p[0] >> 4 == 4 {
+                let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+                assert!(ip.verify_checksum(), "piece {i}: IPv4 header checksum");
+                assert_eq!(usize::from(ip.total_len()), p.len());
+                let flags = u16::from_be_bytes([p[6], p[7]]);
+                assert_eq!(flags & 0x4000, 0, "piece {i}: DF set");
+                let id = u32::from(u16::from_be_bytes([p[4], p[5]]));
+                (
+                    id,
+                    usize::from(flags & 0x1fff) * 8,
+                    flags & 0x2000 != 0,
+                    &p[20..],
+                )
+            } else {
+                assert_eq!(p[6], 44, "piece {i}: no Fragment header");
+                assert_eq!(usize::from(u16::from_be_bytes([p[4], p[5]])), p.len() - 40);
+                assert_eq!(p[40], 17, "piece {i}: the Fragment header names UDP");
+                let offset_more = u16::from_be_bytes([p[42], p[43]]);
+                let id = u32::from_be_bytes([p[44], p[45], p[46], p[47]]);
+                (
+                    id,
+                    usize::from(offset_more >> 3) * 8,
+                    offset_more & 1 == 1,
+                    &p[48..],
+                )
+            };
+            assert_eq!(*ident.get_or_insert(id), id, "piece {i}: identification");
+            assert_eq!(offset, data.len(), "piece {i}: offset");
+            assert_eq!(more, !last, "piece {i}: more fragments");
+            assert!(
+                last || piece.len() % 8 == 0,
+                "piece {i}: {} bytes",
+                piece.len()
+            );
+            data.extend_from_slice(piece);
+        }
+        data
+    }
+
+    #[test]
+    fn answers_longer_than_the_mtu_go_as_fragments_that_reassemble_to_the_datagram() {
+        let pairs: [(SocketAddr, SocketAddr); 2] = [
+            (
+                "93.184.216.34:53".parse().unwrap(),
+                "10.7.0.2:40000".parse().unwrap(),
+            ),
+            (
+                "[2001:db8::1]:53".parse().unwrap(),
+                "[fd00::2]:5000".parse().unwrap(),
+            ),
+        ];
+        for (from, to) in pairs {
+            let header = if from.is_ipv4() { 20 } else { 40 };
+            let max_payload = if from.is_ipv4() {
+                65_535 - 28
+            } else {
+                65_535 - 8
+            };
+            for (len, mtu) in [
+                (4_000, 1_400),
+                (4_000, 1_280),
+                (1_500, 1_280),
+                (9_000, 9_000),
+                (max_payload, 1_500),
+                (max_payload, 1_280),
+            ] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+                let whole = udp_packet(from, to, &payload, usize::MAX).unwrap();
+                let packets = udp_packets(from, to, &payload, mtu);
+                if whole.len() <= mtu {
+                    assert_eq!(packets, vec![whole], "{len} bytes fit {mtu}");
+                    continue;
+                }
+                assert!(packets.len() > 1, "{len} bytes at {mtu}");
+                assert_eq!(
+                    reassemble(&packets, mtu),
+                    whole[header..],
+                    "{len} bytes at {mtu}"
+                );
+            }
+            // One more byte than IP carries: nothing to send.
+            assert!(udp_packets(from, to, &vec![0; max_payload + 1], 1_500).is_empty());
+        }
+        // Two answers in fragments do not share an identification.
+        let (from, to) = pairs[0];
+        let (a, b) = (
+            udp_packets(from, to, &[1; 3_000], 1_500),
+            udp_packets(from, to, &[1; 3_000], 1_500),
+        );
+        assert_ne!(a[0][4..6], b[0][4..6]);
     }
 }
