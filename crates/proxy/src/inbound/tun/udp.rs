@@ -202,68 +202,53 @@ pub(super) fn udp_packets(
     if whole.len() <= mtu {
         return vec![whole];
     }
-    let ident = NEXT_FRAGMENT_ID.fetch_add(1, Ordering::Relaxed);
-    if whole[0] >> 4 == 4 {
-        fragments_v4(&whole, mtu, ident)
-    } else {
-        fragments_v6(&whole, mtu, ident)
-    }
+    fragments(
+        &whole,
+        mtu,
+        NEXT_FRAGMENT_ID.fetch_add(1, Ordering::Relaxed),
+    )
 }
 
-/// The fragments of `whole`, an IPv4 packet with a 20-byte header (as [`udp_packet`] writes
-/// it), each at most `mtu` bytes.
-fn fragments_v4(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
-    const HEADER: usize = 20;
-    let (header, data) = whole.split_at(HEADER);
-    let step = (mtu.saturating_sub(HEADER) & !7).max(8);
-    let mut packets = Vec::with_capacity(data.len().div_ceil(step));
-    for (i, chunk) in data.chunks(step).enumerate() {
-        let offset = i * step;
-        let more = offset + chunk.len() < data.len();
-        let mut packet = Vec::with_capacity(HEADER + chunk.len());
-        packet.extend_from_slice(header);
-        packet.extend_from_slice(chunk);
-        // Total length, identification, flags (DF clear, MF) and offset in 8-byte units.
-        let total = u16::try_from(packet.len()).unwrap_or(u16::MAX);
-        packet[2..4].copy_from_slice(&total.to_be_bytes());
-        packet[4..6].copy_from_slice(&ident.to_be_bytes()[2..]);
-        let flags = (u16::from(more) << 13) | u16::try_from(offset / 8).unwrap_or(0x1fff);
-        packet[6..8].copy_from_slice(&flags.to_be_bytes());
-        packet[10..12].fill(0);
-        let checksum = !smoltcp::wire::checksum::data(&packet[..HEADER]);
-        packet[10..12].copy_from_slice(&checksum.to_be_bytes());
-        packets.push(packet);
-    }
-    packets
-}
-
-/// The fragments of `whole`, an IPv6 packet with no extension header (as [`udp_packet`]
-/// writes it), each at most `mtu` bytes: the fixed header, a Fragment header, the piece.
-fn fragments_v6(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
-    const HEADER: usize = 40;
-    const FRAGMENT: usize = 8;
+/// The fragments of `whole`, an IP packet with no options or extension headers (as
+/// [`udp_packet`] writes it), each at most `mtu` bytes: the header with its lengths, flags and
+/// identification set (IPv4; DF clear), or the fixed header followed by a Fragment header
+/// (IPv6), then the next piece of the payload.
+fn fragments(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
     const NEXT_HEADER_FRAGMENT: u8 = 44;
-    let (header, data) = whole.split_at(HEADER);
-    let next_header = header[6];
-    let step = (mtu.saturating_sub(HEADER + FRAGMENT) & !7).max(8);
-    let mut packets = Vec::with_capacity(data.len().div_ceil(step));
-    for (i, chunk) in data.chunks(step).enumerate() {
-        let offset = i * step;
-        let more = offset + chunk.len() < data.len();
-        let mut packet = Vec::with_capacity(HEADER + FRAGMENT + chunk.len());
-        packet.extend_from_slice(header);
-        let payload_len = u16::try_from(FRAGMENT + chunk.len()).unwrap_or(u16::MAX);
-        packet[4..6].copy_from_slice(&payload_len.to_be_bytes());
-        packet[6] = NEXT_HEADER_FRAGMENT;
-        // Next header, reserved, offset in 8-byte units (13 bits) with M, identification.
-        let offset_more = (u16::try_from(offset / 8).unwrap_or(0x1fff) << 3) | u16::from(more);
-        packet.extend_from_slice(&[next_header, 0]);
-        packet.extend_from_slice(&offset_more.to_be_bytes());
-        packet.extend_from_slice(&ident.to_be_bytes());
-        packet.extend_from_slice(chunk);
-        packets.push(packet);
-    }
-    packets
+    let v4 = whole[0] >> 4 == 4;
+    let (header, extra) = if v4 { (20, 0) } else { (40, 8) };
+    let (fixed, data) = whole.split_at(header);
+    let step = (mtu.saturating_sub(header + extra) & !7).max(8);
+    data.chunks(step)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let offset = i * step;
+            // The offset in 8-byte units (13 bits), and whether more pieces follow.
+            let units = u16::try_from(offset / 8).unwrap_or(0x1fff);
+            let more = offset + chunk.len() < data.len();
+            let mut packet = Vec::with_capacity(header + extra + chunk.len());
+            packet.extend_from_slice(fixed);
+            if v4 {
+                let total = u16::try_from(header + chunk.len()).unwrap_or(u16::MAX);
+                packet[2..4].copy_from_slice(&total.to_be_bytes());
+                packet[4..6].copy_from_slice(&ident.to_be_bytes()[2..]);
+                packet[6..8].copy_from_slice(&((u16::from(more) << 13) | units).to_be_bytes());
+                packet[10..12].fill(0);
+                let checksum = !smoltcp::wire::checksum::data(&packet);
+                packet[10..12].copy_from_slice(&checksum.to_be_bytes());
+            } else {
+                let payload_len = u16::try_from(extra + chunk.len()).unwrap_or(u16::MAX);
+                packet[4..6].copy_from_slice(&payload_len.to_be_bytes());
+                let next_header = std::mem::replace(&mut packet[6], NEXT_HEADER_FRAGMENT);
+                // Next header, reserved, offset with M, identification.
+                packet.extend_from_slice(&[next_header, 0]);
+                packet.extend_from_slice(&((units << 3) | u16::from(more)).to_be_bytes());
+                packet.extend_from_slice(&ident.to_be_bytes());
+            }
+            packet.extend_from_slice(chunk);
+            packet
+        })
+        .collect()
 }
 
 /// The IP packet carrying `payload` from `from` to `to`; `None` when the two are of different
