@@ -4,10 +4,11 @@
 //! while a session call runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use portable_atomic::AtomicU64;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use braid_proxy::session::{Event, FlowKind, PathConfig, Role, Session, SessionConfig, Target};

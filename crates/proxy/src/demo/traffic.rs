@@ -2,9 +2,10 @@
 //! long as the connection stays open, and a downloader that reaches it through the client's
 //! SOCKS5 inbound, checks every byte against the pattern and counts them.
 
+use portable_atomic::AtomicU64;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -10,9 +10,10 @@
 //! most a quarter of the slots (at least 8). Connections turned away count as refused joins and are logged
 //! (at most once a second, with how many since the last line).
 
+use portable_atomic::AtomicU64;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

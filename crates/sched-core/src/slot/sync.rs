@@ -3,7 +3,9 @@
 //! With the `loom` feature (tests only: `cargo test -p braid-sched-core --features loom --release
 //! --test loom_slot`) every atomic, lock, `Arc` and cell below is loom's model type, so loom can
 //! enumerate the interleavings of [`super::weights`] and [`super::experience`]. Otherwise they are
-//! the std types, plus a thin [`UnsafeCell`] with loom's closure-based access methods.
+//! the std types (`AtomicU64` portable-atomic's: the std one where the target has 64-bit atomics, a
+//! lock-based one on 32-bit MIPS and PowerPC), plus a thin [`UnsafeCell`] with loom's closure-based
+//! access methods.
 
 #[cfg(feature = "loom")]
 pub(crate) use loom::cell::UnsafeCell;
@@ -13,7 +15,9 @@ pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub(crate) use loom::sync::{Arc, Mutex};
 
 #[cfg(not(feature = "loom"))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub(crate) use portable_atomic::AtomicU64;
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{Arc, Mutex};
 

@@ -12,10 +12,11 @@
 //! counted), and their buffers are recycled through a pool, so a steady stream allocates
 //! nothing per datagram.
 
+use portable_atomic::AtomicU64;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 

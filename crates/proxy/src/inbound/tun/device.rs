@@ -557,7 +557,7 @@ impl TunDevice {
                 return Ok(0);
             };
             let counters = &self.counters;
-            let count = |counter: &std::sync::atomic::AtomicU64| {
+            let count = |counter: &portable_atomic::AtomicU64| {
                 counter.fetch_add(1, Ordering::Relaxed);
             };
             match read_verdict(&VnetHeader::parse(&header), &buf[..len]) {

@@ -14,9 +14,10 @@
 //! ([`raise_mss`]) and the real one goes with the connection's segments to the device, which cuts
 //! them to it.
 
+use portable_atomic::AtomicU64;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
