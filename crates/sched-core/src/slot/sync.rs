@@ -5,7 +5,10 @@
 //! enumerate the interleavings of [`super::weights`] and [`super::experience`]. Otherwise they are
 //! the std types (`AtomicU64` portable-atomic's: the std one where the target has 64-bit atomics, a
 //! lock-based one on 32-bit MIPS and PowerPC), plus a thin [`UnsafeCell`] with loom's closure-based
-//! access methods.
+//! access methods. On those 32-bit targets a load of the weights' version may wait for a store of
+//! it in progress on the learner's thread (a few instructions, longer only if that thread is
+//! preempted inside it): the hand-off never blocks a packet only where the target has native
+//! 64-bit atomics.
 
 #[cfg(feature = "loom")]
 pub(crate) use loom::cell::UnsafeCell;
