@@ -116,7 +116,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
             },
             max_sessions: 4,
             max_pending_joins: 4,
-            flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+            session: braid_proxy::config::SessionLimits::default(),
         },
         ServerIdentity::generate("braid").unwrap(),
     )
@@ -146,7 +146,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
                 rate_cap_mbps: None,
             })
             .collect(),
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     })
     .await
     .unwrap();
@@ -840,7 +840,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
             },
             max_sessions: 4,
             max_pending_joins: 4,
-            flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+            session: braid_proxy::config::SessionLimits::default(),
         },
         ServerIdentity::generate("braid").unwrap(),
     )
@@ -878,7 +878,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 rate_cap_mbps: None,
             })
             .collect(),
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     })
     .await
     .unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use daemon_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UdpSocket};
+use tokio::net::TcpStream;
 
 const MB: usize = 1 << 20;
 
@@ -94,71 +94,52 @@ async fn http_connect_tunnel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_associate_echo() {
     let (_server, client) = pair("udp", 2).await;
-    let echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let echo_addr = echo.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = echo.recv_from(&mut buf).await {
-            let _ = echo.send_to(&buf[..n], from).await;
-        }
-    });
-    let mut control = TcpStream::connect(client.socks_addr).await.unwrap();
-    control.write_all(&[5, 1, 0]).await.unwrap();
-    let mut sel = [0u8; 2];
-    control.read_exact(&mut sel).await.unwrap();
-    control
-        .write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
-        .await
-        .unwrap();
-    let mut reply = [0u8; 10];
-    control.read_exact(&mut reply).await.unwrap();
-    assert_eq!(reply[1], 0, "UDP ASSOCIATE refused");
-    let relay = std::net::SocketAddr::from((
-        [reply[4], reply[5], reply[6], reply[7]],
-        u16::from_be_bytes([reply[8], reply[9]]),
-    ));
-    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let std::net::IpAddr::V4(ip) = echo_addr.ip() else {
-        unreachable!()
-    };
-    let mut datagram = vec![0, 0, 0, 1];
-    datagram.extend_from_slice(&ip.octets());
-    datagram.extend_from_slice(&echo_addr.port().to_be_bytes());
-    datagram.extend_from_slice(b"marco");
-    let mut buf = [0u8; 2048];
-    // UDP may drop: each datagram is sent up to 20 times, 500 ms apart, until answered; the
-    // answer's length.
-    let ask = async |datagram: &[u8], buf: &mut [u8]| {
-        for _ in 0..20 {
-            app.send_to(datagram, relay).await.unwrap();
-            if let Ok(Ok((n, _))) =
-                tokio::time::timeout(Duration::from_millis(500), app.recv_from(buf)).await
-            {
-                return Some(n);
-            }
-        }
-        None
-    };
-    let n = ask(&datagram, &mut buf).await.expect("no UDP answer");
-    assert_eq!(&buf[..3], &[0, 0, 0]);
-    assert_eq!(&buf[4..8], &ip.octets());
-    assert_eq!(&buf[10..n], b"marco");
+    let echo = udp_echo().await;
+    let association = UdpAssociation::open(client.socks_addr).await;
+    let answer = association.ask(echo, b"marco", 20).await;
+    assert_eq!(answer.as_deref(), Some(&b"marco"[..]), "no UDP answer");
     // A QUIC packet's size (1,300 bytes, 1,310 with the header), whole once the paths' MTU
     // discovery has grown them past what they join with, in DATAGRAM_FRAGMENT pieces before;
     // and WireGuard's size at its default MTU (1,452 bytes, 1,462 with the header), longer than
-    // any path carries whole: in pieces both ways.
-    for len in [1300u32, 1452] {
+    // any path carries whole: in pieces both ways. The default limit, 1,472 bytes, goes too.
+    for len in [1300u32, 1452, 1472] {
         let payload: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
-        datagram.truncate(10);
-        datagram.extend_from_slice(&payload);
-        let n = ask(&datagram, &mut buf)
-            .await
-            .unwrap_or_else(|| panic!("no answer to a {len}-byte datagram"));
-        assert!(
-            buf[10..n] == payload[..],
-            "the {len}-byte datagram came back whole"
-        );
+        let answer = association.ask(echo, &payload, 20).await;
+        let answer = answer.unwrap_or_else(|| panic!("no answer to a {len}-byte datagram"));
+        assert!(answer == payload, "the {len}-byte datagram came back whole");
     }
+    // The limit holds for the longest SOCKS5 header of an address (IPv6, 22 bytes): to an IPv4
+    // address (10 bytes) 1,484 bytes go, and one byte more is dropped at the client and counted.
+    let answer = association.ask(echo, &[7; 1484], 20).await;
+    assert_eq!(answer.map(|a| a.len()), Some(1484));
+    let before = client.status().await.sessions[0].counters.datagrams_dropped;
+    assert_eq!(association.ask(echo, &[7; 1485], 2).await, None);
+    let after = client.status().await.sessions[0].counters.datagrams_dropped;
+    assert_eq!(after - before, 2, "both tries dropped and counted");
+}
+
+/// `[session] max_udp_payload` at its largest on both daemons: a datagram of that length
+/// crosses both ways in eight pieces, or seven once the paths have grown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_payloads_up_to_the_configured_limit_cross() {
+    let longest = *braid_proxy::config::MAX_UDP_PAYLOAD.end();
+    let limits = braid_proxy::config::SessionLimits {
+        max_udp_payload: longest,
+        ..Default::default()
+    };
+    let (_server, client) = pair_with("udp-long", 2, limits).await;
+    let echo = udp_echo().await;
+    let association = UdpAssociation::open(client.socks_addr).await;
+    for len in [4_096usize, longest] {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let answer = association.ask(echo, &payload, 20).await;
+        let answer = answer.unwrap_or_else(|| panic!("no answer to a {len}-byte datagram"));
+        assert!(answer == payload, "the {len}-byte datagram came back whole");
+    }
+    let status = client.status().await;
+    // Cut by the client on the way up, put back together by it on the way down.
+    assert!(status.sessions[0].counters.datagrams_split >= 2);
+    assert!(status.sessions[0].counters.datagrams_reassembled >= 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

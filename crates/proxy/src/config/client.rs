@@ -75,8 +75,8 @@ pub struct ClientConfig {
     pub scheduler: SchedulerConfig,
     /// The links, in path-id order.
     pub links: Vec<LinkConfig>,
-    /// Each stream flow's receive window, bytes (`[session] flow_receive_window_kib`).
-    pub flow_receive_window: u64,
+    /// The session limits (`[session]`).
+    pub session: super::SessionLimits,
 }
 
 /// The TUN inbound's device.
@@ -320,7 +320,7 @@ impl ClientConfig {
             tun,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
             links,
-            flow_receive_window: super::flow_receive_window(file, &raw.session)?,
+            session: super::session_limits(file, &raw.session)?,
         })
     }
 }

@@ -153,30 +153,90 @@ pub(crate) fn scheduler(
 pub(crate) struct RawSession {
     /// Signed, so that a negative value is refused by name with its range.
     flow_receive_window_kib: Option<i64>,
+    /// Signed, like the window.
+    max_udp_payload: Option<i64>,
+}
+
+/// The session limits a daemon's file sets (`[session]`, the same keys in both files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Each stream flow's receive window, bytes (`flow_receive_window_kib`).
+    pub flow_receive_window: u64,
+    /// The longest UDP payload carried, bytes (`max_udp_payload`): the session's
+    /// `max_datagram_payload` less the longest SOCKS5 UDP header of an address.
+    pub max_udp_payload: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+            max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
+        }
+    }
 }
 
 /// Smallest and largest accepted `[session] flow_receive_window_kib` (64 KiB ..= 1 GiB, the
 /// session's buffer limit).
 pub const FLOW_RECEIVE_WINDOW_KIB: std::ops::RangeInclusive<u64> = 64..=(1 << 20);
 
-/// Validates `[session]`: the per-flow receive window in bytes.
-pub(crate) fn flow_receive_window(file: &Path, raw: &RawSession) -> Result<u64, ConfigFileError> {
-    match raw.flow_receive_window_kib {
-        None => Ok(crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW),
+/// The default `[session] max_udp_payload`, 1,472 bytes: the UDP payload of a 1,500-byte IPv4
+/// packet.
+pub const DEFAULT_MAX_UDP_PAYLOAD: usize =
+    crate::session::config::DEFAULT_MAX_DATAGRAM_PAYLOAD - crate::inbound::socks5::MAX_REPLY;
+
+/// Smallest and largest accepted `[session] max_udp_payload`, bytes: from QUIC's smallest
+/// packet (1,200 bytes: HTTP/3 must cross) to what eight pieces carry on a path that has just
+/// joined (8,922 bytes: [`crate::session::config::LONGEST_FRAGMENTED_DATAGRAM`] less the SOCKS5
+/// header).
+pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
+    ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
+
+/// Validates `[session]`: the per-flow receive window and the longest UDP payload.
+pub(crate) fn session_limits(
+    file: &Path,
+    raw: &RawSession,
+) -> Result<SessionLimits, ConfigFileError> {
+    let flow_receive_window = match raw.flow_receive_window_kib {
+        None => crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
         Some(kib) => match u64::try_from(kib) {
-            Ok(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => Ok(kib * 1024),
-            _ => Err(invalid(
-                file,
-                "session.flow_receive_window_kib",
-                format!(
-                    "KiB in {}..={}",
-                    FLOW_RECEIVE_WINDOW_KIB.start(),
-                    FLOW_RECEIVE_WINDOW_KIB.end()
-                ),
-                kib,
-            )),
+            Ok(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => kib * 1024,
+            _ => {
+                return Err(invalid(
+                    file,
+                    "session.flow_receive_window_kib",
+                    format!(
+                        "KiB in {}..={}",
+                        FLOW_RECEIVE_WINDOW_KIB.start(),
+                        FLOW_RECEIVE_WINDOW_KIB.end()
+                    ),
+                    kib,
+                ));
+            }
         },
-    }
+    };
+    let max_udp_payload = match raw.max_udp_payload {
+        None => DEFAULT_MAX_UDP_PAYLOAD,
+        Some(bytes) => match usize::try_from(bytes) {
+            Ok(bytes) if MAX_UDP_PAYLOAD.contains(&bytes) => bytes,
+            _ => {
+                return Err(invalid(
+                    file,
+                    "session.max_udp_payload",
+                    format!(
+                        "bytes in {}..={}",
+                        MAX_UDP_PAYLOAD.start(),
+                        MAX_UDP_PAYLOAD.end()
+                    ),
+                    bytes,
+                ));
+            }
+        },
+    };
+    Ok(SessionLimits {
+        flow_receive_window,
+        max_udp_payload,
+    })
 }
 
 /// Parses a socket address field (`ip:port`, IPv6 in brackets).
@@ -334,18 +394,27 @@ mod tests {
     }
 
     #[test]
-    fn flow_receive_window_is_checked() {
+    fn session_limits_are_checked() {
         let f = Path::new("f.toml");
-        let raw = |kib| RawSession {
+        let raw = |kib, bytes| RawSession {
             flow_receive_window_kib: kib,
+            max_udp_payload: bytes,
         };
         assert_eq!(
-            flow_receive_window(f, &raw(None)).unwrap(),
-            crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW
+            session_limits(f, &raw(None, None)).unwrap(),
+            SessionLimits::default()
         );
-        assert_eq!(flow_receive_window(f, &raw(Some(4096))).unwrap(), 4 << 20);
+        assert_eq!(SessionLimits::default().max_udp_payload, 1472);
+        assert_eq!(MAX_UDP_PAYLOAD, 1200..=8922);
+        assert_eq!(
+            session_limits(f, &raw(Some(4096), Some(8922))).unwrap(),
+            SessionLimits {
+                flow_receive_window: 4 << 20,
+                max_udp_payload: 8922
+            }
+        );
         for bad in [-1, 0, 63, (1 << 20) + 1] {
-            let e = flow_receive_window(f, &raw(Some(bad)))
+            let e = session_limits(f, &raw(Some(bad), None))
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -353,6 +422,17 @@ mod tests {
                     "f.toml: session.flow_receive_window_kib: expected KiB in 64..=1048576"
                 ),
                 "{e}"
+            );
+        }
+        for bad in [-1, 0, 1199, 8923, 65_535] {
+            let e = session_limits(f, &raw(None, Some(bad)))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "f.toml: session.max_udp_payload: expected bytes in 1200..=8922, got \"{bad}\""
+                ),
             );
         }
     }
@@ -552,7 +632,7 @@ mod example_tests {
         let server = server.replace(&zero_key, &"5a".repeat(32));
         let s = ServerConfig::parse(&server_file, &server).unwrap();
         assert!(!s.egress.allow_loopback && !s.egress.allow_private);
-        assert_eq!(c.flow_receive_window, 2 << 20);
-        assert_eq!(s.flow_receive_window, 2 << 20);
+        assert_eq!(c.session, SessionLimits::default());
+        assert_eq!(s.session, SessionLimits::default());
     }
 }

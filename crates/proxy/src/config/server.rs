@@ -70,8 +70,8 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Most connections between handshake and an answered join at once.
     pub max_pending_joins: usize,
-    /// Each stream flow's receive window, bytes (`[session] flow_receive_window_kib`).
-    pub flow_receive_window: u64,
+    /// The session limits (`[session]`).
+    pub session: super::SessionLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,7 +218,7 @@ impl ServerConfig {
                 raw.limits.max_pending_joins,
                 64,
             )?,
-            flow_receive_window: super::flow_receive_window(file, &raw.session)?,
+            session: super::session_limits(file, &raw.session)?,
         })
     }
 }

@@ -370,7 +370,7 @@ impl Context {
             tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             links,
-            flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+            session: crate::config::SessionLimits::default(),
         }
     }
 }
@@ -551,7 +551,7 @@ fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
         },
         max_sessions: 4,
         max_pending_joins: 4,
-        flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: crate::config::SessionLimits::default(),
     }
 }
 

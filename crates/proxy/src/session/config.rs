@@ -69,6 +69,18 @@ pub const DEFAULT_MAX_DATAGRAM_PAYLOAD: usize = 1472 + 22;
 pub const LONGEST_WHOLE_DATAGRAM: usize =
     LARGEST_QUIC_DATAGRAM - super::frame::MAX_HEADER_LEN - super::frame::MAX_DATAGRAM_HEADER_LEN;
 
+/// A path's `max_datagram_size` as it joins, bytes: quinn's largest DATAGRAM frame at QUIC's
+/// initial 1,200-byte packets (what every QUIC path carries, before its path MTU discovery has
+/// grown them, and on a link whose MTU is IPv6's 1,280-byte minimum).
+pub const JOIN_DATAGRAM_SIZE: usize = 1162;
+
+/// The longest datagram payload every live path carries from the moment it joins, 8,944 bytes:
+/// [`super::frame::MAX_FRAGMENTS`] DATAGRAM_FRAGMENT pieces, each [`JOIN_DATAGRAM_SIZE`] less
+/// the largest packet and fragment headers. The largest [`SessionConfig::max_datagram_payload`]
+/// the daemons' files can ask for (`[session] max_udp_payload`, which adds the SOCKS5 header).
+pub const LONGEST_FRAGMENTED_DATAGRAM: usize = super::frame::MAX_FRAGMENTS as usize
+    * (JOIN_DATAGRAM_SIZE - super::frame::MAX_HEADER_LEN - super::frame::MAX_FRAGMENT_HEADER_LEN);
+
 /// quinn's largest DATAGRAM frame, bytes: its `max_datagram_size` at its path MTU discovery's
 /// default upper bound (1,452 bytes of UDP payload), as `braid status` shows on loopback paths.
 pub const LARGEST_QUIC_DATAGRAM: usize = 1414;

@@ -78,7 +78,7 @@ pub(crate) async fn session_loop(
         let session_id: SessionId = rand::random();
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
-            config: super::session_config(ctx.config.flow_receive_window),
+            config: super::session_config(&ctx.config.session),
             scheduler: ctx.config.scheduler.build(),
             label: hex(&session_id),
             user: ctx.config.user.clone(),

@@ -305,7 +305,7 @@ fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
     let policy = Arc::new(shared.config.egress.clone());
     let (handle, _task) = driver::spawn(DriverSetup {
         role: Role::Server,
-        config: super::session_config(shared.config.flow_receive_window),
+        config: super::session_config(&shared.config.session),
         scheduler: shared.config.scheduler.build(),
         label: hex(&join.session_id),
         user: join.user.clone(),

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use braid_proxy::config::{
-    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, UserEntry,
+    ClientConfig, EgressPolicy, LinkConfig, ServerConfig, ServerTrust, SessionLimits, UserEntry,
 };
 use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
 use braid_proxy::session::Tier;
 use braid_proxy::tls::ServerIdentity;
 use braid_sched_core::{SchedulerConfig, SchedulerKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 pub const KEY: [u8; 32] = [0x42; 32];
 
@@ -41,7 +41,7 @@ pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
         },
         max_sessions: 16,
         max_pending_joins: 16,
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     }
 }
 
@@ -75,21 +75,36 @@ pub fn client_config(
                 rate_cap_mbps: None,
             })
             .collect(),
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     }
 }
 
 /// A server allowing loopback egress and a client with `links` links, all joined.
 pub async fn pair(name: &str, links: usize) -> (ServerHandle, ClientHandle) {
+    pair_with(name, links, SessionLimits::default()).await
+}
+
+/// [`pair`] with `session` as both daemons' `[session]` limits.
+pub async fn pair_with(
+    name: &str,
+    links: usize,
+    session: SessionLimits,
+) -> (ServerHandle, ClientHandle) {
     let server = start_server(
-        server_config(name, true),
+        ServerConfig {
+            session,
+            ..server_config(name, true)
+        },
         ServerIdentity::generate("braid").unwrap(),
     )
     .await
     .unwrap();
-    let client = start_client(client_config(name, &server, links, KEY))
-        .await
-        .unwrap();
+    let client = start_client(ClientConfig {
+        session,
+        ..client_config(name, &server, links, KEY)
+    })
+    .await
+    .unwrap();
     assert!(
         client.wait_for_paths(links, Duration::from_secs(10)).await,
         "links did not join"
@@ -214,4 +229,76 @@ pub async fn upload(proxy: SocketAddr, target: SocketAddr, data: &[u8]) -> Vec<u
     let mut digest = Vec::new();
     s.read_to_end(&mut digest).await.unwrap();
     digest
+}
+
+/// A UDP server on 127.0.0.1 that sends every datagram back to its sender (any length).
+pub async fn udp_echo() -> SocketAddr {
+    let echo = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = echo.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = echo.recv_from(&mut buf).await {
+            let _ = echo.send_to(&buf[..n], from).await;
+        }
+    });
+    addr
+}
+
+/// A SOCKS5 UDP association through `proxy`: the control connection (kept open) and the
+/// application's socket.
+pub struct UdpAssociation {
+    _control: TcpStream,
+    app: UdpSocket,
+    relay: SocketAddr,
+}
+
+impl UdpAssociation {
+    /// Opens the association (no authentication); panics when refused.
+    pub async fn open(proxy: SocketAddr) -> UdpAssociation {
+        let mut control = TcpStream::connect(proxy).await.unwrap();
+        control.write_all(&[5, 1, 0]).await.unwrap();
+        let mut sel = [0u8; 2];
+        control.read_exact(&mut sel).await.unwrap();
+        control
+            .write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        let mut reply = [0u8; 10];
+        control.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply[1], 0, "UDP ASSOCIATE refused");
+        let relay = SocketAddr::from((
+            [reply[4], reply[5], reply[6], reply[7]],
+            u16::from_be_bytes([reply[8], reply[9]]),
+        ));
+        UdpAssociation {
+            _control: control,
+            app: UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            relay,
+        }
+    }
+
+    /// Sends `payload` to the IPv4 `target` and returns the payload of the answer (its SOCKS5
+    /// header checked to name `target`). UDP may drop: the datagram is sent up to `tries`
+    /// times, 500 ms apart, until answered; `None` when it never was.
+    pub async fn ask(&self, target: SocketAddr, payload: &[u8], tries: usize) -> Option<Vec<u8>> {
+        let std::net::IpAddr::V4(ip) = target.ip() else {
+            panic!("an IPv4 target");
+        };
+        let mut datagram = vec![0, 0, 0, 1];
+        datagram.extend_from_slice(&ip.octets());
+        datagram.extend_from_slice(&target.port().to_be_bytes());
+        datagram.extend_from_slice(payload);
+        let mut buf = vec![0u8; 65_536];
+        for _ in 0..tries {
+            self.app.send_to(&datagram, self.relay).await.unwrap();
+            if let Ok(Ok((n, _))) =
+                tokio::time::timeout(Duration::from_millis(500), self.app.recv_from(&mut buf)).await
+            {
+                assert_eq!(&buf[..4], &[0, 0, 0, 1], "the answer's SOCKS5 header");
+                assert_eq!(&buf[4..10], &datagram[4..10], "the answer's source");
+                return Some(buf[10..n].to_vec());
+            }
+        }
+        None
+    }
 }

@@ -47,7 +47,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         },
         max_sessions: 16,
         max_pending_joins: 16,
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     }
 }
 
@@ -79,7 +79,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
                 rate_cap_mbps: None,
             })
             .collect(),
-        flow_receive_window: braid_proxy::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+        session: braid_proxy::config::SessionLimits::default(),
     }
 }
 
