@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use braid_proxy::session::config::{DEFAULT_MAX_DATAGRAM_PAYLOAD, LONGEST_FRAGMENTED_DATAGRAM};
 use braid_proxy::session::frame::{Frame, parse_packet};
 use braid_proxy::session::harness::{Harness, LinkConfig};
 use braid_proxy::session::varint::Writer;
@@ -81,7 +82,8 @@ pub mod step {
     /// Time passes: one byte, milliseconds (0-255), then 1 ms more.
     pub const WAIT: u8 = 4;
     /// The application writes on one of its flows: a byte choosing the flow, a byte giving the
-    /// length (times 8 bytes: some datagrams are longer than any path, some than the limit).
+    /// length (times 8 bytes, or 40 with the daemons' largest datagram limit: some datagrams
+    /// are longer than any path, some than the limit).
     pub const WRITE: u8 = 5;
     /// The application finishes (even byte) or resets (odd byte) one of its flows; the byte
     /// also chooses the flow.
@@ -94,8 +96,9 @@ pub mod step {
 }
 
 /// The `session_peer` target: a session (client or server, by the first byte's bit 0, with a
-/// scheduler chosen by bits 1-3 from [`SESSION_PEER_SCHEDULERS`] and the peer's reassembly
-/// word by bit 4) fed a script of [`step`]s: packets from a peer that may lie about anything
+/// scheduler chosen by bits 1-3 from [`SESSION_PEER_SCHEDULERS`], the peer's reassembly word
+/// by bit 4, and by bit 5 the datagram limit: the default, or the largest `[session]
+/// max_udp_payload` gives, [`LONGEST_FRAGMENTED_DATAGRAM`]) fed a script of [`step`]s: packets from a peer that may lie about anything
 /// (flows it never opened, offsets beyond its credit, ACKs of packets never sent, pieces that
 /// disagree, paths that do not exist), time passing, and its own application writing, reading,
 /// finishing and resetting flows while paths come and go. After every step, the session answers
@@ -114,7 +117,16 @@ pub fn session_peer(data: &[u8]) {
         Role::Client
     };
     let kind = SESSION_PEER_SCHEDULERS[usize::from(setup >> 1) % SESSION_PEER_SCHEDULERS.len()];
-    let config = fuzz_config();
+    let large = setup & 0x20 != 0;
+    let config = SessionConfig {
+        max_datagram_payload: if large {
+            LONGEST_FRAGMENTED_DATAGRAM
+        } else {
+            DEFAULT_MAX_DATAGRAM_PAYLOAD
+        },
+        ..fuzz_config()
+    };
+    let write_unit = if large { 40 } else { 8 };
     let bound = config.memory_bound();
     let mut now = Timestamp::from_millis(1);
     let mut s = Session::new(
@@ -146,7 +158,7 @@ pub fn session_peer(data: &[u8]) {
             }
             step::WAIT => now += Duration::from_millis(u64::from(byte()) + 1),
             step::WRITE => {
-                let (pick, len) = (byte(), usize::from(byte()) * 8);
+                let (pick, len) = (byte(), usize::from(byte()) * write_unit);
                 if let Some(&(flow, kind)) =
                     app.flows.get(usize::from(pick) % app.flows.len().max(1))
                 {
