@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use braid_proxy::config::SessionLimits;
 use braid_proxy::daemon::{ClientHandle, ServerHandle};
 use braid_proxy::inbound::server::{HANDSHAKE_TIMEOUT, InboundContext};
 use braid_proxy::inbound::tun::{PacketIo, TunCounters, TunLimits, serve_tun};
@@ -226,7 +227,17 @@ async fn setup_pipe(
     limits: TunLimits,
     offloads: bool,
 ) -> (App, Arc<TunCounters>, Keep) {
-    let (server, client) = pair(name, 2).await;
+    setup_session(name, limits, offloads, SessionLimits::default()).await
+}
+
+/// [`setup_pipe`] with `session` as both daemons' `[session]` limits.
+async fn setup_session(
+    name: &str,
+    limits: TunLimits,
+    offloads: bool,
+    session: SessionLimits,
+) -> (App, Arc<TunCounters>, Keep) {
+    let (server, client) = pair_with(name, 2, session).await;
     let (_slot, session) = watch::channel(client.session());
     let ctx = Arc::new(InboundContext {
         session,
@@ -647,6 +658,79 @@ async fn udp_answers_longer_than_the_mtu_come_as_fragments() {
     let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
     assert_eq!(got[0], answer);
     assert_eq!(counters.udp_dropped.load(Ordering::Relaxed), 0);
+}
+
+/// `packet` (a whole IPv4 packet) as the application's kernel sends it through a device of
+/// MTU `mtu`: IPv4 fragments of `mtu` bytes at most, identification `ident`.
+fn ipv4_fragments(packet: &[u8], mtu: usize, ident: u16) -> Vec<Vec<u8>> {
+    let payload = &packet[20..];
+    let size = (mtu - 20) / 8 * 8;
+    (0..payload.len())
+        .step_by(size)
+        .map(|start| {
+            let end = (start + size).min(payload.len());
+            let mut p = packet[..20].to_vec();
+            p.extend_from_slice(&payload[start..end]);
+            let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
+            ip.set_total_len(u16::try_from(20 + end - start).unwrap());
+            ip.set_ident(ident);
+            ip.set_dont_frag(false);
+            ip.set_more_frags(end < payload.len());
+            ip.set_frag_offset(u16::try_from(start).unwrap());
+            ip.fill_checksum();
+            p
+        })
+        .collect()
+}
+
+/// A UDP datagram the application sends longer than the device's MTU (4,000 bytes, as IPv4
+/// fragments of a 1,500-byte MTU: a large DNS answer from a local resolver, say) is put back
+/// together and carried whole, with both daemons' `[session] max_udp_payload` at 8,922; the
+/// echo comes back as fragments too. (Until 23 Nov 2026 fragments were dropped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_datagrams_the_application_sends_in_fragments_cross_whole() {
+    let session = SessionLimits {
+        max_udp_payload: 8922,
+        ..SessionLimits::default()
+    };
+    let (mut app, counters, _keep) = setup_session(
+        "tun-udp-in-pieces",
+        TunLimits::with_mtu(MTU),
+        false,
+        session,
+    )
+    .await;
+    let echo = udp_echo().await;
+    let sent: Vec<u8> = (0..4000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let pieces = ipv4_fragments(&udp_from_app(50_004, echo, &sent), MTU, 0x4242);
+    assert_eq!(pieces.len(), 3);
+    let mut tries = 0;
+    let mut sent_at: Option<Instant> = None;
+    app.run_until(|app| {
+        let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+        let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
+        if got.is_empty() && tries < 20 && due {
+            tries += 1;
+            sent_at = Some(Instant::now());
+            // The last fragment first: the order must not matter. A datagram sent again
+            // takes a new identification, as the kernel's would.
+            let again = ipv4_fragments(&udp_from_app(50_004, echo, &sent), MTU, 0x4242 + tries);
+            for p in again.iter().rev() {
+                let _ = app.device.tx.send(p.clone());
+            }
+        }
+        !got.is_empty()
+    })
+    .await;
+    let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
+    assert_eq!(got[0], sent);
+    assert!(
+        app.udp.iter().all(|p| p.len() <= MTU),
+        "a packet over the MTU"
+    );
+    assert!(counters.fragments.load(Ordering::Relaxed) >= 3);
+    assert!(counters.reassembled.load(Ordering::Relaxed) >= 1);
+    assert_eq!(counters.other_dropped.load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

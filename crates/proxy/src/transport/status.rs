@@ -173,6 +173,15 @@ pub struct TunStatus {
     pub udp_dropped: u64,
     /// Other packets (ICMP, fragments, other protocols), dropped.
     pub other_dropped: u64,
+    /// Fragments of UDP datagrams the application sent in pieces.
+    #[serde(default)]
+    pub fragments: u64,
+    /// UDP datagrams put back together from them.
+    #[serde(default)]
+    pub reassembled: u64,
+    /// Of those fragments, dropped.
+    #[serde(default)]
+    pub fragments_dropped: u64,
     /// Reads of more than one segment (TCP and UDP segmentation offload).
     #[serde(default)]
     pub long_reads: u64,
@@ -205,7 +214,7 @@ impl DaemonStatus {
             let _ = writeln!(
                 out,
                 "TUN {}: {} TCP connections ({} refused), {} UDP datagrams ({} dropped), \
-                 {} other packets dropped; offloads: {} long reads, {} UDP datagrams cut from \
+                 {} other packets dropped; {} UDP fragments ({} dropped) made {} datagrams; offloads: {} long reads, {} UDP datagrams cut from \
                  them, {} TCP checksums checked ({} wrong)",
                 t.device,
                 t.tcp_connections,
@@ -213,6 +222,9 @@ impl DaemonStatus {
                 t.udp_datagrams,
                 t.udp_dropped,
                 t.other_dropped,
+                t.fragments,
+                t.fragments_dropped,
+                t.reassembled,
                 t.long_reads,
                 t.udp_cut,
                 t.checksums_checked,
@@ -303,6 +315,9 @@ mod tests {
             udp_datagrams: 40,
             udp_dropped: 2,
             other_dropped: 5,
+            fragments: 9,
+            reassembled: 3,
+            fragments_dropped: 2,
             long_reads: 7,
             udp_cut: 30,
             checksums_checked: 11,
@@ -313,7 +328,7 @@ mod tests {
         assert!(
             status.to_table().contains(
                 "TUN braid0: 3 TCP connections (1 refused), 40 UDP datagrams (2 dropped), \
-                 5 other packets dropped; offloads: 7 long reads, 30 UDP datagrams cut from \
+                 5 other packets dropped; 9 UDP fragments (2 dropped) made 3 datagrams; offloads: 7 long reads, 30 UDP datagrams cut from \
                  them, 11 TCP checksums checked (1 wrong)"
             ),
             "{}",

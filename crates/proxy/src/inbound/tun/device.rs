@@ -876,6 +876,69 @@ mod tests {
         });
     }
 
+    /// A UDP datagram an application sends longer than the device's MTU (4,000 bytes at MTU
+    /// 1,400) is read as the kernel's fragments, IPv4 or IPv6, which the TUN inbound's
+    /// reassembly puts back together into the datagram sent. Needs root and `ip`; says so and
+    /// passes without them.
+    #[test]
+    fn a_udp_datagram_longer_than_the_mtu_is_read_as_fragments_that_make_it_whole() {
+        use crate::inbound::tun::reassembly::{Reassembly, piece};
+        use crate::inbound::tun::{Packet, classify};
+        in_own_netns("braidtest4", |rt, device| {
+            device.set_mtu(1400).unwrap();
+            up("braidtest4")?;
+            if !ip(&[
+                "-6",
+                "addr",
+                "add",
+                "fd00:7::1/64",
+                "dev",
+                "braidtest4",
+                "nodad",
+            ]) {
+                return Err("`ip` could not give the device an IPv6 address".into());
+            }
+            let sent: Vec<u8> = (0..4_000u32).map(|i| (i % 249) as u8).collect();
+            for (local, remote) in [
+                ("10.7.0.1:0", "10.7.0.9:5300"),
+                ("[fd00:7::1]:0", "[fd00:7::9]:5300"),
+            ] {
+                let app = UdpSocket::bind(local).unwrap();
+                let app_addr = app.local_addr().unwrap();
+                let remote: SocketAddr = remote.parse().unwrap();
+                app.send_to(&sent, remote).unwrap();
+                let mut reassembly = Reassembly::default();
+                let mut buf = vec![0u8; crate::inbound::tun::READ_BUFFER];
+                let mut fragments = 0;
+                let whole = rt.block_on(async {
+                    loop {
+                        let n = tokio::time::timeout(Duration::from_secs(5), device.recv(&mut buf))
+                            .await
+                            .map_err(|_| format!("{remote}: the datagram did not come whole"))?
+                            .unwrap();
+                        let packet = &buf[..n];
+                        assert!(n <= 1400, "{remote}: a {n}-byte packet");
+                        let Some(p) = piece(packet) else { continue };
+                        fragments += 1;
+                        if let Some(whole) = reassembly.push(p, std::time::Instant::now()) {
+                            break Ok::<_, String>(whole);
+                        }
+                    }
+                })?;
+                assert!(fragments >= 3, "{remote}: {fragments} fragments");
+                assert_eq!(reassembly.take_dropped(), 0);
+                match classify(&whole) {
+                    Packet::Udp { src, dst, payload } => {
+                        assert_eq!((src, dst), (app_addr, remote));
+                        assert!(payload == &sent[..], "{remote}: the datagram differs");
+                    }
+                    other => panic!("{remote}: {other:?}"),
+                }
+            }
+            Ok(())
+        });
+    }
+
     /// An application's UDP datagrams sent as one (`UDP_SEGMENT`, 1,000 bytes each: 5,500
     /// bytes make six) reach the stack one by one, whole and in order, and the device counts
     /// one long read and six datagrams cut from it. Needs root and `ip`, and Linux 6.2 or later

@@ -3,14 +3,16 @@
 //! application opens through the device, whatever its destination address, and the connection
 //! becomes a stream flow to that destination ([`stack`]). Each application UDP socket (source
 //! address and port) becomes one datagram flow that carries its datagrams to every destination
-//! and brings the answers back as UDP packets ([`udp`]). Other packets (ICMP, IP fragments,
-//! other protocols) are dropped and counted.
+//! and brings the answers back as UDP packets ([`udp`]); datagrams the application sends in IP
+//! fragments are put back together first ([`reassembly`]). Other packets (ICMP, fragments of
+//! other protocols, other protocols) are dropped and counted.
 //!
 //! The packet source is a [`PacketIo`]: the kernel device ([`device::TunDevice`]) in the daemon,
 //! an in-memory pipe in tests.
 
 pub mod device;
 pub mod netconf;
+mod reassembly;
 mod stack;
 mod udp;
 

@@ -29,6 +29,7 @@ use smoltcp::wire::{HardwareAddress, IpEndpoint, IpListenEndpoint};
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
+use super::reassembly::{self, Reassembly};
 use super::udp::UdpTable;
 use super::{MAX_PACKET, Packet, PacketIo, READ_BUFFER, TunLimits, classify};
 use crate::inbound::server::InboundContext;
@@ -55,8 +56,15 @@ pub struct TunCounters {
     pub udp_datagrams: AtomicU64,
     /// UDP datagrams dropped (too many sources, a flow that could not open, a full queue).
     pub udp_dropped: AtomicU64,
-    /// Packets neither TCP nor UDP (ICMP, fragments, malformed), dropped.
+    /// Packets neither TCP nor UDP (ICMP, fragments of other protocols, malformed), dropped.
     pub other_dropped: AtomicU64,
+    /// Fragments of UDP datagrams the application sent in pieces (longer than the MTU).
+    pub fragments: AtomicU64,
+    /// UDP datagrams put back together from them.
+    pub reassembled: AtomicU64,
+    /// Of those fragments, dropped: their datagram overlapped, could not be, took longer than
+    /// 30 s or was the oldest when too many were in pieces.
+    pub fragments_dropped: AtomicU64,
     /// Packets read from a device with offloads that held more than one segment: TCP segments
     /// the kernel did not cut, and UDP packets holding several datagrams.
     pub long_reads: AtomicU64,
@@ -80,6 +88,9 @@ impl TunCounters {
             udp_datagrams: get(&self.udp_datagrams),
             udp_dropped: get(&self.udp_dropped),
             other_dropped: get(&self.other_dropped),
+            fragments: get(&self.fragments),
+            reassembled: get(&self.reassembled),
+            fragments_dropped: get(&self.fragments_dropped),
             long_reads: get(&self.long_reads),
             udp_cut: get(&self.udp_cut),
             checksums_checked: get(&self.checksums_checked),
@@ -280,6 +291,8 @@ pub(super) struct Stack<D> {
     /// Room for the connections [`Wake::take`] hands over at each step.
     woken: Vec<u64>,
     udp: UdpTable,
+    /// UDP datagrams the application sent in fragments, until they are whole.
+    reassembly: Reassembly,
 }
 
 impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
@@ -323,6 +336,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             timers: BTreeSet::new(),
             woken: Vec::new(),
             udp,
+            reassembly: Reassembly::default(),
         }
     }
 
@@ -368,6 +382,25 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
 
     /// One packet from the device.
     fn on_packet(&mut self, packet: &[u8]) {
+        let Some(piece) = reassembly::piece(packet) else {
+            return self.on_whole(packet);
+        };
+        self.counters.fragments.fetch_add(1, Ordering::Relaxed);
+        let whole = self.reassembly.push(piece, Instant::now());
+        let dropped = self.reassembly.take_dropped();
+        if dropped > 0 {
+            self.counters
+                .fragments_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+        if let Some(whole) = whole {
+            self.counters.reassembled.fetch_add(1, Ordering::Relaxed);
+            self.on_whole(&whole);
+        }
+    }
+
+    /// One whole packet: from the device, or put back together from fragments.
+    fn on_whole(&mut self, packet: &[u8]) {
         match classify(packet) {
             Packet::Tcp { src, dst, syn } => {
                 let mut packet = packet.to_vec();
