@@ -618,6 +618,31 @@ fn reassembled_udp_payloads(
     datagrams
 }
 
+/// Sends the packets `ask` makes (given the try, from 1) every 250 ms, at most 20 times, until
+/// an answer from 127.0.0.1 to the application comes whole (fragments put back together); the
+/// payloads of the answers come so far.
+async fn ask_until_answered(
+    app: &mut App,
+    mut ask: impl FnMut(u16) -> Vec<Vec<u8>>,
+) -> Vec<Vec<u8>> {
+    let mut tries = 0;
+    let mut sent_at: Option<Instant> = None;
+    app.run_until(|app| {
+        let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+        let answered = !reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP).is_empty();
+        if !answered && tries < 20 && due {
+            tries += 1;
+            sent_at = Some(Instant::now());
+            for p in ask(tries) {
+                let _ = app.device.tx.send(p);
+            }
+        }
+        answered
+    })
+    .await;
+    reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP)
+}
+
 /// A UDP answer longer than the device's MTU allows (1,472 bytes, the most a datagram flow
 /// carries, through a device of MTU 1,280) reaches the application as IPv4 fragments that put
 /// back together give the answer. (Until 23 Nov 2026 it was dropped.)
@@ -634,20 +659,8 @@ async fn udp_answers_longer_than_the_mtu_come_as_fragments() {
             let _ = server.send_to(&sent, from).await;
         }
     });
-    let mut tries = 0;
-    let mut sent_at: Option<Instant> = None;
-    app.run_until(|app| {
-        let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
-        let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
-        if got.is_empty() && tries < 20 && due {
-            tries += 1;
-            sent_at = Some(Instant::now());
-            let _ = app
-                .device
-                .tx
-                .send(udp_from_app(50_003, server_addr, b"question"));
-        }
-        !got.is_empty()
+    let got = ask_until_answered(&mut app, |_| {
+        vec![udp_from_app(50_003, server_addr, b"question")]
     })
     .await;
     assert!(
@@ -655,7 +668,6 @@ async fn udp_answers_longer_than_the_mtu_come_as_fragments() {
         "a packet over the MTU"
     );
     assert!(app.udp.len() >= 2, "{} packets", app.udp.len());
-    let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
     assert_eq!(got[0], answer);
     assert_eq!(counters.udp_dropped.load(Ordering::Relaxed), 0);
 }
@@ -704,25 +716,15 @@ async fn udp_datagrams_the_application_sends_in_fragments_cross_whole() {
     let sent: Vec<u8> = (0..4000u32).map(|i| (i * 13 % 251) as u8).collect();
     let pieces = ipv4_fragments(&udp_from_app(50_004, echo, &sent), MTU, 0x4242);
     assert_eq!(pieces.len(), 3);
-    let mut tries = 0;
-    let mut sent_at: Option<Instant> = None;
-    app.run_until(|app| {
-        let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
-        let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
-        if got.is_empty() && tries < 20 && due {
-            tries += 1;
-            sent_at = Some(Instant::now());
-            // The last fragment first: the order must not matter. A datagram sent again
-            // takes a new identification, as the kernel's would.
-            let again = ipv4_fragments(&udp_from_app(50_004, echo, &sent), MTU, 0x4242 + tries);
-            for p in again.iter().rev() {
-                let _ = app.device.tx.send(p.clone());
-            }
-        }
-        !got.is_empty()
+    // The last fragment first: the order must not matter. A datagram sent again takes a new
+    // identification, as the kernel's would.
+    let got = ask_until_answered(&mut app, |tries| {
+        let whole = udp_from_app(50_004, echo, &sent);
+        let mut again = ipv4_fragments(&whole, MTU, 0x4242 + tries);
+        again.reverse();
+        again
     })
     .await;
-    let got = reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP);
     assert_eq!(got[0], sent);
     assert!(
         app.udp.iter().all(|p| p.len() <= MTU),

@@ -790,6 +790,16 @@ mod tests {
         }
     }
 
+    /// [`up`], with fd00:7::1/64 on the device too.
+    fn up_dual(name: &str) -> Result<(), String> {
+        up(name)?;
+        let v6 = ["-6", "addr", "add", "fd00:7::1/64", "dev", name, "nodad"];
+        match ip(&v6) {
+            true => Ok(()),
+            false => Err("`ip` could not give the device an IPv6 address".into()),
+        }
+    }
+
     /// Runs `ip ARGS` (in the calling thread's network namespace).
     fn ip(args: &[&str]) -> bool {
         Command::new("ip")
@@ -838,18 +848,7 @@ mod tests {
     fn a_udp_answer_longer_than_the_mtu_reaches_the_application_whole() {
         in_own_netns("braidtest3", |_rt, device| {
             device.set_mtu(1400).unwrap();
-            up("braidtest3")?;
-            if !ip(&[
-                "-6",
-                "addr",
-                "add",
-                "fd00:7::1/64",
-                "dev",
-                "braidtest3",
-                "nodad",
-            ]) {
-                return Err("`ip` could not give the device an IPv6 address".into());
-            }
+            up_dual("braidtest3")?;
             let payload: Vec<u8> = (0..4_000u32).map(|i| (i % 251) as u8).collect();
             for (local, remote) in [
                 ("10.7.0.1:0", "10.7.0.9:5300"),
@@ -886,18 +885,7 @@ mod tests {
         use crate::inbound::tun::{Packet, classify};
         in_own_netns("braidtest4", |rt, device| {
             device.set_mtu(1400).unwrap();
-            up("braidtest4")?;
-            if !ip(&[
-                "-6",
-                "addr",
-                "add",
-                "fd00:7::1/64",
-                "dev",
-                "braidtest4",
-                "nodad",
-            ]) {
-                return Err("`ip` could not give the device an IPv6 address".into());
-            }
+            up_dual("braidtest4")?;
             let sent: Vec<u8> = (0..4_000u32).map(|i| (i % 249) as u8).collect();
             for (local, remote) in [
                 ("10.7.0.1:0", "10.7.0.9:5300"),
