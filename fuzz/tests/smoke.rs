@@ -3,7 +3,10 @@
 //! inputs (packets, scripts of a hostile peer's packets, JOIN messages), random bytes and
 //! mutations of valid inputs (bit flips, truncations, insertions, splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
 //! target; a target that panics fails its test. More at once: `BRAID_FUZZ_SMOKE_ITERATIONS=5000000
-//! cargo test --release -p braid-fuzz -- --nocapture`.
+//! cargo test --release -p braid-fuzz -- --nocapture`. With `BRAID_FUZZ_SEEDS=DIR`, each target's
+//! valid inputs are also written to `DIR/<target>/` as libFuzzer's starting corpus (from
+//! `fuzz/`: `BRAID_FUZZ_SEEDS=$PWD/corpus cargo test -p braid-fuzz`), so that it starts past the
+//! packet and frame headers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -435,6 +438,13 @@ fn smoke(
     valid: impl Fn(&[u8]) -> bool,
     target: impl Fn(&[u8]),
 ) {
+    if let Some(dir) = std::env::var_os("BRAID_FUZZ_SEEDS") {
+        let dir = std::path::Path::new(&dir).join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, input) in corpus.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i:03}")), input).unwrap();
+        }
+    }
     let iterations = iterations();
     let start = std::time::Instant::now();
     let mut accepted = 0u64;
