@@ -21,7 +21,7 @@ use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
 use crate::transport::client::{LinkContext, session_loop};
 use crate::transport::quic::transport_config;
-use crate::transport::server::{ServerShared, accept_loop};
+use crate::transport::server::{Reload, ServerShared, accept_loop};
 use crate::transport::{DaemonStatus, SessionHandle};
 
 /// How long a graceful shutdown waits for its sessions to send their CLOSE and stop. A driver
@@ -455,6 +455,16 @@ impl ServerHandle {
     /// The status as `braid status` would show it.
     pub async fn status(&self) -> DaemonStatus {
         StatusSource::Server(self.shared.clone()).collect().await
+    }
+
+    /// Puts `config` (the configuration file read again) in force, as
+    /// [`ServerShared::reload`] says, and closes the sessions of the users it removes or gives
+    /// another key (their clients are told, as at shutdown; their joins are refused from now
+    /// on); what changed.
+    pub async fn reload(&self, config: ServerConfig) -> Reload {
+        let reload = self.shared.reload(config);
+        close_sessions(&reload.revoked).await;
+        reload
     }
 
     /// Tells every client before stopping: no new joins, CLOSE on every session (waiting until

@@ -245,3 +245,108 @@ async fn braid_status_reads_the_control_socket() {
             .unwrap();
     assert_eq!(missing.status.code(), Some(1));
 }
+
+/// A running daemon process with its log (stderr) in a file.
+struct Daemon {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(args: &[&str], log: std::path::PathBuf) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_braid"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child, log }
+    }
+
+    /// Waits (at most 20 s) until the log has `count` lines containing `text`; the log.
+    fn wait_for(&self, text: &str, count: usize) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.lines().filter(|l| l.contains(text)).count() >= count {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {text:?} in:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: a signal to our own child, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> Option<i32> {
+        self.signal(libc::SIGTERM);
+        self.child.wait().unwrap().code()
+    }
+}
+
+/// SIGHUP makes `braid server` read its file again: a file that does not load changes nothing
+/// (the error names the field), a good one is put in force and names what needs a restart; the
+/// server goes on running throughout. `braid client` only says it does not reload, and goes on.
+#[test]
+fn sighup_reloads_the_server_and_leaves_the_client_running() {
+    let dir = state_dir("sighup");
+    let key = "ab".repeat(32);
+    let state = dir.join("state").to_string_lossy().into_owned();
+    let server_file = |extra: &str| {
+        format!(
+            "listen = \"127.0.0.1:0\"\nstate_dir = \"{state}\"\n{extra}\n\
+             [[user]]\nname = \"a\"\nkey = \"{key}\"\n"
+        )
+    };
+    let file = write(&dir, "server.toml", &server_file(""));
+    let server = Daemon::start(&["server", "-c", &file], dir.join("server.log"));
+    server.wait_for("server running", 1);
+    write(
+        &dir,
+        "server.toml",
+        &server_file("[limits]\nmax_sessions = 0"),
+    );
+    server.signal(libc::SIGHUP);
+    let log = server.wait_for("configuration not reloaded", 1);
+    assert!(log.contains("limits.max_sessions"), "{log}");
+    let mut reloaded = server_file("server_name = \"other\"");
+    reloaded.push_str(&format!(
+        "[[user]]\nname = \"b\"\nkey = \"{}\"\n",
+        "cd".repeat(32)
+    ));
+    write(&dir, "server.toml", &reloaded);
+    server.signal(libc::SIGHUP);
+    let log = server.wait_for("configuration reloaded", 1);
+    assert!(log.contains("changed=[\"user\"]"), "{log}");
+    let log = server.wait_for("take effect only at a restart", 1);
+    assert!(log.contains("server_name"), "{log}");
+    assert_eq!(server.stop(), Some(0));
+
+    let fp = "AB:".repeat(31) + "AB";
+    let client_file = write(
+        &dir,
+        "client.toml",
+        &format!(
+            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n\
+             state_dir = \"{state}-client\"\nsocks_listen = \"127.0.0.1:0\"\n\
+             [[link]]\nname = \"w\"\nserver = \"127.0.0.1:9\"\n"
+        ),
+    );
+    let client = Daemon::start(&["client", "-c", &client_file], dir.join("client.log"));
+    client.wait_for("client running", 1);
+    client.signal(libc::SIGHUP);
+    client.wait_for("does not reload", 1);
+    client.signal(libc::SIGHUP);
+    client.wait_for("does not reload", 2);
+    assert_eq!(client.stop(), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

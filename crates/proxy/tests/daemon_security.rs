@@ -224,3 +224,76 @@ async fn http_connect_basic_credentials_are_enforced_with_users() {
         String::from_utf8_lossy(&reply)
     );
 }
+
+/// A reload (what SIGHUP does to `braid server`) puts users and the egress policy in force at
+/// once: a user added joins; a user removed loses the session it had (its client is told, and
+/// its joins are refused); the egress policy changes for new flows of running sessions; the
+/// listening address keeps its value until a restart, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
+    let target = test_server().await;
+    let first = server_config("reload", true);
+    let server = start_server(first.clone(), ServerIdentity::generate("braid").unwrap())
+        .await
+        .unwrap();
+    let alice = start_client(client_config("reload-alice", &server, 2, KEY))
+        .await
+        .unwrap();
+    assert!(alice.wait_for_paths(2, Duration::from_secs(10)).await);
+    let bob_key = [0x77; 32];
+    let bob_config = || braid_proxy::config::ClientConfig {
+        user: "bob".into(),
+        ..client_config("reload-bob", &server, 2, bob_key)
+    };
+    // Before: bob is refused.
+    let mut early = start_client(bob_config()).await.unwrap();
+    assert!(!early.wait_for_paths(1, Duration::from_secs(2)).await);
+    early.shutdown();
+    // Bob added; the listening address asked for changes nothing until a restart.
+    let mut second = first.clone();
+    second.users.push(braid_proxy::config::UserEntry {
+        name: "bob".into(),
+        key: bob_key,
+    });
+    second.listen = "127.0.0.1:1".parse().unwrap();
+    let done = server.reload(second.clone()).await;
+    assert_eq!(done.changed, ["user"]);
+    assert_eq!(done.needs_restart, ["listen"]);
+    assert!(done.revoked.is_empty());
+    let bob = start_client(bob_config()).await.unwrap();
+    assert!(
+        bob.wait_for_paths(2, Duration::from_secs(10)).await,
+        "bob did not join"
+    );
+    assert_eq!(
+        download(bob.socks_addr, target, 1000).await,
+        pattern(1000, 7)
+    );
+    // Alice removed and loopback egress forbidden: alice's session ends, bob's stays but its
+    // new flows meet the new policy.
+    let mut third = second.clone();
+    third.users.retain(|u| u.name != "alice");
+    third.egress.allow_loopback = false;
+    let done = server.reload(third).await;
+    assert_eq!(done.changed, ["user", "egress"]);
+    assert_eq!(done.revoked.len(), 1);
+    assert!(done.revoked.iter().all(|s| s.is_closed()));
+    let status = server.status().await;
+    assert_eq!(status.sessions.len(), 1, "{status:?}");
+    let (code, _) = socks_connect(bob.socks_addr, "127.0.0.1", target.port()).await;
+    assert_ne!(code, 0, "loopback egress after the reload");
+    assert!(bob.wait_for_paths(2, Duration::from_secs(1)).await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _) = socks_connect(alice.socks_addr, "127.0.0.1", target.port()).await;
+        if code != 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "alice still gets through"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.status().await.sessions.len(), 1);
+}

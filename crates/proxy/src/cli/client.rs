@@ -78,6 +78,16 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
+/// Waits for the next SIGHUP (never, if it cannot be watched).
+pub(crate) async fn hangup(watch: &mut Option<tokio::signal::unix::Signal>) {
+    match watch.as_mut() {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
 /// Runs `braid client`.
 pub fn run(args: &ClientArgs) -> ExitCode {
     let config = match ClientConfig::load(&args.config) {
@@ -105,7 +115,19 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             }
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
-        shutdown_signal().await;
+        // SIGHUP (`systemctl reload`) must not end the client as its default action would.
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                () = hangup(&mut hup) => tracing::warn!(
+                    "SIGHUP: the client does not reload its configuration; restart it to apply \
+                     a changed file"
+                ),
+            }
+        }
         tracing::info!("client stopping");
         client.shutdown_gracefully().await;
         ExitCode::SUCCESS

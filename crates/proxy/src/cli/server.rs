@@ -3,10 +3,10 @@
 //! [`crate::daemon::ServerHandle::shutdown_gracefully`]), or just the certificate fingerprint
 //! clients pin (the certificate is generated on first use).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{init_logging, runtime, shutdown_signal};
+use super::client::{hangup, init_logging, runtime, shutdown_signal};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 
@@ -40,6 +40,32 @@ fn summary(config: &ServerConfig) -> String {
         if config.users.len() == 1 { "" } else { "s" },
         config.scheduler.kind().name(),
     )
+}
+
+/// SIGHUP: reads `path` again and puts it in force (see [`crate::daemon::ServerHandle::reload`]);
+/// a file that does not load changes nothing.
+async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
+    match ServerConfig::load(path) {
+        Err(e) => tracing::error!(
+            error = %e,
+            "SIGHUP: configuration not reloaded; the running one stays in force"
+        ),
+        Ok(config) => {
+            let done = server.reload(config).await;
+            tracing::info!(
+                file = %path.display(),
+                changed = ?done.changed,
+                sessions_closed = done.revoked.len(),
+                "SIGHUP: configuration reloaded"
+            );
+            if !done.needs_restart.is_empty() {
+                tracing::warn!(
+                    settings = ?done.needs_restart,
+                    "SIGHUP: these settings changed in the file but take effect only at a restart"
+                );
+            }
+        }
+    }
 }
 
 /// Runs `braid server`.
@@ -85,7 +111,15 @@ pub fn run(args: &ServerArgs) -> ExitCode {
             server.fingerprint
         );
         tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
-        shutdown_signal().await;
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                () = hangup(&mut hup) => reload(&args.config, &server).await,
+            }
+        }
         tracing::info!("server stopping");
         server.shutdown_gracefully().await;
         ExitCode::SUCCESS

@@ -14,7 +14,7 @@ use portable_atomic::AtomicU64;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -28,7 +28,7 @@ use super::join::{
     SessionId, verify_mac,
 };
 use super::quic::datagram_size;
-use crate::config::ServerConfig;
+use crate::config::{EgressPolicy, ServerConfig};
 use crate::session::{PathConfig, Role};
 
 /// How long a client has from the first packet to a complete JOIN.
@@ -40,7 +40,11 @@ const PER_SOURCE_FLOOR: usize = 8;
 /// State shared by the accept loop, the join tasks and the control endpoint.
 #[derive(Debug)]
 pub struct ServerShared {
-    pub(crate) config: Arc<ServerConfig>,
+    /// The configuration in force: the file's at start, replaced by [`ServerShared::reload`].
+    config: RwLock<Arc<ServerConfig>>,
+    /// Its egress policy, read by every session's acceptor at each new flow (so a reload
+    /// reaches the flows of sessions already running).
+    egress: Arc<RwLock<Arc<EgressPolicy>>>,
     sessions: Mutex<HashMap<(String, SessionId), SessionHandle>>,
     pending: Arc<Semaphore>,
     /// Pending joins by source address (entries with none are removed).
@@ -60,11 +64,80 @@ impl ServerShared {
             pending: Arc::new(Semaphore::new(config.max_pending_joins)),
             pending_by_source: Mutex::new(HashMap::new()),
             turned_away: Mutex::new((0, None)),
-            config,
+            egress: Arc::new(RwLock::new(Arc::new(config.egress.clone()))),
+            config: RwLock::new(config),
             sessions: Mutex::new(HashMap::new()),
             joins_refused: AtomicU64::new(0),
             joins_accepted: AtomicU64::new(0),
         })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `new` (a configuration file read again) in force, but for what only a restart can
+    /// change (the listening address, the state directory, the certificate's name and
+    /// `max_pending_joins`, which keep their values). The users, the scheduler and `[session]`
+    /// limits of new sessions, `max_sessions` and the egress policy (of every new flow, in
+    /// running sessions too) take the new values at once. The sessions of users the new file
+    /// no longer lists, or lists with another key, are taken out of the table and returned
+    /// for the caller to close: a key removed is a key revoked.
+    pub fn reload(&self, mut new: ServerConfig) -> Reload {
+        let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
+        let old = config.clone();
+        let mut needs_restart = Vec::new();
+        if new.listen != old.listen {
+            needs_restart.push("listen");
+            new.listen = old.listen;
+        }
+        if new.state_dir != old.state_dir {
+            needs_restart.push("state_dir");
+            new.state_dir.clone_from(&old.state_dir);
+        }
+        if new.server_name != old.server_name {
+            needs_restart.push("server_name");
+            new.server_name.clone_from(&old.server_name);
+        }
+        if new.max_pending_joins != old.max_pending_joins {
+            needs_restart.push("limits.max_pending_joins");
+            new.max_pending_joins = old.max_pending_joins;
+        }
+        let mut changed = Vec::new();
+        for (name, differs) in [
+            ("user", new.users != old.users),
+            ("scheduler", new.scheduler != old.scheduler),
+            ("egress", new.egress != old.egress),
+            ("limits.max_sessions", new.max_sessions != old.max_sessions),
+            ("session", new.session != old.session),
+        ] {
+            if differs {
+                changed.push(name);
+            }
+        }
+        let revoked = {
+            let mut map = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            let kept = |user: &str| {
+                let key = |c: &ServerConfig| c.users.iter().find(|u| u.name == user).map(|u| u.key);
+                key(&new).is_some() && key(&new) == key(&old)
+            };
+            let gone: Vec<_> = map.keys().filter(|(u, _)| !kept(u)).cloned().collect();
+            gone.into_iter()
+                .filter_map(|k| map.remove(&k))
+                .filter(|h| !h.is_closed())
+                .collect()
+        };
+        *self.egress.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(new.egress.clone());
+        *config = Arc::new(new);
+        Reload {
+            changed,
+            needs_restart,
+            revoked,
+        }
     }
 
     /// Handles of the sessions alive now.
@@ -77,6 +150,17 @@ impl ServerShared {
             Err(_) => Vec::new(),
         }
     }
+}
+
+/// What [`ServerShared::reload`] did.
+#[derive(Debug)]
+pub struct Reload {
+    /// The settings that took new values (names as in the file).
+    pub changed: Vec<&'static str>,
+    /// The settings that differ in the file but keep their values until a restart.
+    pub needs_restart: Vec<&'static str>,
+    /// The sessions of users removed or given another key, to close.
+    pub revoked: Vec<SessionHandle>,
 }
 
 /// One pending join's hold on the limits: a `max_pending_joins` slot and one of its source's.
@@ -104,14 +188,14 @@ impl ServerShared {
     /// Whether a source that has not proved its address must do so (a Retry) before it gets a
     /// pending slot: once half the slots are taken.
     fn under_load(&self) -> bool {
-        2 * self.pending.available_permits() < self.config.max_pending_joins
+        2 * self.pending.available_permits() < self.config().max_pending_joins
     }
 
     /// Most joins one source address may have pending: a quarter of the slots, but at least
     /// [`PER_SOURCE_FLOOR`] (a client joins all its links at once, and several clients may share
     /// an address) or every slot when there are fewer.
     fn per_source_limit(&self) -> usize {
-        let max = self.config.max_pending_joins;
+        let max = self.config().max_pending_joins;
         max.div_ceil(4).max(PER_SOURCE_FLOOR).min(max)
     }
 
@@ -261,8 +345,8 @@ async fn read_join(
     match Join::decode(&bytes) {
         Err(_) => Err("malformed join"),
         Ok(join) => {
-            let key = shared
-                .config
+            let config = shared.config();
+            let key = config
                 .users
                 .iter()
                 .find(|u| u.name == join.user)
@@ -299,18 +383,23 @@ fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
     if let Some(h) = map.get(&key) {
         return Some(h.clone());
     }
-    if map.len() >= shared.config.max_sessions {
+    let config = shared.config();
+    if map.len() >= config.max_sessions {
         return None;
     }
-    let policy = Arc::new(shared.config.egress.clone());
+    let policy = shared.egress.clone();
     let (handle, _task) = driver::spawn(DriverSetup {
         role: Role::Server,
-        config: super::session_config(&shared.config.session),
-        scheduler: shared.config.scheduler.build(),
+        config: super::session_config(&config.session),
+        scheduler: config.scheduler.build(),
         label: hex(&join.session_id),
         user: join.user.clone(),
         acceptor: Some(Box::new(move |flow, kind, target| {
-            crate::egress::spawn_flow(flow, kind, target, policy.clone());
+            let policy = policy
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            crate::egress::spawn_flow(flow, kind, target, policy);
         })),
     });
     map.insert(key, handle.clone());
@@ -330,6 +419,54 @@ mod tests {
         );
         let config = ServerConfig::parse(std::path::Path::new("s.toml"), &text).unwrap();
         ServerShared::new(Arc::new(config))
+    }
+
+    /// Every setting a reload may meet: the restart-only ones keep their values (and are
+    /// named), the others take the new ones (and are named); a file unchanged changes nothing.
+    #[test]
+    fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
+        let s = shared(64);
+        let old = s.config();
+        let done = s.reload((*old).clone());
+        assert!(done.changed.is_empty() && done.needs_restart.is_empty());
+        let key = "cd".repeat(32);
+        let text = format!(
+            "listen = \"127.0.0.1:9\"\nstate_dir = \"/tmp/elsewhere\"\nserver_name = \"x\"\n\
+             [[user]]\nname = \"a\"\nkey = \"{key}\"\n\
+             [scheduler]\nname = \"rr\"\n[egress]\nallow_private = true\n\
+             [limits]\nmax_pending_joins = 8\nmax_sessions = 3\n\
+             [session]\nmax_udp_payload = 4000\n"
+        );
+        let new = ServerConfig::parse(std::path::Path::new("s.toml"), &text).unwrap();
+        let done = s.reload(new.clone());
+        assert_eq!(
+            done.needs_restart,
+            [
+                "listen",
+                "state_dir",
+                "server_name",
+                "limits.max_pending_joins"
+            ]
+        );
+        assert_eq!(
+            done.changed,
+            [
+                "user",
+                "scheduler",
+                "egress",
+                "limits.max_sessions",
+                "session"
+            ]
+        );
+        let now = s.config();
+        assert_eq!((now.listen, &now.state_dir), (old.listen, &old.state_dir));
+        assert_eq!(
+            (&now.server_name, now.max_pending_joins),
+            (&old.server_name, 64)
+        );
+        assert_eq!((&now.users, now.max_sessions), (&new.users, 3));
+        assert_eq!(now.session.max_udp_payload, 4000);
+        assert!(s.egress.read().unwrap().allow_private);
     }
 
     fn source(i: u8) -> IpAddr {
