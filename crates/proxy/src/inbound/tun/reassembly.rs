@@ -195,6 +195,8 @@ impl Reassembly {
         let i = self.partials.iter().position(|p| p.key == piece.key)?;
         let p = &mut self.partials[i];
         if grow > 0 {
+            // Exactly: what is held is what is counted.
+            p.data.reserve_exact(grow);
             p.data.resize(end, 0);
             self.held += grow;
         }
@@ -220,6 +222,11 @@ impl Reassembly {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.partials.len()
+    }
+
+    /// Whether no datagram is in pieces.
+    pub fn is_empty(&self) -> bool {
+        self.partials.is_empty()
     }
 
     /// Bytes held for them.

@@ -387,15 +387,19 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         };
         self.counters.fragments.fetch_add(1, Ordering::Relaxed);
         let whole = self.reassembly.push(piece, Instant::now());
+        self.count_fragments_dropped();
+        if let Some(whole) = whole {
+            self.counters.reassembled.fetch_add(1, Ordering::Relaxed);
+            self.on_whole(&whole);
+        }
+    }
+
+    fn count_fragments_dropped(&mut self) {
         let dropped = self.reassembly.take_dropped();
         if dropped > 0 {
             self.counters
                 .fragments_dropped
                 .fetch_add(dropped, Ordering::Relaxed);
-        }
-        if let Some(whole) = whole {
-            self.counters.reassembled.fetch_add(1, Ordering::Relaxed);
-            self.on_whole(&whole);
         }
     }
 
@@ -481,6 +485,12 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
 
     /// Runs the connections with something to do, then writes what they sent to the device.
     fn step(&mut self) {
+        // Datagrams in pieces too long go now, not at the next fragment (a step comes at least
+        // once a second).
+        if !self.reassembly.is_empty() {
+            self.reassembly.expire(Instant::now());
+            self.count_fragments_dropped();
+        }
         let now_us = self.now_us();
         let now = smoltcp::time::Instant::from_micros(now_us);
         self.wake.take(&mut self.woken);
