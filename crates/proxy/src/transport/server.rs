@@ -88,6 +88,9 @@ impl ServerShared {
     /// no longer lists, or lists with another key, are taken out of the table and returned
     /// for the caller to close: a key removed is a key revoked.
     pub fn reload(&self, mut new: ServerConfig) -> Reload {
+        // The session table first, then the configuration, as `session_for` takes them: a join
+        // verified under the old users meets the new ones there.
+        let mut map = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
         let old = config.clone();
         let mut needs_restart = Vec::new();
@@ -119,18 +122,17 @@ impl ServerShared {
                 changed.push(name);
             }
         }
-        let revoked = {
-            let mut map = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            let kept = |user: &str| {
-                let key = |c: &ServerConfig| c.users.iter().find(|u| u.name == user).map(|u| u.key);
-                key(&new).is_some() && key(&new) == key(&old)
-            };
-            let gone: Vec<_> = map.keys().filter(|(u, _)| !kept(u)).cloned().collect();
-            gone.into_iter()
-                .filter_map(|k| map.remove(&k))
-                .filter(|h| !h.is_closed())
-                .collect()
+        let kept = |user: &str| {
+            old.users
+                .iter()
+                .any(|u| u.name == user && new.users.contains(u))
         };
+        let gone: Vec<_> = map.keys().filter(|(u, _)| !kept(u)).cloned().collect();
+        let revoked = gone
+            .into_iter()
+            .filter_map(|k| map.remove(&k))
+            .filter(|h| !h.is_closed())
+            .collect();
         *self.egress.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(new.egress.clone());
         *config = Arc::new(new);
         Reload {
@@ -285,16 +287,13 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
     let conn = incoming.await.map_err(|_| "handshake failed")?;
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|_| "no join stream")?;
     let verdict = read_join(&conn, &mut recv, shared).await;
-    let join = match verdict {
-        Ok(j) => j,
+    let admitted = verdict.and_then(|(join, key)| Ok((session_for(shared, &join, key)?, join)));
+    let (session, join) = match admitted {
+        Ok(admitted) => admitted,
         Err(reason) => {
             refuse_and_close(&conn, &mut send).await;
             return Err(reason);
         }
-    };
-    let Some(session) = session_for(shared, &join) else {
-        refuse_and_close(&conn, &mut send).await;
-        return Err("session limit reached");
     };
     let config = PathConfig {
         tier: join.tier,
@@ -328,12 +327,13 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
     Ok(())
 }
 
-/// Reads and checks the JOIN: the join, or the reason for refusing it (debug log only).
+/// Reads and checks the JOIN: the join and the key it was checked with, or the reason for
+/// refusing it (debug log only).
 async fn read_join(
     conn: &quinn::Connection,
     recv: &mut quinn::RecvStream,
     shared: &ServerShared,
-) -> Result<Join, &'static str> {
+) -> Result<(Join, [u8; 32]), &'static str> {
     let bytes = match recv.read_to_end(MAX_JOIN).await {
         Ok(b) => b,
         Err(_) => {
@@ -354,10 +354,11 @@ async fn read_join(
             let exported = conn
                 .export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
                 .is_ok();
-            if exported && verify_mac(key, &exporter, &join) {
-                Ok(join)
-            } else {
-                Err("bad user or proof")
+            // `verify_mac` runs for unknown users too (the same work either way).
+            let verified = exported && verify_mac(key, &exporter, &join);
+            match key {
+                Some(&key) if verified => Ok((join, key)),
+                _ => Err("bad user or proof"),
             }
         }
     }
@@ -375,17 +376,32 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The session of (user, session id), started if new and the limit allows.
-fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
-    let mut map = shared.sessions.lock().ok()?;
+/// The session of (user, session id), started if new and the limit allows, for a join checked
+/// with `user_key`; refused when a reload has meanwhile removed the user or changed its key.
+fn session_for(
+    shared: &ServerShared,
+    join: &Join,
+    user_key: [u8; 32],
+) -> Result<SessionHandle, &'static str> {
+    let mut map = shared
+        .sessions
+        .lock()
+        .map_err(|_| "session table poisoned")?;
+    let config = shared.config();
+    if !config
+        .users
+        .iter()
+        .any(|u| u.name == join.user && u.key == user_key)
+    {
+        return Err("user removed or re-keyed by a reload");
+    }
     map.retain(|_, h| !h.is_closed());
     let key = (join.user.clone(), join.session_id);
     if let Some(h) = map.get(&key) {
-        return Some(h.clone());
+        return Ok(h.clone());
     }
-    let config = shared.config();
     if map.len() >= config.max_sessions {
-        return None;
+        return Err("session limit reached");
     }
     let policy = shared.egress.clone();
     let (handle, _task) = driver::spawn(DriverSetup {
@@ -403,7 +419,7 @@ fn session_for(shared: &ServerShared, join: &Join) -> Option<SessionHandle> {
         })),
     });
     map.insert(key, handle.clone());
-    Some(handle)
+    Ok(handle)
 }
 
 #[cfg(test)]
@@ -467,6 +483,30 @@ mod tests {
         assert_eq!((&now.users, now.max_sessions), (&new.users, 3));
         assert_eq!(now.session.max_udp_payload, 4000);
         assert!(s.egress.read().unwrap().allow_private);
+    }
+
+    /// A join checked under a key that a reload has since removed or changed gets no session
+    /// (the window between the join's check and its session).
+    #[test]
+    fn a_join_checked_under_a_revoked_key_gets_no_session() {
+        let s = shared(64);
+        let join = Join {
+            user: "a".into(),
+            session_id: [7; 16],
+            path: braid_sched_core::PathId(0),
+            tier: crate::session::Tier::Primary,
+            weight: 1,
+            fragments: true,
+            link_name: "w".into(),
+            mac: [0; 32],
+        };
+        let mut rekeyed = (*s.config()).clone();
+        rekeyed.users[0].key = [0xcd; 32];
+        let _ = s.reload(rekeyed);
+        assert_eq!(
+            session_for(&s, &join, [0xab; 32]).unwrap_err(),
+            "user removed or re-keyed by a reload"
+        );
     }
 
     fn source(i: u8) -> IpAddr {
