@@ -78,13 +78,23 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
-/// Waits for the next SIGHUP (never, if it cannot be watched).
-pub(crate) async fn hangup(watch: &mut Option<tokio::signal::unix::Signal>) {
-    match watch.as_mut() {
-        Some(s) => {
-            s.recv().await;
+/// Runs until Ctrl-C or SIGTERM, calling `on_hangup` at each SIGHUP (`systemctl reload`),
+/// whose default action, ending the process, it replaces.
+pub(crate) async fn until_shutdown(mut on_hangup: impl AsyncFnMut()) {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            // Never, when SIGHUP cannot be watched.
+            Some(()) = async {
+                match hup.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => on_hangup().await,
         }
-        None => std::future::pending::<()>().await,
     }
 }
 
@@ -115,19 +125,13 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             }
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
-        // SIGHUP (`systemctl reload`) must not end the client as its default action would.
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let stop = shutdown_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                () = &mut stop => break,
-                () = hangup(&mut hup) => tracing::warn!(
-                    "SIGHUP: the client does not reload its configuration; restart it to apply \
-                     a changed file"
-                ),
-            }
-        }
+        until_shutdown(async || {
+            tracing::warn!(
+                "SIGHUP: the client does not reload its configuration; restart it to apply a \
+                 changed file"
+            );
+        })
+        .await;
         tracing::info!("client stopping");
         client.shutdown_gracefully().await;
         ExitCode::SUCCESS

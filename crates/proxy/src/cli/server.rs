@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{hangup, init_logging, runtime, shutdown_signal};
+use super::client::{init_logging, runtime, until_shutdown};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 
@@ -111,15 +111,7 @@ pub fn run(args: &ServerArgs) -> ExitCode {
             server.fingerprint
         );
         tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let stop = shutdown_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                () = &mut stop => break,
-                () = hangup(&mut hup) => reload(&args.config, &server).await,
-            }
-        }
+        until_shutdown(async || reload(&args.config, &server).await).await;
         tracing::info!("server stopping");
         server.shutdown_gracefully().await;
         ExitCode::SUCCESS
