@@ -3,7 +3,9 @@
 //! of it, see [`crate::daemon::ClientHandle::shutdown_gracefully`]).
 
 use std::path::PathBuf;
+
 use std::process::ExitCode;
+use tokio::signal::unix::{Signal, SignalKind};
 
 use crate::config::ClientConfig;
 
@@ -64,37 +66,61 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
-/// Waits for Ctrl-C or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
+/// The signals a daemon answers, watched from the moment this is made (so that one sent as
+/// soon as the daemon says it runs is not missed): Ctrl-C (SIGINT) and SIGTERM end it; SIGHUP
+/// (`systemctl reload`), whose default action would end the process, goes to the daemon when
+/// watched.
+pub(crate) struct Signals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl Signals {
+    /// Starts watching (inside the runtime); SIGHUP only with `hangup` (a daemon's; a tool in
+    /// a terminal keeps the default, so that closing the terminal ends it).
+    pub(crate) fn watch(hangup: bool) -> Signals {
+        let watch = |kind| tokio::signal::unix::signal(kind).ok();
+        Signals {
+            interrupt: watch(SignalKind::interrupt()),
+            terminate: watch(SignalKind::terminate()),
+            hangup: if hangup {
+                watch(SignalKind::hangup())
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Waits for Ctrl-C or SIGTERM.
+    pub(crate) async fn stopped(&mut self) {
+        tokio::select! {
+            () = next(&mut self.interrupt) => {}
+            () = next(&mut self.terminate) => {}
+        }
+    }
+
+    /// Runs until Ctrl-C or SIGTERM, calling `on_hangup` at each SIGHUP.
+    pub(crate) async fn until_stopped(mut self, mut on_hangup: impl AsyncFnMut()) {
+        loop {
+            tokio::select! {
+                () = next(&mut self.interrupt) => return,
+                () = next(&mut self.terminate) => return,
+                () = next(&mut self.hangup) => on_hangup().await,
             }
-        } => {}
+        }
     }
 }
 
-/// Runs until Ctrl-C or SIGTERM, calling `on_hangup` at each SIGHUP (`systemctl reload`),
-/// whose default action, ending the process, it replaces.
-pub(crate) async fn until_shutdown(mut on_hangup: impl AsyncFnMut()) {
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            () = &mut stop => return,
-            // Never, when SIGHUP cannot be watched.
-            Some(()) = async {
-                match hup.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => on_hangup().await,
-        }
+/// The next delivery of a watched signal (never, when it could not be watched or the watch
+/// has ended).
+async fn next(signal: &mut Option<Signal>) {
+    let delivered = match signal.as_mut() {
+        Some(s) => s.recv().await.is_some(),
+        None => false,
+    };
+    if !delivered {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -117,6 +143,7 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         Err(code) => return code,
     };
     rt.block_on(async move {
+        let signals = Signals::watch(true);
         let mut client = match crate::daemon::start_client(config).await {
             Ok(c) => c,
             Err(e) => {
@@ -125,7 +152,7 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             }
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
-        until_shutdown(async || {
+        signals.until_stopped(async || {
             tracing::warn!(
                 "SIGHUP: the client does not reload its configuration; restart it to apply a \
                  changed file"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use braid_testbed::emu::{EmuConfig, Emulator};
 
-use super::client::{runtime, shutdown_signal};
+use super::client::{Signals, runtime};
 
 /// Arguments of `braid emu`.
 #[derive(Debug, clap::Args)]
@@ -43,6 +43,7 @@ pub fn run(args: &EmuArgs) -> ExitCode {
         Err(code) => return code,
     };
     rt.block_on(async move {
+        let mut signals = Signals::watch(false);
         let mut emu = match Emulator::start(&config).await {
             Ok(e) => e,
             Err(e) => {
@@ -61,12 +62,10 @@ pub fn run(args: &EmuArgs) -> ExitCode {
         }
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
-        let stop = shutdown_signal();
-        tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = tick.tick() => print_stats(&emu),
-                _ = &mut stop => break,
+                () = signals.stopped() => break,
             }
         }
         print_stats(&emu);

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{init_logging, runtime, until_shutdown};
+use super::client::{Signals, init_logging, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 
@@ -98,6 +98,7 @@ pub fn run(args: &ServerArgs) -> ExitCode {
         Err(code) => return code,
     };
     rt.block_on(async move {
+        let signals = Signals::watch(true);
         let mut server = match crate::daemon::start_server(config, identity).await {
             Ok(s) => s,
             Err(e) => {
@@ -111,7 +112,9 @@ pub fn run(args: &ServerArgs) -> ExitCode {
             server.fingerprint
         );
         tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
-        until_shutdown(async || reload(&args.config, &server).await).await;
+        signals
+            .until_stopped(async || reload(&args.config, &server).await)
+            .await;
         tracing::info!("server stopping");
         server.shutdown_gracefully().await;
         ExitCode::SUCCESS
