@@ -3,8 +3,8 @@
 //! of it, see [`crate::daemon::ClientHandle::shutdown_gracefully`]).
 
 use std::path::PathBuf;
-
 use std::process::ExitCode;
+
 use tokio::signal::unix::{Signal, SignalKind};
 
 use crate::config::ClientConfig;
