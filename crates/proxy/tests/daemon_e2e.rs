@@ -6,6 +6,7 @@ mod daemon_common;
 
 use std::time::Duration;
 
+use braid_proxy::transport::flow::FlowMsg;
 use daemon_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -140,6 +141,59 @@ async fn udp_payloads_up_to_the_configured_limit_cross() {
     // Cut by the client on the way up, put back together by it on the way down.
     assert!(status.sessions[0].counters.datagrams_split >= 2);
     assert!(status.sessions[0].counters.datagrams_reassembled >= 2);
+}
+
+/// A flow whose peer's FIN comes alone, after its last bytes were read and after this side's
+/// own FIN was acknowledged: the session forgets the flow as that FIN arrives (both directions
+/// are over), before the reader was handed the end. The reader must still get `Finished` (it
+/// once got nothing: its channel closed, which every reader takes for a lost session, and the
+/// TUN inbound answered the application with a reset instead of the answer it had).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fin_that_comes_alone_after_both_sides_are_over_still_ends_the_flow() {
+    let (_server, client) = pair("late-fin", 1).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        s.read_to_end(&mut request).await.unwrap();
+        s.write_all(&sha256(&request)).await.unwrap();
+        // Time for the answer to be read and for the request's FIN to be acknowledged.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.shutdown().await.unwrap();
+    });
+    let session = client.session().expect("the client has a session");
+    let flow = session
+        .open(
+            braid_proxy::session::FlowKind::Stream,
+            braid_proxy::session::Target::Addr(target),
+        )
+        .await
+        .unwrap();
+    let (writer, mut reader) = flow.split();
+    writer
+        .write(bytes::Bytes::from_static(b"request"))
+        .await
+        .unwrap();
+    writer.finish().await.unwrap();
+    let mut answer = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match reader.recv().await {
+                Some(FlowMsg::Data(d)) => answer.extend_from_slice(&d),
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the flow ended");
+    // The server's connected mark (a zero byte), then the answer.
+    assert_eq!(answer.split_first(), Some((&0, &sha256(b"request")[..])));
+    assert_eq!(
+        end,
+        Some(FlowMsg::Finished),
+        "the reader was handed the end"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,7 +87,9 @@ pub enum Event {
     FlowReadable(FlowId),
     /// Send-buffer space freed up on a flow whose writes had been refused.
     FlowWritable(FlowId),
-    /// The peer finished its side of the flow (read returns `None` once drained).
+    /// The peer finished its side of the flow: read returns `None` once drained, unless both
+    /// directions are over with every byte read, in which case the flow is already forgotten
+    /// ([`Event::FlowClosed`] follows) and a read finds no flow.
     FlowFinished(FlowId),
     /// The peer reset the flow.
     FlowReset {

@@ -137,6 +137,8 @@ struct FlowEntry {
     credit: Arc<Semaphore>,
     finish_pending: bool,
     done_reading: bool,
+    /// The code this side reset the flow with, if it did.
+    reset_here: Option<u64>,
 }
 
 struct Driver {
@@ -353,6 +355,7 @@ impl Driver {
                 credit: credit.clone(),
                 finish_pending: false,
                 done_reading: false,
+                reset_here: None,
             },
         );
         FlowHandle {
@@ -405,6 +408,7 @@ impl Driver {
                 if let Some(entry) = self.flows.get_mut(&flow) {
                     entry.pending.clear();
                     entry.credit.close();
+                    entry.reset_here = Some(code);
                 }
             }
             Command::Datagram { flow, data } => {
@@ -558,6 +562,17 @@ impl Driver {
                 Event::FlowClosed(flow) => {
                     if let Some(entry) = self.flows.remove(&flow) {
                         entry.credit.close();
+                        // The session forgets a stream once both directions are over, which
+                        // can come before its reader was handed the end: the peer's FIN came
+                        // alone after the last bytes were read, or this side's FIN was
+                        // acknowledged after they were. Every byte was handed over (the
+                        // direction is over only once all were read), so the end is clean,
+                        // unless this side reset the flow. A peer's reset was handed over
+                        // at its `FlowReset`.
+                        if entry.kind == FlowKind::Stream && !entry.done_reading {
+                            let end = entry.reset_here.map_or(FlowMsg::Finished, FlowMsg::Reset);
+                            let _ = entry.to_app.send(end);
+                        }
                     }
                 }
                 Event::PathFailed(id) => {
