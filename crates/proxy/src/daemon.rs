@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{ClientConfig, ServerConfig};
 use crate::control::{self, ControlError, StatusSource};
-use crate::inbound::server::InboundContext;
+use crate::inbound::server::{InboundContext, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
 use crate::session::Role;
@@ -115,9 +115,61 @@ pub struct ClientHandle {
     conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
+    /// The configuration in force (what a reload compares the file with).
+    config: Mutex<Arc<ClientConfig>>,
+    inbound: Arc<InboundContext>,
+}
+
+/// What [`ClientHandle::reload`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClientReload {
+    /// The settings that took new values (names as in the file).
+    pub changed: Vec<&'static str>,
+    /// The settings that differ in the file but keep their values until a restart.
+    pub needs_restart: Vec<&'static str>,
 }
 
 impl ClientHandle {
+    /// Puts `new` (the configuration file read again) in force as far as a running client can:
+    /// the SOCKS5 and HTTP CONNECT users (`[socks] users`) apply to every connection from now on
+    /// (those already past their authentication keep going). Everything else (the server and
+    /// the keys, the listeners, `[tun]`, the scheduler, the links and `[session]`) is named
+    /// in [`ClientReload::needs_restart`] and keeps its value: the session and its connections
+    /// are not dropped for it.
+    pub fn reload(&self, new: ClientConfig) -> ClientReload {
+        let mut config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = config.clone();
+        let mut changed = Vec::new();
+        if new.socks_users != old.socks_users {
+            self.inbound.socks_users.replace(new.socks_users.clone());
+            changed.push("socks.users");
+            warn_open_inbounds(&new);
+        }
+        let needs_restart = [
+            ("user", new.user != old.user),
+            ("key", new.key != old.key),
+            ("server_fingerprint / ca_file", new.trust != old.trust),
+            ("server_name", new.server_name != old.server_name),
+            ("state_dir", new.state_dir != old.state_dir),
+            ("socks_listen", new.socks_listen != old.socks_listen),
+            ("http_listen", new.http_listen != old.http_listen),
+            ("tun", new.tun != old.tun),
+            ("scheduler", new.scheduler != old.scheduler),
+            ("link", new.links != old.links),
+            ("session", new.session != old.session),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect();
+        let mut kept = (*old).clone();
+        kept.socks_users = new.socks_users;
+        *config = Arc::new(kept);
+        ClientReload {
+            changed,
+            needs_restart,
+        }
+    }
+
     /// The current session, if any.
     pub fn session(&self) -> Option<SessionHandle> {
         self.session.borrow().clone()
@@ -323,15 +375,20 @@ fn links_under_a_default_tun_route(config: &ClientConfig) -> Vec<&str> {
         .collect()
 }
 
-/// Starts the client: its session and links, inbounds and control socket.
-pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
-    for (inbound, addr) in open_inbounds(&config) {
+/// Warns of each of [`open_inbounds`].
+fn warn_open_inbounds(config: &ClientConfig) {
+    for (inbound, addr) in open_inbounds(config) {
         tracing::warn!(
             %addr,
             "the {inbound} inbound listens beyond loopback with no users: anyone who can reach \
              it can use the proxy (set [socks] users)"
         );
     }
+}
+
+/// Starts the client: its session and links, inbounds and control socket.
+pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
+    warn_open_inbounds(&config);
     let crypto = tls::client_crypto(&config.trust)?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
@@ -402,7 +459,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     });
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
-        socks_users: config.socks_users.clone(),
+        socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
     });
     let mut tasks = vec![
@@ -422,7 +479,12 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         ));
     }
     if let Some((device, limits, counters)) = tun {
-        tasks.push(tokio::spawn(serve_tun(device, ctx, limits, counters)));
+        tasks.push(tokio::spawn(serve_tun(
+            device,
+            ctx.clone(),
+            limits,
+            counters,
+        )));
     }
     Ok(ClientHandle {
         socks_addr,
@@ -433,6 +495,8 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         conns,
         tasks,
         created_dir,
+        config: Mutex::new(config),
+        inbound: ctx,
     })
 }
 

@@ -295,9 +295,10 @@ impl Daemon {
 
 /// SIGHUP makes `braid server` read its file again: a file that does not load changes nothing
 /// (the error names the field), a good one is put in force and names what needs a restart; the
-/// server goes on running throughout. `braid client` only says it does not reload, and goes on.
+/// server goes on running throughout. `braid client` does the same with what it can reload (its
+/// inbounds' users).
 #[test]
-fn sighup_reloads_the_server_and_leaves_the_client_running() {
+fn sighup_reloads_the_server_and_the_client() {
     let dir = state_dir("sighup");
     let key = "ab".repeat(32);
     let state = dir.join("state").to_string_lossy().into_owned();
@@ -343,10 +344,22 @@ fn sighup_reloads_the_server_and_leaves_the_client_running() {
     );
     let client = Daemon::start(&["client", "-c", &client_file], dir.join("client.log"));
     client.wait_for("client running", 1);
+    let client_text = std::fs::read_to_string(&client_file).unwrap();
+    write(
+        &dir,
+        "client.toml",
+        &client_text.replace("user = \"a\"", "user = 7"),
+    );
     client.signal(libc::SIGHUP);
-    client.wait_for("does not reload", 1);
+    client.wait_for("configuration not reloaded", 1);
+    let reloaded = client_text.replace("127.0.0.1:9", "127.0.0.1:10")
+        + "[socks]\nusers = [{ name = \"bob\", password = \"s3cret\" }]\n";
+    write(&dir, "client.toml", &reloaded);
     client.signal(libc::SIGHUP);
-    client.wait_for("does not reload", 2);
+    let log = client.wait_for("configuration reloaded", 1);
+    assert!(log.contains("changed=[\"socks.users\"]"), "{log}");
+    let log = client.wait_for("take effect only at a restart", 1);
+    assert!(log.contains("[\"link\"]"), "{log}");
     assert_eq!(client.stop(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }

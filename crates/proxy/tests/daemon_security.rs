@@ -1,15 +1,17 @@
 //! Security defaults of the daemons: a wrong key is refused without detail, a wrong pin never
 //! joins, loopback egress is refused by the default policy, SOCKS5 username/password and the
-//! HTTP CONNECT inbound's Basic credentials are enforced.
+//! HTTP CONNECT inbound's Basic credentials are enforced, and reloads put new users in force.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_common;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use braid_proxy::config::SocksUser;
+use braid_proxy::config::{ClientConfig, SocksUser};
 use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server};
 use braid_proxy::tls::ServerIdentity;
+use braid_sched_core::{SchedulerConfig, SchedulerKind};
 use daemon_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -127,8 +129,9 @@ async fn default_policy_refuses_loopback_egress() {
     }
 }
 
-/// A server and a client whose inbounds have one user, bob (password "s3cret").
-async fn pair_with_user_bob(name: &str) -> (ServerHandle, ClientHandle) {
+/// A server and a client whose inbounds have one user, bob (password "s3cret"); the client's
+/// configuration.
+async fn pair_with_user_bob(name: &str) -> (ServerHandle, ClientHandle, ClientConfig) {
     let server = start_server(
         server_config(name, true),
         ServerIdentity::generate("braid").unwrap(),
@@ -136,38 +139,53 @@ async fn pair_with_user_bob(name: &str) -> (ServerHandle, ClientHandle) {
     .await
     .unwrap();
     let mut config = client_config(name, &server, 1, KEY);
-    config.socks_users = vec![SocksUser {
-        name: "bob".into(),
-        password: "s3cret".into(),
-    }];
-    let client = start_client(config).await.unwrap();
+    config.socks_users = vec![socks_user("bob", "s3cret")];
+    let client = start_client(config.clone()).await.unwrap();
     assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
-    (server, client)
+    (server, client, config)
+}
+
+fn socks_user(name: &str, password: &str) -> SocksUser {
+    SocksUser {
+        name: name.into(),
+        password: password.into(),
+    }
+}
+
+/// The method the SOCKS5 inbound at `proxy` selects for a greeting that offers `method` alone,
+/// and the connection.
+async fn socks_method(proxy: SocketAddr, method: u8) -> (u8, TcpStream) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, method]).await.unwrap();
+    let mut sel = [0u8; 2];
+    s.read_exact(&mut sel).await.unwrap();
+    assert_eq!(sel[0], 5);
+    (sel[1], s)
+}
+
+/// Username/password authentication (RFC 1929) at the SOCKS5 inbound at `proxy`: its status
+/// (0 accepted) and the connection.
+async fn socks_login(proxy: SocketAddr, user: &str, password: &str) -> (u8, TcpStream) {
+    let (method, mut s) = socks_method(proxy, 2).await;
+    assert_eq!(method, 2, "username/password selected");
+    let mut auth = vec![1, user.len() as u8];
+    auth.extend_from_slice(user.as_bytes());
+    auth.push(password.len() as u8);
+    auth.extend_from_slice(password.as_bytes());
+    s.write_all(&auth).await.unwrap();
+    let mut status = [0u8; 2];
+    s.read_exact(&mut status).await.unwrap();
+    assert_eq!(status[0], 1);
+    (status[1], s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socks_username_password_is_enforced() {
-    let (_server, client) = pair_with_user_bob("socksauth").await;
+    let (_server, client, _) = pair_with_user_bob("socksauth").await;
     // No-auth only: no acceptable method.
-    let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut sel = [0u8; 2];
-    s.read_exact(&mut sel).await.unwrap();
-    assert_eq!(sel, [5, 0xff]);
-    for (password, ok) in [(&b"wrong"[..], 1u8), (&b"s3cret"[..], 0u8)] {
-        let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
-        s.write_all(&[5, 1, 2]).await.unwrap();
-        s.read_exact(&mut sel).await.unwrap();
-        assert_eq!(sel, [5, 2]);
-        let mut auth = vec![1, 3];
-        auth.extend_from_slice(b"bob");
-        auth.push(password.len() as u8);
-        auth.extend_from_slice(password);
-        s.write_all(&auth).await.unwrap();
-        let mut status = [0u8; 2];
-        s.read_exact(&mut status).await.unwrap();
-        assert_eq!(status, [1, ok]);
-    }
+    assert_eq!(socks_method(client.socks_addr, 0).await.0, 0xff);
+    assert_eq!(socks_login(client.socks_addr, "bob", "wrong").await.0, 1);
+    assert_eq!(socks_login(client.socks_addr, "bob", "s3cret").await.0, 0);
 }
 
 /// The HTTP CONNECT head for `target` with an optional `Proxy-Authorization` value, sent on a
@@ -192,7 +210,7 @@ async fn http_status(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connect_basic_credentials_are_enforced_with_users() {
-    let (_server, client) = pair_with_user_bob("httpauth").await;
+    let (_server, client, _) = pair_with_user_bob("httpauth").await;
     let proxy = client.http_addr.unwrap();
     // Port 1 on loopback: nothing listens, so a request that gets past the credentials is
     // answered 502 by the egress, and one that does not, 407 before any flow is opened.
@@ -296,4 +314,55 @@ async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(server.status().await.sessions.len(), 1);
+}
+
+/// A client reload (what SIGHUP does to `braid client`) puts new SOCKS5 and HTTP CONNECT users
+/// in force for every new connection; a connection already relaying keeps going; what only a
+/// restart can change is named and keeps its value; a file with no users opens the inbounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restart() {
+    let (_server, client, config) = pair_with_user_bob("clientreload").await;
+    let target = test_server().await;
+    let (status, mut relaying) = socks_login(client.socks_addr, "bob", "s3cret").await;
+    assert_eq!(status, 0);
+    let mut request = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    request.extend_from_slice(&target.port().to_be_bytes());
+    relaying.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    relaying.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 0, "connected");
+    let mut echo = [0u8; 4];
+    // The test server echoes what follows a first byte other than 'D' or 'U'.
+    relaying.write_all(b"Eone!").await.unwrap();
+    relaying.read_exact(&mut echo).await.unwrap();
+    assert_eq!(&echo, b"one!");
+
+    let mut next = config.clone();
+    next.socks_users = vec![socks_user("carol", "n3w")];
+    next.scheduler = SchedulerConfig::new(SchedulerKind::RoundRobin);
+    next.links[0].weight = 3;
+    let done = client.reload(next.clone());
+    assert_eq!(done.changed, ["socks.users"]);
+    assert_eq!(done.needs_restart, ["scheduler", "link"]);
+    // The connection that was relaying still is.
+    relaying.write_all(b"two!").await.unwrap();
+    relaying.read_exact(&mut echo).await.unwrap();
+    assert_eq!(&echo, b"two!");
+    assert_eq!(socks_login(client.socks_addr, "bob", "s3cret").await.0, 1);
+    assert_eq!(socks_login(client.socks_addr, "carol", "n3w").await.0, 0);
+    // "bob:s3cret" and "carol:n3w" in base64; port 1 on loopback: past the credentials, 502.
+    let proxy = client.http_addr.unwrap();
+    let status = http_status(proxy, "127.0.0.1:1", Some("Basic Ym9iOnMzY3JldA==")).await;
+    assert!(status.starts_with("HTTP/1.1 407 "), "{status}");
+    let status = http_status(proxy, "127.0.0.1:1", Some("Basic Y2Fyb2w6bjN3")).await;
+    assert!(status.starts_with("HTTP/1.1 502 "), "{status}");
+
+    // The same file again: nothing changes, and what needs a restart is still named.
+    let again = client.reload(next.clone());
+    assert!(again.changed.is_empty(), "{again:?}");
+    assert_eq!(again.needs_restart, ["scheduler", "link"]);
+    // No users: no authentication.
+    next.socks_users.clear();
+    assert_eq!(client.reload(next).changed, ["socks.users"]);
+    assert_eq!(socks_method(client.socks_addr, 0).await.0, 0);
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use braid_proxy::config::SessionLimits;
 use braid_proxy::daemon::{ClientHandle, ServerHandle};
-use braid_proxy::inbound::server::{HANDSHAKE_TIMEOUT, InboundContext};
+use braid_proxy::inbound::server::{HANDSHAKE_TIMEOUT, InboundContext, SocksUsers};
 use braid_proxy::inbound::tun::{PacketIo, TunCounters, TunLimits, serve_tun};
 use braid_proxy::transport::flow::SessionHandle;
 use daemon_common::*;
@@ -241,7 +241,7 @@ async fn setup_session(
     let (_slot, session) = watch::channel(client.session());
     let ctx = Arc::new(InboundContext {
         session,
-        socks_users: Vec::new(),
+        socks_users: SocksUsers::default(),
         handshake_timeout: HANDSHAKE_TIMEOUT,
     });
     let (app_tx, from_app) = mpsc::unbounded_channel();

@@ -2,7 +2,7 @@
 //! control socket) until Ctrl-C or SIGTERM (then it closes its session so that the server hears
 //! of it, see [`crate::daemon::ClientHandle::shutdown_gracefully`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tokio::signal::unix::{Signal, SignalKind};
@@ -124,6 +124,36 @@ async fn next(signal: &mut Option<Signal>) {
     }
 }
 
+/// SIGHUP: reads `path` again and puts in force what a running client can take (see
+/// [`crate::daemon::ClientHandle::reload`]); a file that does not load changes nothing.
+fn reload(path: &Path, client: &crate::daemon::ClientHandle) {
+    match ClientConfig::load(path) {
+        Err(e) => tracing::error!(
+            error = %e,
+            "SIGHUP: configuration not reloaded; the running one stays in force"
+        ),
+        Ok(config) => {
+            let done = client.reload(config);
+            log_reload(path, &done.changed, &done.needs_restart);
+        }
+    }
+}
+
+/// A daemon's reload of `path` done: what took new values, and what waits for a restart.
+pub(crate) fn log_reload(path: &Path, changed: &[&str], needs_restart: &[&str]) {
+    tracing::info!(
+        file = %path.display(),
+        changed = ?changed,
+        "SIGHUP: configuration reloaded"
+    );
+    if !needs_restart.is_empty() {
+        tracing::warn!(
+            settings = ?needs_restart,
+            "SIGHUP: these settings changed in the file but take effect only at a restart"
+        );
+    }
+}
+
 /// Runs `braid client`.
 pub fn run(args: &ClientArgs) -> ExitCode {
     let config = match ClientConfig::load(&args.config) {
@@ -152,13 +182,9 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             }
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
-        signals.until_stopped(async || {
-            tracing::warn!(
-                "SIGHUP: the client does not reload its configuration; restart it to apply a \
-                 changed file"
-            );
-        })
-        .await;
+        signals
+            .until_stopped(async || reload(&args.config, &client))
+            .await;
         tracing::info!("client stopping");
         client.shutdown_gracefully().await;
         ExitCode::SUCCESS

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{Signals, init_logging, runtime};
+use super::client::{Signals, init_logging, log_reload, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 
@@ -52,16 +52,11 @@ async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
         ),
         Ok(config) => {
             let done = server.reload(config).await;
-            tracing::info!(
-                file = %path.display(),
-                changed = ?done.changed,
-                sessions_closed = done.revoked.len(),
-                "SIGHUP: configuration reloaded"
-            );
-            if !done.needs_restart.is_empty() {
-                tracing::warn!(
-                    settings = ?done.needs_restart,
-                    "SIGHUP: these settings changed in the file but take effect only at a restart"
+            log_reload(path, &done.changed, &done.needs_restart);
+            if !done.revoked.is_empty() {
+                tracing::info!(
+                    sessions = done.revoked.len(),
+                    "SIGHUP: the sessions of users removed or given another key were closed"
                 );
             }
         }

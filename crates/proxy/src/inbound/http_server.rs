@@ -47,7 +47,7 @@ async fn serve_connection(
     let Some((request, _)) = http_connect::parse_request(&buf[..n])? else {
         return Err(InboundError::Closed);
     };
-    if !ctx.socks_users.is_empty() {
+    if ctx.socks_users.required() {
         let ok = request
             .proxy_authorization
             .and_then(http_connect::basic_credentials)

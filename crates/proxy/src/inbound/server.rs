@@ -2,7 +2,7 @@
 //! stream flow and waiting for the server's verdict, and reading a request head with one of the
 //! sans-IO parsers.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes, BytesMut};
@@ -73,11 +73,42 @@ pub enum InboundError {
 pub struct InboundContext {
     /// The client's current session (`None` between sessions).
     pub session: watch::Receiver<Option<SessionHandle>>,
-    /// The users of the SOCKS5 and HTTP CONNECT inbounds (`[socks] users`); empty: no
+    /// The users of the SOCKS5 and HTTP CONNECT inbounds (`[socks] users`); none: no
     /// authentication.
-    pub socks_users: Vec<SocksUser>,
+    pub socks_users: SocksUsers,
     /// How long a client has to complete its request ([`HANDSHAKE_TIMEOUT`] in the daemon).
     pub handshake_timeout: Duration,
+}
+
+/// The users of the SOCKS5 and HTTP CONNECT inbounds, replaced as a whole when the client
+/// reloads its file: a connection already past its authentication keeps going, the next one
+/// meets the new users.
+#[derive(Debug, Default)]
+pub struct SocksUsers(RwLock<Arc<[SocksUser]>>);
+
+impl SocksUsers {
+    /// These users (none: no authentication).
+    pub fn new(users: Vec<SocksUser>) -> SocksUsers {
+        SocksUsers(RwLock::new(users.into()))
+    }
+
+    /// The users in force.
+    pub fn current(&self) -> Arc<[SocksUser]> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `users` in force.
+    pub fn replace(&self, users: Vec<SocksUser>) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = users.into();
+    }
+
+    /// Whether clients must authenticate (there are users).
+    pub fn required(&self) -> bool {
+        !self.current().is_empty()
+    }
 }
 
 impl InboundContext {
@@ -85,7 +116,7 @@ impl InboundContext {
     /// constant time.
     pub fn credentials_match(&self, user: &[u8], password: &[u8]) -> bool {
         let mut ok = false;
-        for u in &self.socks_users {
+        for u in self.socks_users.current().iter() {
             let name = crate::tls::constant_time_eq(u.name.as_bytes(), user);
             let pass = crate::tls::constant_time_eq(u.password.as_bytes(), password);
             ok |= name & pass;
@@ -218,7 +249,7 @@ mod tests {
         let (_slot, session) = watch::channel(None);
         Arc::new(InboundContext {
             session,
-            socks_users: Vec::new(),
+            socks_users: SocksUsers::default(),
             handshake_timeout,
         })
     }

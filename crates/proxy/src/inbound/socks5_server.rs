@@ -60,7 +60,7 @@ async fn authenticate(
         .map(|(g, _)| g)
         .unwrap_or_default();
     buf.advance(n);
-    let method = if ctx.socks_users.is_empty() {
+    let method = if !ctx.socks_users.required() {
         greeting.no_auth.then_some(Method::NoAuth)
     } else {
         greeting.user_pass.then_some(Method::UserPass)
