@@ -118,6 +118,7 @@ pub struct ClientHandle {
     /// The configuration in force (what a reload compares the file with).
     config: Mutex<Arc<ClientConfig>>,
     inbound: Arc<InboundContext>,
+    links: Arc<LinkContext>,
 }
 
 /// What [`ClientHandle::reload`] did.
@@ -132,38 +133,57 @@ pub struct ClientReload {
 impl ClientHandle {
     /// Puts `new` (the configuration file read again) in force as far as a running client can:
     /// the SOCKS5 and HTTP CONNECT users (`[socks] users`) apply to every connection from now on
-    /// (those already past their authentication keep going). Everything else (the server and
-    /// the keys, the listeners, `[tun]`, the scheduler, the links and `[session]`) is named
-    /// in [`ClientReload::needs_restart`] and keeps its value: the session and its connections
-    /// are not dropped for it.
-    pub fn reload(&self, new: ClientConfig) -> ClientReload {
-        let mut config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = config.clone();
-        let mut changed = Vec::new();
-        if new.socks_users != old.socks_users {
-            self.inbound.socks_users.replace(new.socks_users.clone());
-            changed.push("socks.users");
-            warn_open_inbounds(&new);
+    /// (those already past their authentication keep going), and the scheduler replaces the
+    /// running session's at its next packet (see [`crate::session::Session::replace_scheduler`])
+    /// and is the next session's. Everything else (the server and the keys, the listeners,
+    /// `[tun]`, the links and `[session]`) is named in [`ClientReload::needs_restart`] and keeps
+    /// its value: the session and its connections are not dropped for it.
+    pub async fn reload(&self, new: ClientConfig) -> ClientReload {
+        let (changed, needs_restart, scheduler) = {
+            let mut config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+            let old = config.clone();
+            let mut changed = Vec::new();
+            if new.socks_users != old.socks_users {
+                self.inbound.socks_users.replace(new.socks_users.clone());
+                changed.push("socks.users");
+                warn_open_inbounds(&new);
+            }
+            let scheduler = (new.scheduler != old.scheduler).then(|| new.scheduler.clone());
+            if let Some(s) = &scheduler {
+                *self
+                    .links
+                    .scheduler
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = s.clone();
+                changed.push("scheduler");
+            }
+            let needs_restart = [
+                ("user", new.user != old.user),
+                ("key", new.key != old.key),
+                ("server_fingerprint / ca_file", new.trust != old.trust),
+                ("server_name", new.server_name != old.server_name),
+                ("state_dir", new.state_dir != old.state_dir),
+                ("socks_listen", new.socks_listen != old.socks_listen),
+                ("http_listen", new.http_listen != old.http_listen),
+                ("tun", new.tun != old.tun),
+                ("link", new.links != old.links),
+                ("session", new.session != old.session),
+            ]
+            .into_iter()
+            .filter_map(|(name, differs)| differs.then_some(name))
+            .collect();
+            let mut kept = (*old).clone();
+            kept.socks_users = new.socks_users;
+            kept.scheduler = new.scheduler;
+            *config = Arc::new(kept);
+            (changed, needs_restart, scheduler)
+        };
+        if let Some(scheduler) = scheduler
+            && let Some(session) = self.session()
+        {
+            // A session that ends meanwhile is followed by one with the new scheduler.
+            let _ = session.replace_scheduler(scheduler.build()).await;
         }
-        let needs_restart = [
-            ("user", new.user != old.user),
-            ("key", new.key != old.key),
-            ("server_fingerprint / ca_file", new.trust != old.trust),
-            ("server_name", new.server_name != old.server_name),
-            ("state_dir", new.state_dir != old.state_dir),
-            ("socks_listen", new.socks_listen != old.socks_listen),
-            ("http_listen", new.http_listen != old.http_listen),
-            ("tun", new.tun != old.tun),
-            ("scheduler", new.scheduler != old.scheduler),
-            ("link", new.links != old.links),
-            ("session", new.session != old.session),
-        ]
-        .into_iter()
-        .filter_map(|(name, differs)| differs.then_some(name))
-        .collect();
-        let mut kept = (*old).clone();
-        kept.socks_users = new.socks_users;
-        *config = Arc::new(kept);
         ClientReload {
             changed,
             needs_restart,
@@ -454,9 +474,11 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let config = Arc::new(config);
     let links = Arc::new(LinkContext {
         config: config.clone(),
+        scheduler: std::sync::RwLock::new(config.scheduler.clone()),
         crypto: client_config,
         conns: conns.clone(),
     });
+    let link_context = links.clone();
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
         socks_users: SocksUsers::new(config.socks_users.clone()),
@@ -497,6 +519,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         created_dir,
         config: Mutex::new(config),
         inbound: ctx,
+        links: link_context,
     })
 }
 
@@ -522,12 +545,19 @@ impl ServerHandle {
     }
 
     /// Puts `config` (the configuration file read again) in force, as
-    /// [`ServerShared::reload`] says, and closes the sessions of the users it removes or gives
+    /// [`ServerShared::reload`] says, closes the sessions of the users it removes or gives
     /// another key (their clients are told, as at shutdown; their joins are refused from now
-    /// on); what changed.
+    /// on), and gives the running sessions a new scheduler when the file changed it; what
+    /// changed.
     pub async fn reload(&self, config: ServerConfig) -> Reload {
         let reload = self.shared.reload(config);
         close_sessions(&reload.revoked).await;
+        if reload.changed.contains(&"scheduler") {
+            let scheduler = self.shared.config().scheduler.clone();
+            for session in self.shared.sessions() {
+                let _ = session.replace_scheduler(scheduler.build()).await;
+            }
+        }
         reload
     }
 

@@ -280,6 +280,14 @@ impl Daemon {
         }
     }
 
+    /// Writes `text` to `file`, sends SIGHUP and waits for the first log line containing
+    /// `answer`; the log.
+    fn reload(&self, file: &str, text: &str, answer: &str) -> String {
+        std::fs::write(file, text).unwrap();
+        self.signal(libc::SIGHUP);
+        self.wait_for(answer, 1)
+    }
+
     fn signal(&self, signal: libc::c_int) {
         let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: a signal to our own child, which has not been reaped.
@@ -311,24 +319,16 @@ fn sighup_reloads_the_server_and_the_client() {
     let file = write(&dir, "server.toml", &server_file(""));
     let server = Daemon::start(&["server", "-c", &file], dir.join("server.log"));
     server.wait_for("server running", 1);
-    write(
-        &dir,
-        "server.toml",
-        &server_file("[limits]\nmax_sessions = 0"),
-    );
-    server.signal(libc::SIGHUP);
-    let log = server.wait_for("configuration not reloaded", 1);
+    let bad = server_file("[limits]\nmax_sessions = 0");
+    let log = server.reload(&file, &bad, "configuration not reloaded");
     assert!(log.contains("limits.max_sessions"), "{log}");
     let mut reloaded = server_file("server_name = \"other\"");
     reloaded.push_str(&format!(
         "[[user]]\nname = \"b\"\nkey = \"{}\"\n",
         "cd".repeat(32)
     ));
-    write(&dir, "server.toml", &reloaded);
-    server.signal(libc::SIGHUP);
-    let log = server.wait_for("configuration reloaded", 1);
+    let log = server.reload(&file, &reloaded, "take effect only at a restart");
     assert!(log.contains("changed=[\"user\"]"), "{log}");
-    let log = server.wait_for("take effect only at a restart", 1);
     assert!(log.contains("server_name"), "{log}");
     assert_eq!(server.stop(), Some(0));
 
@@ -344,22 +344,15 @@ fn sighup_reloads_the_server_and_the_client() {
     );
     let client = Daemon::start(&["client", "-c", &client_file], dir.join("client.log"));
     client.wait_for("client running", 1);
-    let client_text = std::fs::read_to_string(&client_file).unwrap();
-    write(
-        &dir,
-        "client.toml",
-        &client_text.replace("user = \"a\"", "user = 7"),
-    );
-    client.signal(libc::SIGHUP);
-    client.wait_for("configuration not reloaded", 1);
-    let reloaded = client_text.replace("127.0.0.1:9", "127.0.0.1:10")
+    let text = std::fs::read_to_string(&client_file).unwrap();
+    let bad = text.replace("user = \"a\"", "user = 7");
+    let log = client.reload(&client_file, &bad, "configuration not reloaded");
+    assert!(log.contains("user"), "{log}");
+    let reloaded = text.replace("127.0.0.1:9", "127.0.0.1:10")
         + "[socks]\nusers = [{ name = \"bob\", password = \"s3cret\" }]\n";
-    write(&dir, "client.toml", &reloaded);
-    client.signal(libc::SIGHUP);
-    let log = client.wait_for("configuration reloaded", 1);
+    let log = client.reload(&client_file, &reloaded, "take effect only at a restart");
     assert!(log.contains("changed=[\"socks.users\"]"), "{log}");
-    let log = client.wait_for("take effect only at a restart", 1);
-    assert!(log.contains("[\"link\"]"), "{log}");
+    assert!(log.contains("settings=[\"link\"]"), "{log}");
     assert_eq!(client.stop(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -243,10 +243,11 @@ async fn http_connect_basic_credentials_are_enforced_with_users() {
     );
 }
 
-/// A reload (what SIGHUP does to `braid server`) puts users and the egress policy in force at
-/// once: a user added joins; a user removed loses the session it had (its client is told, and
-/// its joins are refused); the egress policy changes for new flows of running sessions; the
-/// listening address keeps its value until a restart, and says so.
+/// A reload (what SIGHUP does to `braid server`) puts users, the egress policy and the
+/// scheduler in force at once: a user added joins; a user removed loses the session it had (its
+/// client is told, and its joins are refused); the egress policy changes for new flows of
+/// running sessions, and the scheduler for running sessions too; the listening address keeps its
+/// value until a restart, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
     let target = test_server().await;
@@ -292,12 +293,14 @@ async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
     let mut third = second.clone();
     third.users.retain(|u| u.name != "alice");
     third.egress.allow_loopback = false;
+    third.scheduler = SchedulerConfig::new(SchedulerKind::RoundRobin);
     let done = server.reload(third).await;
-    assert_eq!(done.changed, ["user", "egress"]);
+    assert_eq!(done.changed, ["user", "scheduler", "egress"]);
     assert_eq!(done.revoked.len(), 1);
     assert!(done.revoked.iter().all(|s| s.is_closed()));
     let status = server.status().await;
     assert_eq!(status.sessions.len(), 1, "{status:?}");
+    assert_eq!(status.sessions[0].scheduler, "rr", "bob's running session");
     let (code, _) = socks_connect(bob.socks_addr, "127.0.0.1", target.port()).await;
     assert_ne!(code, 0, "loopback egress after the reload");
     assert!(bob.wait_for_paths(2, Duration::from_secs(1)).await);
@@ -317,8 +320,9 @@ async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
 }
 
 /// A client reload (what SIGHUP does to `braid client`) puts new SOCKS5 and HTTP CONNECT users
-/// in force for every new connection; a connection already relaying keeps going; what only a
-/// restart can change is named and keeps its value; a file with no users opens the inbounds.
+/// in force for every new connection and a new scheduler in the running session; a connection
+/// already relaying keeps going; what only a restart can change is named and keeps its value;
+/// a file with no users opens the inbounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restart() {
     let (_server, client, config) = pair_with_user_bob("clientreload").await;
@@ -341,9 +345,12 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     next.socks_users = vec![socks_user("carol", "n3w")];
     next.scheduler = SchedulerConfig::new(SchedulerKind::RoundRobin);
     next.links[0].weight = 3;
-    let done = client.reload(next.clone());
-    assert_eq!(done.changed, ["socks.users"]);
-    assert_eq!(done.needs_restart, ["scheduler", "link"]);
+    let done = client.reload(next.clone()).await;
+    assert_eq!(done.changed, ["socks.users", "scheduler"]);
+    assert_eq!(done.needs_restart, ["link"]);
+    // The running session took the new scheduler.
+    let status = client.status().await;
+    assert_eq!(status.sessions[0].scheduler, "rr", "{status:?}");
     // The connection that was relaying still is.
     relaying.write_all(b"two!").await.unwrap();
     relaying.read_exact(&mut echo).await.unwrap();
@@ -358,11 +365,11 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     assert!(status.starts_with("HTTP/1.1 502 "), "{status}");
 
     // The same file again: nothing changes, and what needs a restart is still named.
-    let again = client.reload(next.clone());
+    let again = client.reload(next.clone()).await;
     assert!(again.changed.is_empty(), "{again:?}");
-    assert_eq!(again.needs_restart, ["scheduler", "link"]);
+    assert_eq!(again.needs_restart, ["link"]);
     // No users: no authentication.
     next.socks_users.clear();
-    assert_eq!(client.reload(next).changed, ["socks.users"]);
+    assert_eq!(client.reload(next).await.changed, ["socks.users"]);
     assert_eq!(socks_method(client.socks_addr, 0).await.0, 0);
 }

@@ -13,7 +13,7 @@ use braid_proxy::session::varint::Writer;
 use braid_proxy::session::{
     Event, FlowError, FlowKind, FrameError, PathConfig, SessionConfig, SessionError, Target, Tier,
 };
-use braid_sched_core::{FlowId, PathId, SchedulerKind, Timestamp};
+use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
 use session_common::{Bulk, Driver};
 
 fn harness(links: &[LinkConfig], config: SessionConfig, path: PathConfig) -> Harness {
@@ -280,6 +280,56 @@ fn session_paths_join_and_leave_during_a_transfer() {
     assert_eq!(status.len(), 2, "path 0 left, path 2 joined");
     let on_new = status.iter().find(|s| s.view.id == PathId(2)).unwrap();
     assert!(on_new.stats.packets_sent > 1_000, "{on_new:?}");
+}
+
+/// A scheduler put in place mid-transfer (a daemon's reload) places the packets that follow:
+/// minRTT sends each byte once; from 1 s on the redundant scheduler sends each on both paths,
+/// so the bytes sent per byte delivered go from about 1 to about 2. (A flow window of 64 KB,
+/// below the paths' bandwidth-delay product, leaves both congestion windows room: the redundant
+/// scheduler copies a packet onto every path with room.) The transfer arrives whole.
+#[test]
+fn a_scheduler_replaced_mid_transfer_places_the_packets_that_follow() {
+    let config = SessionConfig {
+        flow_receive_window: 64 << 10,
+        ..SessionConfig::default()
+    };
+    let mut h = harness(
+        &[LinkConfig::new(20.0, 10.0), LinkConfig::new(20.0, 15.0)],
+        config,
+        PathConfig::default(),
+    );
+    let bytes = 6_000_000;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    // (bytes sent on every path, bytes received) at 0.5, 1, 1.5 and 2 s.
+    let mut marks = Vec::new();
+    h.run_until(secs(30.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now();
+        if marks.len() < 4 && now >= secs(0.5 * (marks.len() + 1) as f64) {
+            let sent: u64 = h
+                .client()
+                .path_status(now)
+                .map(|s| s.stats.bytes_sent)
+                .sum();
+            marks.push((sent, d.transfers[0].received));
+            if marks.len() == 2 {
+                let redundant = SchedulerConfig::new(SchedulerKind::Redundant).build();
+                h.client().replace_scheduler(redundant, now);
+            }
+        }
+    });
+    let t = &d.transfers[0];
+    assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    assert_eq!(h.client().scheduler().kind(), SchedulerKind::Redundant);
+    let ratio = |a: (u64, u64), b: (u64, u64)| (b.0 - a.0) as f64 / (b.1 - a.1) as f64;
+    let before = ratio(marks[0], marks[1]);
+    let after = ratio(marks[2], marks[3]);
+    println!("bytes sent per byte delivered: {before:.2} with minRTT, {after:.2} after the swap");
+    assert!(before < 1.2, "minRTT: {before:.2} ({marks:?})");
+    assert!(after > 1.7, "redundant: {after:.2} ({marks:?})");
 }
 
 #[test]

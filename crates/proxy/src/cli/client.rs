@@ -126,14 +126,14 @@ async fn next(signal: &mut Option<Signal>) {
 
 /// SIGHUP: reads `path` again and puts in force what a running client can take (see
 /// [`crate::daemon::ClientHandle::reload`]); a file that does not load changes nothing.
-fn reload(path: &Path, client: &crate::daemon::ClientHandle) {
+async fn reload(path: &Path, client: &crate::daemon::ClientHandle) {
     match ClientConfig::load(path) {
         Err(e) => tracing::error!(
             error = %e,
             "SIGHUP: configuration not reloaded; the running one stays in force"
         ),
         Ok(config) => {
-            let done = client.reload(config);
+            let done = client.reload(config).await;
             log_reload(path, &done.changed, &done.needs_restart);
         }
     }
@@ -183,7 +183,7 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
         signals
-            .until_stopped(async || reload(&args.config, &client))
+            .until_stopped(async || reload(&args.config, &client).await)
             .await;
         tracing::info!("client stopping");
         client.shutdown_gracefully().await;

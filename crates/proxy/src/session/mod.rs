@@ -312,6 +312,17 @@ impl Session {
         &self.scheduler
     }
 
+    /// Puts `scheduler` in place of the running one (a daemon's reload): it starts as it would
+    /// in a new session, told the state of every path; from the next packet on, it places the
+    /// packets. Packets in flight stay where they are, and flows, windows and paths are
+    /// untouched.
+    pub fn replace_scheduler(&mut self, scheduler: AnyScheduler, now: Timestamp) {
+        self.scheduler = scheduler;
+        for path in self.paths[..self.path_end].iter().flatten() {
+            self.scheduler.on_path_state(path.id, path.state, now);
+        }
+    }
+
     /// True once the session is closed.
     pub fn is_closed(&self) -> bool {
         self.state == SessionState::Closed

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use braid_sched_core::PathId;
+use braid_sched_core::{PathId, SchedulerConfig};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -60,6 +60,8 @@ pub enum LinkError {
 #[derive(Debug)]
 pub(crate) struct LinkContext {
     pub config: Arc<ClientConfig>,
+    /// The scheduler of the next session (the file's, or a reload's).
+    pub scheduler: std::sync::RwLock<SchedulerConfig>,
     pub crypto: quinn::ClientConfig,
     /// The live connection of each link (for status and for tests that cut a link).
     pub conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
@@ -79,7 +81,11 @@ pub(crate) async fn session_loop(
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
             config: super::session_config(&ctx.config.session),
-            scheduler: ctx.config.scheduler.build(),
+            scheduler: ctx
+                .scheduler
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .build(),
             label: hex(&session_id),
             user: ctx.config.user.clone(),
             acceptor: None,

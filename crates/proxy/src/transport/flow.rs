@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use braid_sched_core::FlowId;
+use braid_sched_core::{AnyScheduler, FlowId};
 use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -86,6 +86,14 @@ impl SessionHandle {
             .await
             .map_err(|_| SessionGone)?;
         rx.await.map_err(|_| SessionGone)
+    }
+
+    /// Puts `scheduler` in place of the session's (see [`crate::session::Session::replace_scheduler`]).
+    pub async fn replace_scheduler(&self, scheduler: AnyScheduler) -> Result<(), SessionGone> {
+        self.commands
+            .send(Command::Scheduler(scheduler))
+            .await
+            .map_err(|_| SessionGone)
     }
 
     /// Closes the session (CLOSE on every path).

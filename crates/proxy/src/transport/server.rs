@@ -82,8 +82,9 @@ impl ServerShared {
 
     /// Puts `new` (a configuration file read again) in force, but for what only a restart can
     /// change (the listening address, the state directory, the certificate's name and
-    /// `max_pending_joins`, which keep their values). The users, the scheduler and `[session]`
-    /// limits of new sessions, `max_sessions` and the egress policy (of every new flow, in
+    /// `max_pending_joins`, which keep their values). The users, the scheduler (of new sessions;
+    /// [`crate::daemon::ServerHandle::reload`] gives it to running ones), `[session]` limits of
+    /// new sessions, `max_sessions` and the egress policy (of every new flow, in
     /// running sessions too) take the new values at once. The sessions of users the new file
     /// no longer lists, or lists with another key, are taken out of the table and returned
     /// for the caller to close: a key removed is a key revoked.

@@ -76,6 +76,8 @@ pub(crate) enum Command {
     Status {
         reply: oneshot::Sender<SessionStatus>,
     },
+    /// Put this scheduler in place of the session's (a reload).
+    Scheduler(AnyScheduler),
     Close,
 }
 
@@ -419,6 +421,11 @@ impl Driver {
             }
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
+            }
+            Command::Scheduler(scheduler) => {
+                info!(session = %self.label, scheduler = scheduler.kind().name(), "scheduler replaced");
+                let now = self.now();
+                self.session.replace_scheduler(scheduler, now);
             }
             Command::Close => {
                 let now = self.now();
