@@ -115,8 +115,6 @@ pub struct ClientHandle {
     conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
-    /// The configuration in force (what a reload compares the file with).
-    config: Mutex<Arc<ClientConfig>>,
     inbound: Arc<InboundContext>,
     links: Arc<LinkContext>,
 }
@@ -139,51 +137,48 @@ impl ClientHandle {
     /// `[tun]`, the links and `[session]`) is named in [`ClientReload::needs_restart`] and keeps
     /// its value: the session and its connections are not dropped for it.
     pub async fn reload(&self, new: ClientConfig) -> ClientReload {
-        let (changed, needs_restart, scheduler) = {
-            let mut config = self.config.lock().unwrap_or_else(PoisonError::into_inner);
-            let old = config.clone();
-            let mut changed = Vec::new();
-            if new.socks_users != old.socks_users {
-                self.inbound.socks_users.replace(new.socks_users.clone());
-                changed.push("socks.users");
-                warn_open_inbounds(&new);
-            }
-            let scheduler = (new.scheduler != old.scheduler).then(|| new.scheduler.clone());
-            if let Some(s) = &scheduler {
-                *self
-                    .links
-                    .scheduler
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner) = s.clone();
-                changed.push("scheduler");
-            }
-            let needs_restart = [
-                ("user", new.user != old.user),
-                ("key", new.key != old.key),
-                ("server_fingerprint / ca_file", new.trust != old.trust),
-                ("server_name", new.server_name != old.server_name),
-                ("state_dir", new.state_dir != old.state_dir),
-                ("socks_listen", new.socks_listen != old.socks_listen),
-                ("http_listen", new.http_listen != old.http_listen),
-                ("tun", new.tun != old.tun),
-                ("link", new.links != old.links),
-                ("session", new.session != old.session),
-            ]
-            .into_iter()
-            .filter_map(|(name, differs)| differs.then_some(name))
-            .collect();
-            let mut kept = (*old).clone();
-            kept.socks_users = new.socks_users;
-            kept.scheduler = new.scheduler;
-            *config = Arc::new(kept);
-            (changed, needs_restart, scheduler)
-        };
-        if let Some(scheduler) = scheduler
-            && let Some(session) = self.session()
-        {
-            // A session that ends meanwhile is followed by one with the new scheduler.
-            let _ = session.replace_scheduler(scheduler.build()).await;
+        // What a reload changes lives where it is used (the inbounds' users, the links' next
+        // scheduler); the rest is compared with the file the client started with.
+        let mut changed = Vec::new();
+        if *new.socks_users != *self.inbound.socks_users.current() {
+            warn_open_inbounds(&new);
+            self.inbound.socks_users.replace(new.socks_users);
+            changed.push("socks.users");
         }
+        let scheduler = {
+            let mut next = self
+                .links
+                .scheduler
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            (new.scheduler != *next).then(|| {
+                *next = new.scheduler.clone();
+                new.scheduler.build()
+            })
+        };
+        if let Some(scheduler) = scheduler {
+            changed.push("scheduler");
+            // A session that ends meanwhile is followed by one with the new scheduler.
+            if let Some(session) = self.session() {
+                let _ = session.replace_scheduler(scheduler).await;
+            }
+        }
+        let old = &self.links.config;
+        let needs_restart = [
+            ("user", new.user != old.user),
+            ("key", new.key != old.key),
+            ("server_fingerprint / ca_file", new.trust != old.trust),
+            ("server_name", new.server_name != old.server_name),
+            ("state_dir", new.state_dir != old.state_dir),
+            ("socks_listen", new.socks_listen != old.socks_listen),
+            ("http_listen", new.http_listen != old.http_listen),
+            ("tun", new.tun != old.tun),
+            ("link", new.links != old.links),
+            ("session", new.session != old.session),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect();
         ClientReload {
             changed,
             needs_restart,
@@ -517,7 +512,6 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         conns,
         tasks,
         created_dir,
-        config: Mutex::new(config),
         inbound: ctx,
         links: link_context,
     })

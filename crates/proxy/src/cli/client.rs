@@ -127,16 +127,23 @@ async fn next(signal: &mut Option<Signal>) {
 /// SIGHUP: reads `path` again and puts in force what a running client can take (see
 /// [`crate::daemon::ClientHandle::reload`]); a file that does not load changes nothing.
 async fn reload(path: &Path, client: &crate::daemon::ClientHandle) {
-    match ClientConfig::load(path) {
-        Err(e) => tracing::error!(
-            error = %e,
-            "SIGHUP: configuration not reloaded; the running one stays in force"
-        ),
-        Ok(config) => {
-            let done = client.reload(config).await;
-            log_reload(path, &done.changed, &done.needs_restart);
-        }
+    if let Some(config) = reread(ClientConfig::load(path)) {
+        let done = client.reload(config).await;
+        log_reload(path, &done.changed, &done.needs_restart);
     }
+}
+
+/// A daemon's file read again at SIGHUP; `None`, logged, when it does not load (the running
+/// configuration then stays in force).
+pub(crate) fn reread<C, E: std::fmt::Display>(loaded: Result<C, E>) -> Option<C> {
+    loaded
+        .map_err(|e| {
+            tracing::error!(
+                error = %e,
+                "SIGHUP: configuration not reloaded; the running one stays in force"
+            );
+        })
+        .ok()
 }
 
 /// A daemon's reload of `path` done: what took new values, and what waits for a restart.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{Signals, init_logging, log_reload, runtime};
+use super::client::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 
@@ -45,21 +45,16 @@ fn summary(config: &ServerConfig) -> String {
 /// SIGHUP: reads `path` again and puts it in force (see [`crate::daemon::ServerHandle::reload`]);
 /// a file that does not load changes nothing.
 async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
-    match ServerConfig::load(path) {
-        Err(e) => tracing::error!(
-            error = %e,
-            "SIGHUP: configuration not reloaded; the running one stays in force"
-        ),
-        Ok(config) => {
-            let done = server.reload(config).await;
-            log_reload(path, &done.changed, &done.needs_restart);
-            if !done.revoked.is_empty() {
-                tracing::info!(
-                    sessions = done.revoked.len(),
-                    "SIGHUP: the sessions of users removed or given another key were closed"
-                );
-            }
-        }
+    let Some(config) = reread(ServerConfig::load(path)) else {
+        return;
+    };
+    let done = server.reload(config).await;
+    log_reload(path, &done.changed, &done.needs_restart);
+    if !done.revoked.is_empty() {
+        tracing::info!(
+            sessions = done.revoked.len(),
+            "SIGHUP: the sessions of users removed or given another key were closed"
+        );
     }
 }
 

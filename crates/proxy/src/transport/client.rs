@@ -59,6 +59,8 @@ pub enum LinkError {
 /// Shared state of the client's links.
 #[derive(Debug)]
 pub(crate) struct LinkContext {
+    /// The file the client started with (a reload changes only `scheduler` below, and the
+    /// inbounds' users).
     pub config: Arc<ClientConfig>,
     /// The scheduler of the next session (the file's, or a reload's).
     pub scheduler: std::sync::RwLock<SchedulerConfig>,
