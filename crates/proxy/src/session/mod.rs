@@ -44,6 +44,7 @@ mod sent;
 mod stream;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 use braid_sched_core::{
     AnyScheduler, FlowId, MAX_PATHS, PathId, PathState, PathView, ReceiverReport, Scheduler,
@@ -420,6 +421,22 @@ impl Session {
         .map_err(|source| PathError::Config { path: id, source })?;
         path.set_max_datagram_size(size);
         Ok(())
+    }
+
+    /// Gives path `id` a round-trip time its transport measured before the path joined (the
+    /// driver passes the QUIC handshake's, quinn's `Connection::rtt`), taken as the path's
+    /// first RTT sample if it has none of its own yet; returns whether it was taken. Without
+    /// it a joining path reports `initial_rtt` (100 ms) until its first packet is
+    /// acknowledged: the scheduler would send the first packets of a session, or of a path
+    /// that comes back, on a slow path it takes for a fast one, and the path's probe timeout
+    /// would fire early on a path slower than that. A zero `rtt` is ignored.
+    pub fn seed_path_rtt(&mut self, id: PathId, rtt: Duration) -> Result<bool, PathError> {
+        let path = self
+            .paths
+            .get_mut(id.index())
+            .and_then(Option::as_mut)
+            .ok_or(PathError::UnknownPath(id))?;
+        Ok(path.seed_rtt(rtt))
     }
 
     /// The joined paths' current views and counters.

@@ -618,6 +618,11 @@ impl Path {
         self.stats.failures += 1;
     }
 
+    /// See [`RttEstimator::seed`].
+    pub fn seed_rtt(&mut self, sample: Duration) -> bool {
+        self.rtt.seed(sample)
+    }
+
     fn recover(&mut self, now: Timestamp) {
         self.state = tier_state(self.config.tier);
         self.last_ack_received = now;

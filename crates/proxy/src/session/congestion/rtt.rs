@@ -64,6 +64,17 @@ impl RttEstimator {
             .saturating_add(adjusted / 8);
     }
 
+    /// Takes `sample` as the first sample when there is none yet (a round trip measured
+    /// before the path carried packets, e.g. its transport's handshake) and returns true; does
+    /// nothing and returns false once a sample was folded in, or for a zero `sample`.
+    pub fn seed(&mut self, sample: Duration) -> bool {
+        if self.has_sample || sample.is_zero() {
+            return false;
+        }
+        self.update(Duration::ZERO, sample);
+        true
+    }
+
     /// Smoothed RTT (`smoothed_rtt`).
     pub fn srtt(&self) -> Duration {
         self.smoothed
@@ -119,6 +130,24 @@ mod tests {
         assert_eq!(rtt.latest(), ms(333));
         // 333 + 4 * 166.5 = 999 ms
         assert_eq!(rtt.pto_base(), ms(999));
+    }
+
+    #[test]
+    fn a_seed_is_the_first_sample_only_when_there_is_none() {
+        let mut rtt = RttEstimator::new(ms(100));
+        assert!(!rtt.seed(Duration::ZERO), "a zero seed is ignored");
+        assert!(!rtt.has_sample());
+        assert!(rtt.seed(ms(400)));
+        assert_eq!(
+            (rtt.srtt(), rtt.rttvar(), rtt.min_rtt()),
+            (ms(400), ms(200), ms(400))
+        );
+        // A second seed changes nothing; the next real sample is folded in as a second one.
+        assert!(!rtt.seed(ms(10)));
+        assert_eq!(rtt.srtt(), ms(400));
+        rtt.update(Duration::ZERO, ms(480));
+        assert_eq!(rtt.srtt(), ms(410));
+        assert_eq!(rtt.min_rtt(), ms(400));
     }
 
     #[test]

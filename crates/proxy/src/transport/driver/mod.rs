@@ -319,6 +319,9 @@ impl Driver {
             conn.close(quinn::VarInt::from_u32(0), b"");
             return;
         }
+        // The connection's handshake (and the JOIN exchange) measured the link's round trip:
+        // the path starts from it instead of the session's 100 ms guess.
+        let _ = self.session.seed_path_rtt(id, conn.rtt());
         self.generation += 1;
         let generation = self.generation;
         self.readers.retain(|r| r.id != id);
