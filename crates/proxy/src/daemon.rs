@@ -6,20 +6,20 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{ClientConfig, ServerConfig};
+use crate::config::{ClientConfig, LinkConfig, ServerConfig, TunConfig};
 use crate::control::{self, ControlError, StatusSource};
 use crate::inbound::server::{InboundContext, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
 use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
-use crate::transport::client::{LinkContext, session_loop};
+use crate::transport::client::{LinkChanges, LinkContext, session_loop};
 use crate::transport::quic::transport_config;
 use crate::transport::server::{Reload, ServerShared, accept_loop};
 use crate::transport::{DaemonStatus, SessionHandle};
@@ -112,7 +112,6 @@ pub struct ClientHandle {
     /// The TUN inbound's device name and counters, if enabled.
     pub tun: Option<(String, Arc<TunCounters>)>,
     session: watch::Receiver<Option<SessionHandle>>,
-    conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
     inbound: Arc<InboundContext>,
@@ -126,19 +125,23 @@ pub struct ClientReload {
     pub changed: Vec<&'static str>,
     /// The settings that differ in the file but keep their values until a restart.
     pub needs_restart: Vec<&'static str>,
+    /// The links added, removed and reconnected (`link` in `changed` when any).
+    pub links: LinkChanges,
 }
 
 impl ClientHandle {
     /// Puts `new` (the configuration file read again) in force as far as a running client can:
     /// the SOCKS5 and HTTP CONNECT users (`[socks] users`) apply to every connection from now on
-    /// (those already past their authentication keep going), and the scheduler replaces the
+    /// (those already past their authentication keep going); the scheduler replaces the
     /// running session's at its next packet (see [`crate::session::Session::replace_scheduler`])
-    /// and is the next session's. Everything else (the server and the keys, the listeners,
-    /// `[tun]`, the links and `[session]`) is named in [`ClientReload::needs_restart`] and keeps
+    /// and is the next session's; the links, matched by name, are added to, removed from or
+    /// reconnected in the running session (see [`ClientReload::links`]) while the others keep
+    /// their connections and the flows carry on. Everything else (the server and the keys, the
+    /// listeners, `[tun]` and `[session]`) is named in [`ClientReload::needs_restart`] and keeps
     /// its value: the session and its connections are not dropped for it.
     pub async fn reload(&self, new: ClientConfig) -> ClientReload {
-        // What a reload changes lives where it is used (the inbounds' users, the links' next
-        // scheduler); the rest is compared with the file the client started with.
+        // What a reload changes lives where it is used (the inbounds' users, the links' table
+        // and next scheduler); the rest is compared with the file the client started with.
         let mut changed = Vec::new();
         if *new.socks_users != *self.inbound.socks_users.current() {
             warn_open_inbounds(&new);
@@ -163,6 +166,21 @@ impl ClientHandle {
                 let _ = session.replace_scheduler(scheduler).await;
             }
         }
+        let links = self.links.reload(&new.links);
+        if !links.is_empty() {
+            changed.push("link");
+            let renewed = new
+                .links
+                .iter()
+                .filter(|l| links.added.contains(&l.name) || links.restarted.contains(&l.name));
+            if let Some((device, _)) = &self.tun {
+                warn_links_under_a_default_tun_route(
+                    self.links.config.tun.as_ref(),
+                    device,
+                    renewed,
+                );
+            }
+        }
         let old = &self.links.config;
         let needs_restart = [
             ("user", new.user != old.user),
@@ -173,7 +191,6 @@ impl ClientHandle {
             ("socks_listen", new.socks_listen != old.socks_listen),
             ("http_listen", new.http_listen != old.http_listen),
             ("tun", new.tun != old.tun),
-            ("link", new.links != old.links),
             ("session", new.session != old.session),
         ]
         .into_iter()
@@ -182,6 +199,7 @@ impl ClientHandle {
         ClientReload {
             changed,
             needs_restart,
+            links,
         }
     }
 
@@ -217,12 +235,7 @@ impl ClientHandle {
     /// Closes link `index`'s current connection (as if the link dropped); the link reconnects
     /// and rejoins by itself. False when the link has no connection now.
     pub fn drop_link(&self, index: usize) -> bool {
-        let conn = self
-            .conns
-            .lock()
-            .ok()
-            .and_then(|c| c.get(index).cloned().flatten());
-        match conn {
+        match self.links.conn(index) {
             Some(c) => {
                 c.close(quinn::VarInt::from_u32(0), b"link dropped");
                 true
@@ -235,11 +248,7 @@ impl ClientHandle {
     /// QUIC CONNECTION_CLOSE), then does what [`ClientHandle::shutdown`] does. Takes at most
     /// [`CLOSE_GRACE`] plus [`DRAIN_TIMEOUT`], about a round trip when the server answers.
     pub async fn shutdown_gracefully(&mut self) {
-        let conns: Vec<quinn::Connection> = self
-            .conns
-            .lock()
-            .map(|c| c.iter().flatten().cloned().collect())
-            .unwrap_or_default();
+        let conns = self.links.conns();
         if let Some(session) = self.session() {
             // The session loop publishes `None` once the driver has stopped, and stops the
             // links in the same step; it starts a new session only after `BACKOFF_MIN`, by
@@ -278,8 +287,9 @@ impl ClientHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        // Aborting the session loop leaves its driver and link tasks running; closing the
-        // session ends them (the links stop when they find it gone).
+        // Aborting the session loop leaves its driver and link tasks running: the links are
+        // stopped here, and closing the session ends the driver.
+        self.links.end_session();
         if let Some(s) = self.session() {
             let _ = s
                 .commands
@@ -375,19 +385,38 @@ fn open_inbounds(config: &ClientConfig) -> Vec<(&'static str, SocketAddr)> {
 
 /// The links whose own packets a default route in `[tun] routes` (prefix 0) would take into
 /// the device: those not bound to an interface. Named for the warning at start.
-fn links_under_a_default_tun_route(config: &ClientConfig) -> Vec<&str> {
-    let Some(tun) = &config.tun else {
+fn links_under_a_default_tun_route<'a>(
+    tun: Option<&TunConfig>,
+    links: impl IntoIterator<Item = &'a LinkConfig>,
+) -> Vec<&'a str> {
+    let Some(tun) = tun else {
         return Vec::new();
     };
     if !tun.routes.iter().any(|r| r.prefix == 0) {
         return Vec::new();
     }
-    config
-        .links
-        .iter()
+    links
+        .into_iter()
         .filter(|l| l.interface.is_none())
         .map(|l| l.name.as_str())
         .collect()
+}
+
+/// Warns of each of [`links_under_a_default_tun_route`].
+fn warn_links_under_a_default_tun_route<'a>(
+    tun: Option<&TunConfig>,
+    device: &str,
+    links: impl IntoIterator<Item = &'a LinkConfig>,
+) {
+    for link in links_under_a_default_tun_route(tun, links) {
+        tracing::warn!(
+            link,
+            device,
+            "[tun] routes sends everything into the device and this link has no `interface`: \
+             its packets to the server loop into the device unless a policy route for its \
+             local_addr keeps them out (docs/config.md)"
+        );
+    }
 }
 
 /// Warns of each of [`open_inbounds`].
@@ -435,15 +464,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 );
             }
             configure_tun(device.name(), t)?;
-            for link in links_under_a_default_tun_route(&config) {
-                tracing::warn!(
-                    link,
-                    device = device.name(),
-                    "[tun] routes sends everything into the device and this link has no \
-                     `interface`: its packets to the server loop into the device unless a \
-                     policy route for its local_addr keeps them out (docs/config.md)"
-                );
-            }
+            warn_links_under_a_default_tun_route(Some(t), device.name(), &config.links);
             tracing::info!(
                 device = device.name(),
                 mtu = t.mtu,
@@ -465,14 +486,8 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
     let (slot, session) = watch::channel(None);
-    let conns = Arc::new(Mutex::new(vec![None; config.links.len()]));
     let config = Arc::new(config);
-    let links = Arc::new(LinkContext {
-        config: config.clone(),
-        scheduler: std::sync::RwLock::new(config.scheduler.clone()),
-        crypto: client_config,
-        conns: conns.clone(),
-    });
+    let links = Arc::new(LinkContext::new(config.clone(), client_config));
     let link_context = links.clone();
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
@@ -509,7 +524,6 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         control_path,
         tun: tun_status,
         session,
-        conns,
         tasks,
         created_dir,
         inbound: ctx,
@@ -675,15 +689,21 @@ mod tests {
     #[test]
     fn links_a_default_tun_route_would_loop_are_named() {
         let tun = |routes: &str| format!("[tun]\nname = \"t\"\nroutes = [{routes}]");
-        assert!(links_under_a_default_tun_route(&client("")).is_empty());
+        let named = |c: &ClientConfig| -> Vec<String> {
+            links_under_a_default_tun_route(c.tun.as_ref(), &c.links)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        assert!(named(&client("")).is_empty());
         let narrow = client(&tun("\"203.0.113.0/24\", \"2001:db8::/32\""));
-        assert!(links_under_a_default_tun_route(&narrow).is_empty());
+        assert!(named(&narrow).is_empty());
         for default in ["\"0.0.0.0/0\"", "\"10.0.0.0/8\", \"::/0\""] {
             let config = client(&tun(default));
-            assert_eq!(links_under_a_default_tun_route(&config), ["w"], "{default}");
+            assert_eq!(named(&config), ["w"], "{default}");
         }
         let mut bound = client(&tun("\"0.0.0.0/0\""));
         bound.links[0].interface = Some("wlan0".into());
-        assert!(links_under_a_default_tun_route(&bound).is_empty());
+        assert!(named(&bound).is_empty());
     }
 }

@@ -295,3 +295,146 @@ async fn status_is_served_on_the_control_socket() {
         assert!(!d.exists(), "{} left behind", d.display());
     }
 }
+
+/// The client's and the server's paths now, as (id, link name, state), by id.
+async fn paths_of(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, String, String)> {
+    let mut paths: Vec<_> = status
+        .sessions
+        .first()
+        .map(|s| {
+            s.paths
+                .iter()
+                .map(|p| (p.id, p.name.clone(), p.state.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
+/// Waits until both daemons show `want` as the session's paths; panics with what they show.
+async fn wait_for_paths_on_both(
+    server: &braid_proxy::daemon::ServerHandle,
+    client: &braid_proxy::daemon::ClientHandle,
+    want: &[(u8, &str, &str)],
+) {
+    let want: Vec<(u8, String, String)> = want
+        .iter()
+        .map(|&(id, name, state)| (id, name.to_owned(), state.to_owned()))
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let on_client = paths_of(client.status().await).await;
+        let on_server = paths_of(server.status().await).await;
+        if on_client == want && on_server == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "want {want:?}; client {on_client:?}, server {on_server:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
+    let name = "linkreload";
+    let (server, client) = pair(name, 1).await;
+    let target = test_server().await;
+    let session = client.status().await.sessions[0].session.clone();
+    // A connection that stays open through every reload.
+    let (code, mut echo) = socks_connect(client.socks_addr, "127.0.0.1", target.port()).await;
+    assert_eq!(code, 0);
+    let mut back = [0u8; 4];
+    echo.write_all(b"Eone!").await.unwrap();
+    echo.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"one!");
+
+    // Two links added: they join the running session.
+    let mut config = client_config(name, &server, 3, KEY);
+    let done = client.reload(config.clone()).await;
+    assert_eq!(done.changed, ["link"]);
+    assert_eq!(done.links.added, ["link1", "link2"]);
+    assert!(done.needs_restart.is_empty(), "{done:?}");
+    wait_for_paths_on_both(
+        &server,
+        &client,
+        &[
+            (0, "link0", "active"),
+            (1, "link1", "active"),
+            (2, "link2", "active"),
+        ],
+    )
+    .await;
+
+    // link0 removed in the middle of a download: its path leaves, the bytes arrive whole.
+    let len = 16 * MB;
+    let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"D").await.unwrap();
+    s.write_all(&(len as u32).to_be_bytes()).await.unwrap();
+    let mut got = Vec::with_capacity(len);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut removed = None;
+    let work = async {
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if removed.is_none() && got.len() > 2 * MB {
+                config.links.remove(0);
+                removed = Some(client.reload(config.clone()).await);
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .unwrap();
+    assert_eq!(sha256(&got), sha256(&pattern(len, 7)));
+    let removed = removed.expect("the download ended before 2 MB");
+    assert_eq!(removed.links.removed, ["link0"]);
+    assert!(removed.links.added.is_empty() && removed.links.restarted.is_empty());
+    wait_for_paths_on_both(
+        &server,
+        &client,
+        &[(1, "link1", "active"), (2, "link2", "active")],
+    )
+    .await;
+
+    // link2 made a backup: it reconnects with its new settings under its path id; a new link
+    // takes the free id 0.
+    config.links[1].tier = braid_proxy::session::Tier::Backup;
+    let mut link3 = config.links[0].clone();
+    link3.name = "link3".into();
+    config.links.push(link3);
+    let done = client.reload(config.clone()).await;
+    assert_eq!(done.links.restarted, ["link2"]);
+    assert_eq!(done.links.added, ["link3"]);
+    wait_for_paths_on_both(
+        &server,
+        &client,
+        &[
+            (0, "link3", "active"),
+            (1, "link1", "active"),
+            (2, "link2", "backup"),
+        ],
+    )
+    .await;
+
+    // The same file again changes nothing.
+    let again = client.reload(config).await;
+    assert!(
+        again.changed.is_empty() && again.links.is_empty(),
+        "{again:?}"
+    );
+    // One session throughout, and the first connection still relays.
+    let status = client.status().await;
+    assert_eq!(status.sessions.len(), 1);
+    assert_eq!(status.sessions[0].session, session);
+    echo.write_all(b"two!").await.unwrap();
+    echo.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"two!");
+}

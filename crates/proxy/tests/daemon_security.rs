@@ -344,10 +344,10 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     let mut next = config.clone();
     next.socks_users = vec![socks_user("carol", "n3w")];
     next.scheduler = SchedulerConfig::new(SchedulerKind::RoundRobin);
-    next.links[0].weight = 3;
+    next.session.flow_receive_window *= 2;
     let done = client.reload(next.clone()).await;
     assert_eq!(done.changed, ["socks.users", "scheduler"]);
-    assert_eq!(done.needs_restart, ["link"]);
+    assert_eq!(done.needs_restart, ["session"]);
     // The running session took the new scheduler.
     let status = client.status().await;
     assert_eq!(status.sessions[0].scheduler, "rr", "{status:?}");
@@ -367,7 +367,7 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     // The same file again: nothing changes, and what needs a restart is still named.
     let again = client.reload(next.clone()).await;
     assert!(again.changed.is_empty(), "{again:?}");
-    assert_eq!(again.needs_restart, ["link"]);
+    assert_eq!(again.needs_restart, ["session"]);
     // No users: no authentication.
     next.socks_users.clear();
     assert_eq!(client.reload(next).await.changed, ["socks.users"]);

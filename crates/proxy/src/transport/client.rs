@@ -4,14 +4,16 @@
 //! retried with exponential backoff ([`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`]) while the other
 //! links carry traffic; a link that drops later reconnects the same way and rejoins with its path
 //! id. No link is the master: the session lives while any path does, and when it closes (every
-//! link down for the session's idle timeout) a new session starts.
+//! link down for the session's idle timeout) a new session starts. A reload
+//! ([`LinkContext::reload`]) adds, removes and reconnects links in the running session.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use braid_sched_core::{PathId, SchedulerConfig};
+use braid_sched_core::{MAX_PATHS, PathId, SchedulerConfig};
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 use tracing::{info, warn};
 
 use super::driver::{self, Command, DriverSetup};
@@ -59,14 +61,213 @@ pub enum LinkError {
 /// Shared state of the client's links.
 #[derive(Debug)]
 pub(crate) struct LinkContext {
-    /// The file the client started with (a reload changes only `scheduler` below, and the
-    /// inbounds' users).
+    /// The file the client started with. A reload changes `scheduler` and `table` below, and
+    /// the inbounds' users; its `links` are those the client started with.
     pub config: Arc<ClientConfig>,
     /// The scheduler of the next session (the file's, or a reload's).
     pub scheduler: std::sync::RwLock<SchedulerConfig>,
     pub crypto: quinn::ClientConfig,
-    /// The live connection of each link (for status and for tests that cut a link).
-    pub conns: Arc<Mutex<Vec<Option<quinn::Connection>>>>,
+    /// The links now, by path id.
+    table: Mutex<LinkTable>,
+}
+
+/// The links by path id, and the session they join.
+#[derive(Debug)]
+struct LinkTable {
+    slots: Vec<Option<LinkSlot>>,
+    session: Option<(SessionId, SessionHandle)>,
+}
+
+/// One link: its settings, its task in the running session and its live connection.
+#[derive(Debug)]
+struct LinkSlot {
+    config: Arc<LinkConfig>,
+    task: Option<AbortHandle>,
+    conn: Option<quinn::Connection>,
+}
+
+impl LinkSlot {
+    fn new(config: LinkConfig) -> Self {
+        LinkSlot {
+            config: Arc::new(config),
+            task: None,
+            conn: None,
+        }
+    }
+
+    /// Ends the link's task and closes its connection: its path leaves the session, which
+    /// sends what was in flight on it over the other paths.
+    fn stop(&mut self, reason: &'static [u8]) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        if let Some(conn) = self.conn.take() {
+            conn.close(quinn::VarInt::from_u32(0), reason);
+        }
+    }
+}
+
+/// What [`LinkContext::reload`] changed, by link name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkChanges {
+    /// Links new in the file: they join the running session.
+    pub added: Vec<String>,
+    /// Links no longer in the file: their paths left the session.
+    pub removed: Vec<String>,
+    /// Links whose settings changed: each reconnected and rejoined with the new ones, under
+    /// the same path id.
+    pub restarted: Vec<String>,
+}
+
+impl LinkChanges {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.restarted.is_empty()
+    }
+}
+
+impl LinkContext {
+    pub fn new(config: Arc<ClientConfig>, crypto: quinn::ClientConfig) -> Self {
+        let mut slots: Vec<Option<LinkSlot>> = config
+            .links
+            .iter()
+            .map(|l| Some(LinkSlot::new(l.clone())))
+            .collect();
+        slots.resize_with(MAX_PATHS, || None);
+        LinkContext {
+            scheduler: std::sync::RwLock::new(config.scheduler.clone()),
+            config,
+            crypto,
+            table: Mutex::new(LinkTable {
+                slots,
+                session: None,
+            }),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, LinkTable> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live connection of the link with path id `id`.
+    pub fn conn(&self, id: usize) -> Option<quinn::Connection> {
+        self.table()
+            .slots
+            .get(id)?
+            .as_ref()
+            .and_then(|s| s.conn.clone())
+    }
+
+    /// Every link's live connection.
+    pub fn conns(&self) -> Vec<quinn::Connection> {
+        self.table()
+            .slots
+            .iter()
+            .flatten()
+            .filter_map(|s| s.conn.clone())
+            .collect()
+    }
+
+    /// Starts every link's task in a new session.
+    fn start_session(self: &Arc<Self>, id: SessionId, session: SessionHandle) {
+        let mut table = self.table();
+        table.session = Some((id, session));
+        for path in 0..MAX_PATHS {
+            self.start_link(&mut table, path);
+        }
+    }
+
+    /// Stops every link's task (the session has ended, or the client stops).
+    pub fn end_session(&self) {
+        let mut table = self.table();
+        table.session = None;
+        for slot in table.slots.iter_mut().flatten() {
+            if let Some(task) = slot.task.take() {
+                task.abort();
+            }
+            slot.conn = None;
+        }
+    }
+
+    fn start_link(self: &Arc<Self>, table: &mut LinkTable, path: usize) {
+        let Some((session_id, session)) = table.session.clone() else {
+            return;
+        };
+        if let Some(slot) = table.slots[path].as_mut() {
+            let task = tokio::spawn(run_link(
+                PathId(path as u8),
+                slot.config.clone(),
+                self.clone(),
+                session_id,
+                session,
+            ));
+            slot.task = Some(task.abort_handle());
+        }
+    }
+
+    /// Records `conn` as the live connection of `link` (path `id`); false when the link was
+    /// removed or replaced meanwhile.
+    fn set_conn(&self, id: PathId, link: &Arc<LinkConfig>, conn: &quinn::Connection) -> bool {
+        let mut table = self.table();
+        match table.slots[id.index()].as_mut() {
+            Some(slot) if Arc::ptr_eq(&slot.config, link) => {
+                slot.conn = Some(conn.clone());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Puts `links` (a reload's, validated: unique names, at most [`MAX_PATHS`]) in place of
+    /// the running ones, matched by name: a link no longer listed leaves the session, a link
+    /// whose settings changed reconnects with the new ones under its path id, and a new link
+    /// takes the lowest free path id and joins. The other links and their connections are
+    /// untouched.
+    pub fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
+        let mut changes = LinkChanges::default();
+        let mut table = self.table();
+        for path in 0..MAX_PATHS {
+            let Some(slot) = table.slots[path].as_mut() else {
+                continue;
+            };
+            let name = slot.config.name.clone();
+            match links.iter().find(|l| l.name == name) {
+                None => {
+                    slot.stop(b"link removed");
+                    table.slots[path] = None;
+                    info!(link = %name, path, "reload: link removed");
+                    changes.removed.push(name);
+                }
+                Some(new) if *new != *slot.config => {
+                    slot.stop(b"link changed");
+                    *slot = LinkSlot::new(new.clone());
+                    self.start_link(&mut table, path);
+                    info!(link = %name, path, "reload: link changed; reconnecting");
+                    changes.restarted.push(name);
+                }
+                Some(_) => {}
+            }
+        }
+        for new in links {
+            if table
+                .slots
+                .iter()
+                .flatten()
+                .any(|s| s.config.name == new.name)
+            {
+                continue;
+            }
+            // At most MAX_PATHS links, each in one slot: a free one is left.
+            let Some(path) = table.slots.iter().position(Option::is_none) else {
+                continue;
+            };
+            table.slots[path] = Some(LinkSlot::new(new.clone()));
+            self.start_link(&mut table, path);
+            info!(link = %new.name, path, "reload: link added");
+            changes.added.push(new.name.clone());
+        }
+        changes
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -93,36 +294,30 @@ pub(crate) async fn session_loop(
             acceptor: None,
         });
         slot.send_replace(Some(handle.clone()));
-        let links: Vec<_> = (0..ctx.config.links.len())
-            .map(|i| tokio::spawn(run_link(i, ctx.clone(), session_id, handle.clone())))
-            .collect();
+        ctx.start_session(session_id, handle);
         let _ = task.await;
         slot.send_replace(None);
-        for l in links {
-            l.abort();
-        }
-        if let Ok(mut conns) = ctx.conns.lock() {
-            conns.iter_mut().for_each(|c| *c = None);
-        }
+        ctx.end_session();
         warn!("session closed; starting a new one");
         tokio::time::sleep(BACKOFF_MIN).await;
     }
 }
 
 async fn run_link(
-    index: usize,
+    id: PathId,
+    link: Arc<LinkConfig>,
     ctx: Arc<LinkContext>,
     session_id: SessionId,
     session: SessionHandle,
 ) {
-    let link = &ctx.config.links[index];
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
-        match connect_and_join(index, link, &ctx, &session_id).await {
+        match connect_and_join(id, &link, &ctx, &session_id).await {
             Ok((endpoint, conn, fragments)) => {
-                if let Ok(mut conns) = ctx.conns.lock() {
-                    conns[index] = Some(conn.clone());
+                if !ctx.set_conn(id, &link, &conn) {
+                    conn.close(quinn::VarInt::from_u32(0), b"link changed");
+                    return;
                 }
                 let config = PathConfig {
                     tier: link.tier,
@@ -131,7 +326,7 @@ async fn run_link(
                     max_datagram_size: datagram_size(&conn),
                 };
                 let attach = Command::AttachPath {
-                    id: PathId(index as u8),
+                    id,
                     conn: conn.clone(),
                     config,
                     name: link.name.clone(),
@@ -173,7 +368,7 @@ async fn resolve(link: &LinkConfig) -> Result<SocketAddr, LinkError> {
 }
 
 async fn connect_and_join(
-    index: usize,
+    id: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
@@ -196,7 +391,7 @@ async fn connect_and_join(
         let conn = connecting
             .await
             .map_err(|e| LinkError::Connect(e.to_string()))?;
-        let fragments = join(&conn, index, link, ctx, session_id).await?;
+        let fragments = join(&conn, id, link, ctx, session_id).await?;
         Ok::<_, LinkError>((conn, fragments))
     };
     let (conn, fragments) = tokio::time::timeout(CONNECT_TIMEOUT, work)
@@ -211,7 +406,7 @@ async fn connect_and_join(
 /// Joins the session on `conn`; returns whether the server reassembles DATAGRAM_FRAGMENT frames.
 async fn join(
     conn: &quinn::Connection,
-    index: usize,
+    path: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
@@ -220,7 +415,6 @@ async fn join(
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
         .map_err(|_| LinkError::Connect("TLS exporter unavailable".into()))?;
-    let path = PathId(index as u8);
     let msg = Join {
         user: ctx.config.user.clone(),
         session_id: *session_id,
