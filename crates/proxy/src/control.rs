@@ -13,6 +13,7 @@ use tracing::debug;
 
 use crate::inbound::tun::TunCounters;
 use crate::session::Role;
+use crate::transport::client::LinkContext;
 use crate::transport::server::ServerShared;
 use crate::transport::{DaemonStatus, SessionHandle};
 
@@ -54,9 +55,11 @@ pub fn socket_path(state_dir: &Path, role: Role) -> PathBuf {
 /// Where a status comes from.
 #[derive(Debug, Clone)]
 pub enum StatusSource {
-    /// The client's current session, and its TUN inbound's device name and counters.
+    /// The client's current session, its links, and its TUN inbound's device name and
+    /// counters.
     Client(
         watch::Receiver<Option<SessionHandle>>,
+        Arc<LinkContext>,
         Option<(String, Arc<TunCounters>)>,
     ),
     /// The server's sessions.
@@ -67,11 +70,11 @@ impl StatusSource {
     /// Collects the status now.
     pub async fn collect(&self) -> DaemonStatus {
         let tun = match self {
-            StatusSource::Client(_, Some((device, counters))) => Some(counters.status(device)),
+            StatusSource::Client(_, _, Some((device, counters))) => Some(counters.status(device)),
             _ => None,
         };
         let (role, handles, refused, accepted) = match self {
-            StatusSource::Client(slot, _) => {
+            StatusSource::Client(slot, _, _) => {
                 let handle = slot.borrow().clone();
                 ("client", handle.into_iter().collect::<Vec<_>>(), 0, 0)
             }
@@ -95,6 +98,10 @@ impl StatusSource {
             joins_accepted: accepted,
             sessions,
             tun,
+            links: match self {
+                StatusSource::Client(_, links, _) => links.status(),
+                StatusSource::Server(_) => Vec::new(),
+            },
         }
     }
 }

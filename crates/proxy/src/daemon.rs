@@ -210,7 +210,7 @@ impl ClientHandle {
 
     /// The status as `braid status` would show it.
     pub async fn status(&self) -> DaemonStatus {
-        StatusSource::Client(self.session.clone(), self.tun.clone())
+        StatusSource::Client(self.session.clone(), self.links.clone(), self.tun.clone())
             .collect()
             .await
     }
@@ -502,7 +502,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         )),
         tokio::spawn(control::serve(
             control_listener,
-            StatusSource::Client(session.clone(), tun_status.clone()),
+            StatusSource::Client(session.clone(), link_context.clone(), tun_status.clone()),
         )),
     ];
     if let Some(l) = http {

@@ -438,3 +438,57 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
     echo.read_exact(&mut back).await.unwrap();
     assert_eq!(&back, b"two!");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_each_link_and_why_one_does_not_join() {
+    let name = "linkstatus";
+    let (server, client) = pair(name, 1).await;
+    let mut config = client_config(name, &server, 2, KEY);
+    // An IPv6 server for an IPv4 local address: every attempt fails at once.
+    config.links[1].server = "[::1]:9".into();
+    assert_eq!(client.reload(config.clone()).await.links.added, ["link1"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = client.status().await;
+        if status.links.iter().any(|l| l.last_error.is_some()) {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", status.links);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (good, bad) = (&status.links[0], &status.links[1]);
+    assert_eq!(
+        (
+            good.path,
+            good.name.as_str(),
+            good.state.as_str(),
+            good.joins
+        ),
+        (0, "link0", "joined", 1),
+        "{good:?}"
+    );
+    assert_eq!((bad.path, bad.name.as_str(), bad.joins), (1, "link1", 0));
+    assert!(
+        bad.state.starts_with("retry in") || bad.state == "connecting",
+        "{bad:?}"
+    );
+    let error = bad.last_error.as_deref().unwrap();
+    assert!(
+        error.contains("[::1]:9") && error.contains("family"),
+        "{error}"
+    );
+    let table = status.to_table();
+    assert!(table.contains("links:") && table.contains(error), "{table}");
+    // What `braid status --json` sends carries them; a server's status has none.
+    let json = serde_json::to_string(&status).unwrap();
+    assert_eq!(
+        serde_json::from_str::<braid_proxy::transport::DaemonStatus>(&json).unwrap(),
+        status
+    );
+    assert!(server.status().await.links.is_empty());
+    // Removed by a reload, the link is gone from the status.
+    config.links.pop();
+    assert_eq!(client.reload(config).await.links.removed, ["link1"]);
+    let links = client.status().await.links;
+    assert_eq!(links.len(), 1, "{links:?}");
+}

@@ -20,6 +20,7 @@ use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::join::{EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, Join, SessionId, compute_mac};
 use super::quic::{BindError, bind_link_socket, datagram_size};
+use super::status::LinkStatus;
 use crate::config::{ClientConfig, LinkConfig};
 use crate::session::{PathConfig, Role};
 
@@ -60,13 +61,13 @@ pub enum LinkError {
 
 /// Shared state of the client's links.
 #[derive(Debug)]
-pub(crate) struct LinkContext {
+pub struct LinkContext {
     /// The file the client started with. A reload changes `scheduler` and `table` below, and
     /// the inbounds' users; its `links` are those the client started with.
-    pub config: Arc<ClientConfig>,
+    pub(crate) config: Arc<ClientConfig>,
     /// The scheduler of the next session (the file's, or a reload's).
-    pub scheduler: std::sync::RwLock<SchedulerConfig>,
-    pub crypto: quinn::ClientConfig,
+    pub(crate) scheduler: std::sync::RwLock<SchedulerConfig>,
+    pub(crate) crypto: quinn::ClientConfig,
     /// The links now, by path id.
     table: Mutex<LinkTable>,
 }
@@ -78,12 +79,19 @@ struct LinkTable {
     session: Option<(SessionId, SessionHandle)>,
 }
 
-/// One link: its settings, its task in the running session and its live connection.
+/// One link: its settings, its task in the running session, its live connection and how its
+/// joins went (for `braid status`).
 #[derive(Debug)]
 struct LinkSlot {
     config: Arc<LinkConfig>,
     task: Option<AbortHandle>,
     conn: Option<quinn::Connection>,
+    /// Whether its path is in the session now.
+    joined: bool,
+    /// When not joined: when the next attempt starts (`None`: connecting now).
+    retry_at: Option<Instant>,
+    joins: u64,
+    last_error: Option<String>,
 }
 
 impl LinkSlot {
@@ -92,6 +100,34 @@ impl LinkSlot {
             config: Arc::new(config),
             task: None,
             conn: None,
+            joined: false,
+            retry_at: None,
+            joins: 0,
+            last_error: None,
+        }
+    }
+
+    fn status(&self, path: usize, now: Instant) -> LinkStatus {
+        let state = if self.joined {
+            "joined".to_owned()
+        } else if self.task.is_none() {
+            "no session".to_owned()
+        } else {
+            match self.retry_at {
+                Some(at) => format!(
+                    "retry in {:.1} s",
+                    at.saturating_duration_since(now).as_secs_f64()
+                ),
+                None => "connecting".to_owned(),
+            }
+        };
+        LinkStatus {
+            path: path as u8,
+            name: self.config.name.clone(),
+            server: self.config.server.clone(),
+            state,
+            joins: self.joins,
+            last_error: self.last_error.clone(),
         }
     }
 
@@ -127,7 +163,7 @@ impl LinkChanges {
 }
 
 impl LinkContext {
-    pub fn new(config: Arc<ClientConfig>, crypto: quinn::ClientConfig) -> Self {
+    pub(crate) fn new(config: Arc<ClientConfig>, crypto: quinn::ClientConfig) -> Self {
         let mut slots: Vec<Option<LinkSlot>> = config
             .links
             .iter()
@@ -150,7 +186,7 @@ impl LinkContext {
     }
 
     /// The live connection of the link with path id `id`.
-    pub fn conn(&self, id: usize) -> Option<quinn::Connection> {
+    pub(crate) fn conn(&self, id: usize) -> Option<quinn::Connection> {
         self.table()
             .slots
             .get(id)?
@@ -159,7 +195,7 @@ impl LinkContext {
     }
 
     /// Every link's live connection.
-    pub fn conns(&self) -> Vec<quinn::Connection> {
+    pub(crate) fn conns(&self) -> Vec<quinn::Connection> {
         self.table()
             .slots
             .iter()
@@ -178,7 +214,7 @@ impl LinkContext {
     }
 
     /// Stops every link's task (the session has ended, or the client stops).
-    pub fn end_session(&self) {
+    pub(crate) fn end_session(&self) {
         let mut table = self.table();
         table.session = None;
         for slot in table.slots.iter_mut().flatten() {
@@ -186,6 +222,7 @@ impl LinkContext {
                 task.abort();
             }
             slot.conn = None;
+            slot.joined = false;
         }
     }
 
@@ -194,6 +231,8 @@ impl LinkContext {
             return;
         };
         if let Some(slot) = table.slots[path].as_mut() {
+            slot.joined = false;
+            slot.retry_at = None;
             let task = tokio::spawn(run_link(
                 PathId(path as u8),
                 slot.config.clone(),
@@ -205,17 +244,28 @@ impl LinkContext {
         }
     }
 
-    /// Records `conn` as the live connection of `link` (path `id`); false when the link was
-    /// removed or replaced meanwhile.
-    fn set_conn(&self, id: PathId, link: &Arc<LinkConfig>, conn: &quinn::Connection) -> bool {
+    /// Applies `f` to the slot of `link` (path `id`); false when the link was removed or
+    /// replaced meanwhile.
+    fn update(&self, id: PathId, link: &Arc<LinkConfig>, f: impl FnOnce(&mut LinkSlot)) -> bool {
         let mut table = self.table();
         match table.slots[id.index()].as_mut() {
             Some(slot) if Arc::ptr_eq(&slot.config, link) => {
-                slot.conn = Some(conn.clone());
+                f(slot);
                 true
             }
             _ => false,
         }
+    }
+
+    /// Each link now, by path id: joined, connecting or waiting to retry, and the last error.
+    pub fn status(&self) -> Vec<LinkStatus> {
+        let now = Instant::now();
+        self.table()
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(path, slot)| slot.as_ref().map(|s| s.status(path, now)))
+            .collect()
     }
 
     /// Puts `links` (a reload's, validated: unique names, at most [`MAX_PATHS`]) in place of
@@ -223,7 +273,7 @@ impl LinkContext {
     /// whose settings changed reconnects with the new ones under its path id, and a new link
     /// takes the lowest free path id and joins. The other links and their connections are
     /// untouched.
-    pub fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
+    pub(crate) fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
         let mut changes = LinkChanges::default();
         let mut table = self.table();
         for path in 0..MAX_PATHS {
@@ -313,9 +363,10 @@ async fn run_link(
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
+        ctx.update(id, &link, |slot| slot.retry_at = None);
         match connect_and_join(id, &link, &ctx, &session_id).await {
             Ok((endpoint, conn, fragments)) => {
-                if !ctx.set_conn(id, &link, &conn) {
+                if !ctx.update(id, &link, |slot| slot.conn = Some(conn.clone())) {
                     conn.close(quinn::VarInt::from_u32(0), b"link changed");
                     return;
                 }
@@ -336,15 +387,29 @@ async fn run_link(
                     return;
                 }
                 info!(link = %link.name, remote = %conn.remote_address(), "link joined");
+                ctx.update(id, &link, |slot| {
+                    slot.joined = true;
+                    slot.joins += 1;
+                });
                 let reason = conn.closed().await;
                 warn!(link = %link.name, %reason, "link connection closed; reconnecting");
+                ctx.update(id, &link, |slot| {
+                    slot.joined = false;
+                    slot.last_error = Some(format!("connection closed: {reason}"));
+                });
                 drop(endpoint);
                 if started.elapsed() > Duration::from_secs(10) {
                     backoff = BACKOFF_MIN;
                 }
             }
-            Err(e) => warn!(link = %link.name, error = %e, retry_in = ?backoff, "link not joined"),
+            Err(e) => {
+                warn!(link = %link.name, error = %e, retry_in = ?backoff, "link not joined");
+                ctx.update(id, &link, |slot| slot.last_error = Some(e.to_string()));
+            }
         }
+        ctx.update(id, &link, |slot| {
+            slot.retry_at = Some(Instant::now() + backoff)
+        });
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }

@@ -16,7 +16,9 @@ pub mod status;
 pub use flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionGone, SessionHandle,
 };
-pub use status::{DaemonStatus, PathReport, QuicCounters, SessionCounters, SessionStatus};
+pub use status::{
+    DaemonStatus, LinkStatus, PathReport, QuicCounters, SessionCounters, SessionStatus,
+};
 
 /// The default per-flow receive window (`[session] flow_receive_window_kib` in both daemons'
 /// files). 2 MiB covers the bandwidth-delay product plus cross-path reordering of links of some

@@ -156,6 +156,26 @@ pub struct DaemonStatus {
     /// The client's TUN inbound, when enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tun: Option<TunStatus>,
+    /// The client's links, joined or not (a link that cannot join shows why here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkStatus>,
+}
+
+/// One of the client's links.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkStatus {
+    /// Its path id.
+    pub path: u8,
+    /// Its name.
+    pub name: String,
+    /// The server it connects to, as configured.
+    pub server: String,
+    /// `joined`, `connecting`, `retry in N s` or `no session` (between two sessions).
+    pub state: String,
+    /// Times it joined the session.
+    pub joins: u64,
+    /// Why its last attempt failed or its last connection closed.
+    pub last_error: Option<String>,
 }
 
 /// The TUN inbound's counters since start.
@@ -231,6 +251,24 @@ impl DaemonStatus {
                 t.checksums_wrong
             );
         }
+        if !self.links.is_empty() {
+            let _ = writeln!(
+                out,
+                "links:\n  {:<3} {:<10} {:<16} {:>5}  last error",
+                "id", "link", "state", "joins"
+            );
+            for l in &self.links {
+                let _ = writeln!(
+                    out,
+                    "  {:<3} {:<10} {:<16} {:>5}  {}",
+                    l.path,
+                    l.name,
+                    l.state,
+                    l.joins,
+                    l.last_error.as_deref().unwrap_or("-")
+                );
+            }
+        }
         for s in &self.sessions {
             let c = &s.counters;
             let _ = writeln!(
@@ -301,7 +339,10 @@ mod tests {
             ..DaemonStatus::default()
         };
         let plain = serde_json::to_string(&status).unwrap();
-        assert!(!plain.contains("tun"), "{plain}");
+        assert!(
+            !plain.contains("tun") && !plain.contains("links"),
+            "{plain}"
+        );
         assert!(!status.to_table().contains("TUN"));
         // A status without the field (from an older daemon) still parses.
         assert_eq!(
