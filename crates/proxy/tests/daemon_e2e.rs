@@ -492,3 +492,103 @@ async fn the_status_shows_each_link_and_why_one_does_not_join() {
     let links = client.status().await.links;
     assert_eq!(links.len(), 1, "{links:?}");
 }
+
+/// A link bound to an interface leaves the session as soon as the interface goes down (not
+/// when quinn's 15 s idle timeout ends its connection) and joins again as soon as the interface
+/// is back (not after its retry timer), from the kernel's rtnetlink news; the other link
+/// carries on. In a network namespace of the test's own with a veth pair: needs root (or
+/// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and passes without them.
+#[test]
+fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
+    let run = std::thread::spawn(|| -> Result<(), String> {
+        // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!(
+                "no network namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let sh = |command: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", command])
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !sh(
+            "ip link set lo up && ip link add brl0 type veth peer name brl1 \
+                && ip addr add 10.9.1.1/24 dev brl0 && ip link set brl1 up && ip link set brl0 up",
+        ) {
+            return Err("`ip` or veth is missing or not permitted".into());
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let name = "ifdown";
+            let server = braid_proxy::daemon::start_server(
+                braid_proxy::config::ServerConfig {
+                    listen: "0.0.0.0:0".parse().unwrap(),
+                    ..server_config(name, true)
+                },
+                braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+            )
+            .await
+            .unwrap();
+            let mut config = client_config(name, &server, 2, KEY);
+            let port = server.addr.port();
+            config.links[0].server = format!("127.0.0.1:{port}");
+            config.links[1].server = format!("10.9.1.1:{port}");
+            config.links[1].local_addr = Some("10.9.1.1:0".parse().unwrap());
+            config.links[1].interface = Some("brl0".into());
+            config.links[1].interface_required = true;
+            let client = braid_proxy::daemon::start_client(config).await.unwrap();
+            assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+
+            let path_ids = async || -> Vec<u8> {
+                let status = client.status().await;
+                status.sessions[0].paths.iter().map(|p| p.id).collect()
+            };
+            let wait_until = async |what: &str, ok: &dyn Fn(&[u8]) -> bool| {
+                let start = std::time::Instant::now();
+                loop {
+                    let ids = path_ids().await;
+                    if ok(&ids) {
+                        return start.elapsed();
+                    }
+                    assert!(
+                        start.elapsed() < Duration::from_secs(3),
+                        "{what}: paths {ids:?}, links {:?}",
+                        client.status().await.links
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            assert!(sh("ip link set brl0 down"));
+            let left = wait_until("the path did not leave", &|ids| ids == [0]).await;
+            let links = client.status().await.links;
+            assert_eq!(
+                links[1].last_error.as_deref(),
+                Some("interface brl0 is down"),
+                "{links:?}"
+            );
+            assert_ne!(links[1].state, "joined");
+            // Down, it waits: no attempt could succeed.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            assert_eq!(path_ids().await, [0]);
+            assert!(sh("ip link set brl0 up"));
+            let back = wait_until("the path did not join again", &|ids| ids == [0, 1]).await;
+            println!(
+                "interface down: path left after {:.0} ms; up: joined after {:.0} ms",
+                left.as_secs_f64() * 1e3,
+                back.as_secs_f64() * 1e3
+            );
+            assert_eq!(client.status().await.links[1].joins, 2);
+        });
+        Ok(())
+    });
+    match run.join().unwrap() {
+        Ok(()) => {}
+        Err(why) => eprintln!("skipped: {why}"),
+    }
+}

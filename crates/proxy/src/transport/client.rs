@@ -5,7 +5,10 @@
 //! links carry traffic; a link that drops later reconnects the same way and rejoins with its path
 //! id. No link is the master: the session lives while any path does, and when it closes (every
 //! link down for the session's idle timeout) a new session starts. A reload
-//! ([`LinkContext::reload`]) adds, removes and reconnects links in the running session.
+//! ([`LinkContext::reload`]) adds, removes and reconnects links in the running session. A link
+//! bound to an interface follows it (`transport::ifwatch`): it leaves the session when the
+//! interface goes down and joins again when it is back; any interface coming up or getting an
+//! address cuts a link's retry wait short.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +21,7 @@ use tracing::{info, warn};
 
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
+use super::ifwatch;
 use super::join::{EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, Join, SessionId, compute_mac};
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use super::status::LinkStatus;
@@ -54,6 +58,9 @@ pub enum LinkError {
     /// The server refused the join.
     #[error("the server refused the join (wrong user or key?)")]
     Refused,
+    /// The interface the link is bound to is down, without carrier, or gone.
+    #[error("interface {0} is down")]
+    InterfaceDown(String),
     /// The peer does not support datagrams.
     #[error("the server connection does not carry datagrams")]
     NoDatagrams,
@@ -68,6 +75,8 @@ pub struct LinkContext {
     /// The scheduler of the next session (the file's, or a reload's).
     pub(crate) scheduler: std::sync::RwLock<SchedulerConfig>,
     pub(crate) crypto: quinn::ClientConfig,
+    /// The kernel's news of the interfaces.
+    interfaces: watch::Receiver<u64>,
     /// The links now, by path id.
     table: Mutex<LinkTable>,
 }
@@ -174,6 +183,7 @@ impl LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
             config,
             crypto,
+            interfaces: ifwatch::watch(),
             table: Mutex::new(LinkTable {
                 slots,
                 session: None,
@@ -360,11 +370,31 @@ async fn run_link(
     session_id: SessionId,
     session: SessionHandle,
 ) {
+    let mut interfaces = ctx.interfaces.clone();
+    let device = link.interface.as_deref();
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
+        // What changes from here on ends the wait after a failed attempt early.
+        interfaces.mark_unchanged();
         ctx.update(id, &link, |slot| slot.retry_at = None);
-        match connect_and_join(id, &link, &ctx, &session_id).await {
+        // A link bound to an interface that is down waits for it (no attempt could succeed),
+        // and an attempt stops when its interface goes down.
+        let attempt = async {
+            if let Some(dev) = device
+                && !is_running(dev)
+            {
+                return Err(LinkError::InterfaceDown(dev.to_owned()));
+            }
+            let mut watch = interfaces.clone();
+            tokio::select! {
+                joined = connect_and_join(id, &link, &ctx, &session_id) => joined,
+                () = interface_went_down(device, &mut watch) => {
+                    Err(LinkError::InterfaceDown(device.unwrap_or_default().to_owned()))
+                }
+            }
+        };
+        match attempt.await {
             Ok((endpoint, conn, fragments)) => {
                 if !ctx.update(id, &link, |slot| slot.conn = Some(conn.clone())) {
                     conn.close(quinn::VarInt::from_u32(0), b"link changed");
@@ -391,11 +421,20 @@ async fn run_link(
                     slot.joined = true;
                     slot.joins += 1;
                 });
-                let reason = conn.closed().await;
-                warn!(link = %link.name, %reason, "link connection closed; reconnecting");
+                // The path leaves at once when its interface goes down: the session sends what
+                // was in flight on it over the other paths now, not after its probe timeouts.
+                let mut watch = interfaces.clone();
+                let reason = tokio::select! {
+                    reason = conn.closed() => format!("connection closed: {reason}"),
+                    () = interface_went_down(device, &mut watch) => {
+                        conn.close(quinn::VarInt::from_u32(0), b"interface down");
+                        LinkError::InterfaceDown(device.unwrap_or_default().to_owned()).to_string()
+                    }
+                };
+                warn!(link = %link.name, %reason, "link left the session; reconnecting");
                 ctx.update(id, &link, |slot| {
                     slot.joined = false;
-                    slot.last_error = Some(format!("connection closed: {reason}"));
+                    slot.last_error = Some(reason);
                 });
                 drop(endpoint);
                 if started.elapsed() > Duration::from_secs(10) {
@@ -410,8 +449,30 @@ async fn run_link(
         ctx.update(id, &link, |slot| {
             slot.retry_at = Some(Instant::now() + backoff)
         });
-        tokio::time::sleep(backoff).await;
+        // An interface that came up or got an address since the attempt started ends the
+        // wait early (but not before BACKOFF_MIN after that start, however busy the kernel's
+        // news).
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = ifwatch::changed(&mut interfaces) => {
+                tokio::time::sleep_until((started + BACKOFF_MIN).into()).await;
+            }
+        }
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Whether the interface `name` is up with its carrier; true when its state cannot be read
+/// (binding to it then says what is wrong).
+fn is_running(name: &str) -> bool {
+    crate::inbound::tun::netconf::is_running(name).unwrap_or(true)
+}
+
+/// [`ifwatch::went_down`] for a link bound to `device`; never returns for one that is not.
+async fn interface_went_down(device: Option<&str>, watch: &mut watch::Receiver<u64>) {
+    match device {
+        Some(dev) => ifwatch::went_down(dev, watch).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -7,6 +7,7 @@ mod arena;
 pub mod client;
 pub mod driver;
 pub mod flow;
+mod ifwatch;
 pub mod join;
 pub mod quic;
 pub mod relay;

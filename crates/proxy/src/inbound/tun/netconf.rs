@@ -214,6 +214,24 @@ pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
     }
 }
 
+/// Whether the interface `name` exists, is up and has its carrier (`IFF_UP` and `IFF_RUNNING`):
+/// false for a Wi-Fi that lost its access point, an Ethernet without a cable, a modem that
+/// hung up, an interface taken down or removed.
+pub fn is_running(name: &str) -> io::Result<bool> {
+    check_name(name)?;
+    let socket = control_socket(libc::AF_INET)?;
+    let mut req = IfReq::new(name, &[]);
+    // SAFETY: `SIOCGIFFLAGS` reads the name and writes `ifr_flags` into a `struct ifreq`.
+    match unsafe { ioctl(&socket, libc::SIOCGIFFLAGS, &mut req) } {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let flags = libc::c_short::from_ne_bytes([req.value[0], req.value[1]]);
+    let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    Ok(flags & want == want)
+}
+
 /// Brings the interface `name` up (`IFF_UP`).
 pub fn set_up(name: &str) -> io::Result<()> {
     check_name(name)?;
