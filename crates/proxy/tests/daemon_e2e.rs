@@ -495,11 +495,12 @@ async fn the_status_shows_each_link_and_why_one_does_not_join() {
 
 /// A link bound to an interface leaves the session as soon as the interface goes down (not
 /// when quinn's 15 s idle timeout ends its connection) and joins again as soon as the interface
-/// is back (not after its retry timer), from the kernel's rtnetlink news; the other link
-/// carries on. In a network namespace of the test's own with a veth pair: needs root (or
+/// is back (not after its retry timer), from the kernel's rtnetlink news; a link bound to a
+/// local address does the same when the address is withdrawn and added again; the other links
+/// carry on. In a network namespace of the test's own with a veth pair: needs root (or
 /// `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`) and `ip`; says so and passes without them.
 #[test]
-fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
+fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back() {
     let run = std::thread::spawn(|| -> Result<(), String> {
         // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -516,7 +517,8 @@ fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
         };
         if !sh(
             "ip link set lo up && ip link add brl0 type veth peer name brl1 \
-                && ip addr add 10.9.1.1/24 dev brl0 && ip link set brl1 up && ip link set brl0 up",
+                && ip addr add 10.9.1.1/24 dev brl0 && ip link set brl1 up && ip link set brl0 up \
+                && ip addr add 10.9.2.1/32 dev lo",
         ) {
             return Err("`ip` or veth is missing or not permitted".into());
         }
@@ -535,15 +537,17 @@ fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
             )
             .await
             .unwrap();
-            let mut config = client_config(name, &server, 2, KEY);
+            let mut config = client_config(name, &server, 3, KEY);
             let port = server.addr.port();
             config.links[0].server = format!("127.0.0.1:{port}");
             config.links[1].server = format!("10.9.1.1:{port}");
             config.links[1].local_addr = Some("10.9.1.1:0".parse().unwrap());
             config.links[1].interface = Some("brl0".into());
             config.links[1].interface_required = true;
+            config.links[2].server = format!("10.9.2.1:{port}");
+            config.links[2].local_addr = Some("10.9.2.1:0".parse().unwrap());
             let client = braid_proxy::daemon::start_client(config).await.unwrap();
-            assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+            assert!(client.wait_for_paths(3, Duration::from_secs(10)).await);
 
             let path_ids = async || -> Vec<u8> {
                 let status = client.status().await;
@@ -565,7 +569,7 @@ fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
                 }
             };
             assert!(sh("ip link set brl0 down"));
-            let left = wait_until("the path did not leave", &|ids| ids == [0]).await;
+            let left = wait_until("the path did not leave", &|ids| ids == [0, 2]).await;
             let links = client.status().await.links;
             assert_eq!(
                 links[1].last_error.as_deref(),
@@ -575,15 +579,35 @@ fn a_link_leaves_when_its_interface_goes_down_and_joins_when_it_comes_back() {
             assert_ne!(links[1].state, "joined");
             // Down, it waits: no attempt could succeed.
             tokio::time::sleep(Duration::from_millis(1200)).await;
-            assert_eq!(path_ids().await, [0]);
+            assert_eq!(path_ids().await, [0, 2]);
             assert!(sh("ip link set brl0 up"));
-            let back = wait_until("the path did not join again", &|ids| ids == [0, 1]).await;
+            let back = wait_until("the path did not join again", &|ids| ids == [0, 1, 2]).await;
             println!(
                 "interface down: path left after {:.0} ms; up: joined after {:.0} ms",
                 left.as_secs_f64() * 1e3,
                 back.as_secs_f64() * 1e3
             );
             assert_eq!(client.status().await.links[1].joins, 2);
+
+            // link2's address withdrawn, then given back.
+            assert!(sh("ip addr del 10.9.2.1/32 dev lo"));
+            let left = wait_until("the path did not leave", &|ids| ids == [0, 1]).await;
+            let links = client.status().await.links;
+            assert_eq!(
+                links[2].last_error.as_deref(),
+                Some("local address 10.9.2.1 is gone"),
+                "{links:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            assert_eq!(path_ids().await, [0, 1]);
+            assert!(sh("ip addr add 10.9.2.1/32 dev lo"));
+            let back = wait_until("the path did not join again", &|ids| ids == [0, 1, 2]).await;
+            println!(
+                "address withdrawn: path left after {:.0} ms; given back: joined after {:.0} ms",
+                left.as_secs_f64() * 1e3,
+                back.as_secs_f64() * 1e3
+            );
+            assert_eq!(client.status().await.links[2].joins, 2);
         });
         Ok(())
     });

@@ -61,6 +61,10 @@ pub enum LinkError {
     /// The interface the link is bound to is down, without carrier, or gone.
     #[error("interface {0} is down")]
     InterfaceDown(String),
+    /// The link's `local_addr` is no longer an address of this host (a DHCP lease lost, a
+    /// modem's address withdrawn).
+    #[error("local address {0} is gone")]
+    AddressGone(std::net::IpAddr),
     /// The peer does not support datagrams.
     #[error("the server connection does not carry datagrams")]
     NoDatagrams,
@@ -371,27 +375,22 @@ async fn run_link(
     session: SessionHandle,
 ) {
     let mut interfaces = ctx.interfaces.clone();
-    let device = link.interface.as_deref();
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
         // What changes from here on ends the wait after a failed attempt early.
         interfaces.mark_unchanged();
         ctx.update(id, &link, |slot| slot.retry_at = None);
-        // A link bound to an interface that is down waits for it (no attempt could succeed),
-        // and an attempt stops when its interface goes down.
+        // A link whose interface is down or whose address is gone waits for it (no attempt
+        // could succeed), and an attempt stops when that happens.
         let attempt = async {
-            if let Some(dev) = device
-                && !is_running(dev)
-            {
-                return Err(LinkError::InterfaceDown(dev.to_owned()));
+            if let Some(e) = unusable(&link) {
+                return Err(e);
             }
             let mut watch = interfaces.clone();
             tokio::select! {
                 joined = connect_and_join(id, &link, &ctx, &session_id) => joined,
-                () = interface_went_down(device, &mut watch) => {
-                    Err(LinkError::InterfaceDown(device.unwrap_or_default().to_owned()))
-                }
+                e = became_unusable(&link, &mut watch) => Err(e),
             }
         };
         match attempt.await {
@@ -421,14 +420,15 @@ async fn run_link(
                     slot.joined = true;
                     slot.joins += 1;
                 });
-                // The path leaves at once when its interface goes down: the session sends what
-                // was in flight on it over the other paths now, not after its probe timeouts.
+                // The path leaves at once when its interface goes down or its address goes away:
+                // the session sends what was in flight on it over the other paths now, not
+                // after its probe timeouts.
                 let mut watch = interfaces.clone();
                 let reason = tokio::select! {
                     reason = conn.closed() => format!("connection closed: {reason}"),
-                    () = interface_went_down(device, &mut watch) => {
-                        conn.close(quinn::VarInt::from_u32(0), b"interface down");
-                        LinkError::InterfaceDown(device.unwrap_or_default().to_owned()).to_string()
+                    e = became_unusable(&link, &mut watch) => {
+                        conn.close(quinn::VarInt::from_u32(0), b"link unusable");
+                        e.to_string()
                     }
                 };
                 warn!(link = %link.name, %reason, "link left the session; reconnecting");
@@ -462,17 +462,31 @@ async fn run_link(
     }
 }
 
-/// Whether the interface `name` is up with its carrier; true when its state cannot be read
-/// (binding to it then says what is wrong).
-fn is_running(name: &str) -> bool {
-    crate::inbound::tun::netconf::is_running(name).unwrap_or(true)
+/// Why `link` cannot carry anything now: its interface is not running, or its `local_addr` is
+/// not an address of this host. `None` when it can, or when that cannot be told (binding then
+/// says what is wrong).
+fn unusable(link: &LinkConfig) -> Option<LinkError> {
+    if let Some(dev) = link.interface.as_deref()
+        && crate::inbound::tun::netconf::is_running(dev).is_ok_and(|up| !up)
+    {
+        return Some(LinkError::InterfaceDown(dev.to_owned()));
+    }
+    let ip = link.local_addr?.ip();
+    // Binding to an address this host does not have fails with `EADDRNOTAVAIL`.
+    let gone = !ip.is_unspecified()
+        && std::net::UdpSocket::bind((ip, 0))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrNotAvailable);
+    gone.then_some(LinkError::AddressGone(ip))
 }
 
-/// [`ifwatch::went_down`] for a link bound to `device`; never returns for one that is not.
-async fn interface_went_down(device: Option<&str>, watch: &mut watch::Receiver<u64>) {
-    match device {
-        Some(dev) => ifwatch::went_down(dev, watch).await,
-        None => std::future::pending().await,
+/// Waits until [`unusable`] says why `link` cannot carry anything, checking at each change of
+/// the interfaces.
+async fn became_unusable(link: &LinkConfig, watch: &mut watch::Receiver<u64>) -> LinkError {
+    loop {
+        ifwatch::changed(watch).await;
+        if let Some(e) = unusable(link) {
+            return e;
+        }
     }
 }
 

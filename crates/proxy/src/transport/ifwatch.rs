@@ -1,7 +1,8 @@
 //! The kernel's news of the network interfaces (rtnetlink's link and address groups), for the
 //! client's links: a link waiting to retry tries again as soon as an interface comes up or gets
-//! an address, and a link bound to an interface (`interface = "wlan0"`) leaves the session as
-//! soon as that interface goes down or away, instead of when its packets stop being answered.
+//! an address, and a link bound to an interface (`interface = "wlan0"`) or to an address
+//! (`local_addr`) leaves the session as soon as that interface goes down or away or that address
+//! is withdrawn, instead of when its packets stop being answered.
 
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
@@ -27,17 +28,6 @@ pub(crate) fn watch() -> watch::Receiver<u64> {
 pub(crate) async fn changed(rx: &mut watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
-    }
-}
-
-/// Waits until the interface `name` is not running (down, without carrier, or gone), checking
-/// it at each change; never returns while it runs, or when its state cannot be read.
-pub(crate) async fn went_down(name: &str, rx: &mut watch::Receiver<u64>) {
-    loop {
-        changed(rx).await;
-        if crate::inbound::tun::netconf::is_running(name).is_ok_and(|up| !up) {
-            return;
-        }
     }
 }
 
