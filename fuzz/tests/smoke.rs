@@ -379,6 +379,7 @@ fn valid_join(rng: &mut Rng) -> Vec<u8> {
         },
         weight: 1 + (rng.next() % 65_535) as u16,
         fragments: rng.below(2) == 0,
+        abandon: rng.below(2) == 0,
         link_name: text(rng),
         mac,
     }

@@ -568,8 +568,27 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             };
+            // The server hears of a path that left over another one (PATH_ABANDON): it fails
+            // the path at once, not after a heartbeat and three probe timeouts.
+            let server_failed = async |id: u8| {
+                let start = std::time::Instant::now();
+                loop {
+                    let status = server.status().await;
+                    let paths = &status.sessions[0].paths;
+                    let state = paths.iter().find(|p| p.id == id).map(|p| p.state.as_str());
+                    if state != Some("active") {
+                        return start.elapsed();
+                    }
+                    assert!(
+                        start.elapsed() < Duration::from_millis(500),
+                        "the server still has path {id} active: {paths:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
             assert!(sh("ip link set brl0 down"));
             let left = wait_until("the path did not leave", &|ids| ids == [0, 2]).await;
+            let told = server_failed(1).await;
             let links = client.status().await.links;
             assert_eq!(
                 links[1].last_error.as_deref(),
@@ -583,8 +602,10 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             assert!(sh("ip link set brl0 up"));
             let back = wait_until("the path did not join again", &|ids| ids == [0, 1, 2]).await;
             println!(
-                "interface down: path left after {:.0} ms; up: joined after {:.0} ms",
+                "interface down: path left after {:.0} ms (the server's failed {:.0} ms later); \
+                 up: joined after {:.0} ms",
                 left.as_secs_f64() * 1e3,
+                told.as_secs_f64() * 1e3,
                 back.as_secs_f64() * 1e3
             );
             assert_eq!(client.status().await.links[1].joins, 2);
@@ -592,6 +613,7 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             // link2's address withdrawn, then given back.
             assert!(sh("ip addr del 10.9.2.1/32 dev lo"));
             let left = wait_until("the path did not leave", &|ids| ids == [0, 1]).await;
+            let told = server_failed(2).await;
             let links = client.status().await.links;
             assert_eq!(
                 links[2].last_error.as_deref(),
@@ -603,8 +625,10 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             assert!(sh("ip addr add 10.9.2.1/32 dev lo"));
             let back = wait_until("the path did not join again", &|ids| ids == [0, 1, 2]).await;
             println!(
-                "address withdrawn: path left after {:.0} ms; given back: joined after {:.0} ms",
+                "address withdrawn: path left after {:.0} ms (the server's failed {:.0} ms \
+                 later); given back: joined after {:.0} ms",
                 left.as_secs_f64() * 1e3,
+                told.as_secs_f64() * 1e3,
                 back.as_secs_f64() * 1e3
             );
             assert_eq!(client.status().await.links[2].joins, 2);

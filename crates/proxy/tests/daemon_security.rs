@@ -36,26 +36,37 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert_eq!(status.joins_accepted, 0);
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
-    use braid_proxy::transport::join::{JOIN_OK, JOIN_OK_FRAGMENTS, JOIN_REFUSED};
-    let refusal = raw_join_answer(&server, [0x13; 32], true).await;
+    use braid_proxy::transport::join::{JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_FRAGMENTS, JOIN_REFUSED};
+    let refusal = raw_join_answer(&server, [0x13; 32], true, true).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
-    // A client that does not say it reassembles DATAGRAM_FRAGMENT frames (an older one) gets the
-    // old answer; one that does learns that the server does too.
-    let accepted = raw_join_answer(&server, KEY, false).await;
-    assert_eq!(accepted, vec![JOIN_OK]);
-    let accepted = raw_join_answer(&server, KEY, true).await;
-    assert_eq!(accepted, vec![JOIN_OK_FRAGMENTS]);
+    // A client that does not say it reassembles DATAGRAM_FRAGMENT frames or may send
+    // PATH_ABANDON (an older one) gets the old answer; one that does learns that the server
+    // knows them too.
+    for (fragments, abandon, answer) in [
+        (false, false, JOIN_OK),
+        (true, false, JOIN_OK_FRAGMENTS),
+        (false, true, JOIN_OK_ABANDON),
+        (true, true, JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON),
+    ] {
+        let accepted = raw_join_answer(&server, KEY, fragments, abandon).await;
+        assert_eq!(
+            accepted,
+            vec![answer],
+            "fragments {fragments}, abandon {abandon}"
+        );
+    }
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);
 }
 
-/// Connects once, sends a JOIN under `key` (saying whether it reassembles fragments), returns
-/// the server's whole answer.
+/// Connects once, sends a JOIN under `key` (saying whether it reassembles fragments and may send
+/// PATH_ABANDON), returns the server's whole answer.
 async fn raw_join_answer(
     server: &braid_proxy::daemon::ServerHandle,
     key: [u8; 32],
     fragments: bool,
+    abandon: bool,
 ) -> Vec<u8> {
     use braid_proxy::transport::join::{EXPORTER_LABEL, Join, compute_mac};
     use braid_sched_core::PathId;
@@ -81,6 +92,7 @@ async fn raw_join_answer(
         tier: braid_proxy::session::Tier::Primary,
         weight: 1,
         fragments,
+        abandon,
         link_name: "raw".into(),
         mac: compute_mac(&key, &exporter, &[1; 16], PathId(0)),
     };

@@ -1,4 +1,4 @@
-//! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS) that ride in packets
+//! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS, PATH_ABANDON) that ride in packets
 //! after the data frame. They are queued once ([`super::Session::push_control`]), written with
 //! their value at the time of sending, and queued again when the packet carrying them is lost.
 
@@ -91,6 +91,12 @@ impl Session {
                     }
                 }
                 None => return false,
+            },
+            // Only while the path is still gone here: once it has joined again, the peer must
+            // not fail the new one.
+            Control::PathAbandon(p) => match self.paths.get(p.index()) {
+                Some(None) => Frame::PathAbandon { path: p },
+                _ => return false,
             },
         };
         // A frame that does not fit leaves the writer unusable; the size was checked above.

@@ -54,6 +54,8 @@ pub mod kind {
     pub const DATAGRAM_FRAGMENT: u64 = 0x0f;
     /// One fragment of a DATAGRAM too long for the paths, with a deadline budget.
     pub const DATAGRAM_FRAGMENT_DEADLINE: u64 = 0x10;
+    /// PATH_ABANDON (the sender's end of a path is gone).
+    pub const PATH_ABANDON: u64 = 0x11;
 }
 
 /// The most fragments one datagram is cut into.
@@ -217,6 +219,13 @@ pub enum Frame<'a> {
         /// Sequence number; the highest wins.
         seq: u64,
     },
+    /// The sender's end of the path is gone (its interface went down, its address away): the
+    /// receiver fails the path at once. Sent only to a peer that said in the JOIN exchange
+    /// that it knows the frame.
+    PathAbandon {
+        /// The path.
+        path: PathId,
+    },
     /// Closes the session.
     Close {
         /// Error code (0: normal).
@@ -300,6 +309,9 @@ impl<'a> Frame<'a> {
                 max: r.varint("max flow data")?,
             },
             kind::PATH_STATUS => decode_path_status(r)?,
+            kind::PATH_ABANDON => Frame::PathAbandon {
+                path: decode_path(r, "path abandon path")?,
+            },
             kind::CLOSE => decode_close(r)?,
             other => return Err(FrameError::UnknownFrameType(other)),
         })
@@ -359,6 +371,10 @@ impl<'a> Frame<'a> {
                 w.u8(path.0)?;
                 w.u8(u8::from(backup))?;
                 w.varint(seq)
+            }
+            Frame::PathAbandon { path } => {
+                w.varint(kind::PATH_ABANDON)?;
+                w.u8(path.0)
             }
             Frame::Close { code, reason } => {
                 let reason = truncate_text(reason, MAX_REASON_LEN);

@@ -105,6 +105,7 @@ fn samples() -> Vec<Frame<'static>> {
             backup: true,
             seq: 2,
         },
+        Frame::PathAbandon { path: PathId(15) },
         Frame::Close {
             code: 0,
             reason: "bye",

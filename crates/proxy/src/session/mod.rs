@@ -212,6 +212,8 @@ pub struct Session {
     datagrams_dropped: u64,
     /// The peer reassembles DATAGRAM_FRAGMENT frames ([`Session::set_peer_reassembles`]).
     peer_reassembles: bool,
+    /// The peer knows PATH_ABANDON ([`Session::set_peer_knows_abandon`]).
+    peer_knows_abandon: bool,
     /// Datagrams cut into fragments ([`Session::datagrams_split`]).
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
@@ -274,6 +276,7 @@ impl Session {
             locally_dropped_deadlines: 0,
             datagrams_dropped: 0,
             peer_reassembles: false,
+            peer_knows_abandon: false,
             datagrams_split: 0,
             datagrams_reassembled: 0,
             packets_refused: 0,
@@ -374,6 +377,30 @@ impl Session {
         self.scheduler.on_path_state(id, PathState::Failed, now);
         self.note_path_liveness(now);
         Ok(())
+    }
+
+    /// Removes path `id` as [`Session::remove_path`] does, and tells the peer (PATH_ABANDON,
+    /// when it knows the frame: [`Session::set_peer_knows_abandon`]) so that it fails the path
+    /// at once and sends what it had in flight on it over the other paths, instead of after its
+    /// probe timeouts: for a link whose interface went down or whose address went away, which
+    /// will carry nothing more. A path already removed (its connection noticed first) is only
+    /// told of.
+    pub fn abandon_path(&mut self, id: PathId, now: Timestamp) -> Result<(), PathError> {
+        match self.paths.get(id.index()) {
+            None => return Err(PathError::OutOfRange(id)),
+            Some(Some(_)) => self.remove_path(id, now)?,
+            Some(None) => {}
+        }
+        if self.peer_knows_abandon {
+            self.push_control(Control::PathAbandon(id));
+        }
+        Ok(())
+    }
+
+    /// Whether the peer knows the PATH_ABANDON frame (the daemon learns it in each path's JOIN
+    /// exchange); [`Session::abandon_path`] sends it only then.
+    pub fn set_peer_knows_abandon(&mut self, yes: bool) {
+        self.peer_knows_abandon = yes;
     }
 
     /// Changes a path's tier and tells the peer (PATH_STATUS).

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use braid_sched_core::{AckInfo, FlowId, PathId, Scheduler, Timestamp};
+use braid_sched_core::{AckInfo, FlowId, PathId, PathState, Scheduler, Timestamp};
 
 use super::error::{FLOW_REFUSED_CODE, SessionError};
 use super::flow::{Body, Flow};
@@ -164,9 +164,29 @@ impl Session {
                     self.scheduler.on_path_state(p, state, now);
                 }
             }
+            Frame::PathAbandon { path: p } => self.on_path_abandoned(p, now),
             Frame::Close { code, .. } => self.finish_close(code, true),
         }
         Ok(())
+    }
+
+    /// The peer's end of path `p` is gone: the path fails now, its packets in flight are
+    /// reinjected on the others (rather than after its probe timeouts), and it is probed as
+    /// any failed path is until the peer joins it again or its connection ends.
+    fn on_path_abandoned(&mut self, p: PathId, now: Timestamp) {
+        let Some(path) = self.paths.get_mut(p.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        if path.is_failed() {
+            return;
+        }
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        path.fail(now, &mut lost);
+        self.on_packets_lost(p, &mut lost, now);
+        self.scratch_lost = lost;
+        self.scheduler.on_path_state(p, PathState::Failed, now);
+        self.push_event(Event::PathFailed(p));
+        self.note_path_liveness(now);
     }
 
     fn requeue_all_senders(&mut self) {
@@ -267,7 +287,10 @@ impl Session {
                     }
                     self.maybe_forget(id);
                 }
-                Control::MaxFlowData(_) | Control::MaxData | Control::PathStatus(_) => {}
+                Control::MaxFlowData(_)
+                | Control::MaxData
+                | Control::PathStatus(_)
+                | Control::PathAbandon(_) => {}
             }
         }
     }

@@ -23,6 +23,8 @@ pub(crate) enum Control {
     MaxData,
     /// PATH_STATUS of a path.
     PathStatus(PathId),
+    /// PATH_ABANDON of a path this end removed (`Session::abandon_path`).
+    PathAbandon(PathId),
 }
 
 /// The data frame a packet carried.

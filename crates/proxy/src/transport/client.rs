@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::ifwatch;
-use super::join::{EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, Join, SessionId, compute_mac};
+use super::join::{EXPORTER_LABEL, Join, SessionId, compute_mac, parse_answer};
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use super::status::LinkStatus;
 use crate::config::{ClientConfig, LinkConfig};
@@ -378,6 +378,7 @@ async fn run_link(
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
+        let mut floor = started + BACKOFF_MIN;
         // What changes from here on ends the wait after a failed attempt early.
         interfaces.mark_unchanged();
         ctx.update(id, &link, |slot| slot.retry_at = None);
@@ -394,7 +395,7 @@ async fn run_link(
             }
         };
         match attempt.await {
-            Ok((endpoint, conn, fragments)) => {
+            Ok((endpoint, conn, (fragments, abandon))) => {
                 if !ctx.update(id, &link, |slot| slot.conn = Some(conn.clone())) {
                     conn.close(quinn::VarInt::from_u32(0), b"link changed");
                     return;
@@ -411,6 +412,7 @@ async fn run_link(
                     config,
                     name: link.name.clone(),
                     fragments,
+                    abandon,
                 };
                 if session.commands.send(attach).await.is_err() {
                     return;
@@ -424,12 +426,26 @@ async fn run_link(
                 // the session sends what was in flight on it over the other paths now, not
                 // after its probe timeouts.
                 let mut watch = interfaces.clone();
-                let reason = tokio::select! {
-                    reason = conn.closed() => format!("connection closed: {reason}"),
-                    e = became_unusable(&link, &mut watch) => {
-                        conn.close(quinn::VarInt::from_u32(0), b"link unusable");
-                        e.to_string()
-                    }
+                let closed = tokio::select! {
+                    reason = conn.closed() => Some(reason),
+                    _ = became_unusable(&link, &mut watch) => None,
+                };
+                // Gone for good (quinn may have noticed first, its socket failing): the session
+                // tells the server (PATH_ABANDON over another path), which then stops waiting
+                // for this one.
+                let gone = unusable(&link);
+                if gone.is_some() {
+                    let abandon = Command::AbandonPath {
+                        id,
+                        conn: conn.stable_id(),
+                    };
+                    let _ = session.commands.send(abandon).await;
+                    conn.close(quinn::VarInt::from_u32(0), b"link unusable");
+                }
+                let reason = match (gone, closed) {
+                    (Some(e), _) => e.to_string(),
+                    (None, Some(reason)) => format!("connection closed: {reason}"),
+                    (None, None) => "link unusable".to_owned(),
                 };
                 warn!(link = %link.name, %reason, "link left the session; reconnecting");
                 ctx.update(id, &link, |slot| {
@@ -443,6 +459,11 @@ async fn run_link(
             }
             Err(e) => {
                 warn!(link = %link.name, error = %e, retry_in = ?backoff, "link not joined");
+                // Found unusable before sending anything: the next check costs nothing on the
+                // network, so news of the interfaces may bring it at once.
+                if matches!(e, LinkError::InterfaceDown(_) | LinkError::AddressGone(_)) {
+                    floor = started;
+                }
                 ctx.update(id, &link, |slot| slot.last_error = Some(e.to_string()));
             }
         }
@@ -450,12 +471,12 @@ async fn run_link(
             slot.retry_at = Some(Instant::now() + backoff)
         });
         // An interface that came up or got an address since the attempt started ends the
-        // wait early (but not before BACKOFF_MIN after that start, however busy the kernel's
-        // news).
+        // wait early (but an attempt that went to the network is not repeated before
+        // BACKOFF_MIN after its start, however busy the kernel's news).
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
             () = ifwatch::changed(&mut interfaces) => {
-                tokio::time::sleep_until((started + BACKOFF_MIN).into()).await;
+                tokio::time::sleep_until(floor.into()).await;
             }
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -512,7 +533,7 @@ async fn connect_and_join(
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(quinn::Endpoint, quinn::Connection, bool), LinkError> {
+) -> Result<(quinn::Endpoint, quinn::Connection, (bool, bool)), LinkError> {
     let server = resolve(link).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
@@ -543,14 +564,15 @@ async fn connect_and_join(
     Ok((endpoint, conn, fragments))
 }
 
-/// Joins the session on `conn`; returns whether the server reassembles DATAGRAM_FRAGMENT frames.
+/// Joins the session on `conn`; returns whether the server reassembles DATAGRAM_FRAGMENT frames
+/// and whether it knows PATH_ABANDON.
 async fn join(
     conn: &quinn::Connection,
     path: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<bool, LinkError> {
+) -> Result<(bool, bool), LinkError> {
     let io = |e: &dyn std::fmt::Display| LinkError::Connect(e.to_string());
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
@@ -562,6 +584,7 @@ async fn join(
         tier: link.tier,
         weight: link.weight,
         fragments: true,
+        abandon: true,
         link_name: link.name.clone(),
         mac: compute_mac(&ctx.config.key, &exporter, session_id, path),
     };
@@ -569,12 +592,8 @@ async fn join(
     send.write_all(&msg.encode()).await.map_err(|e| io(&e))?;
     send.finish().map_err(|e| io(&e))?;
     let answer = recv.read_to_end(16).await.map_err(|_| LinkError::Refused)?;
-    if answer == [JOIN_OK] {
-        Ok(false)
-    } else if answer == [JOIN_OK_FRAGMENTS] {
-        Ok(true)
-    } else {
+    parse_answer(&answer).ok_or_else(|| {
         conn.close(quinn::VarInt::from_u32(0), b"");
-        Err(LinkError::Refused)
-    }
+        LinkError::Refused
+    })
 }

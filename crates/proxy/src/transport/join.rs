@@ -1,10 +1,12 @@
 //! The authenticated join: the first (and only) bidirectional stream of every path connection
-//! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (or
-//! [`JOIN_OK_FRAGMENTS`]) or [`JOIN_REFUSED`], then closes a refused connection.
+//! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (with the
+//! bits of [`JOIN_OK_FRAGMENTS`] and [`JOIN_OK_ABANDON`] for what both ends know: [`answer`],
+//! [`parse_answer`]) or [`JOIN_REFUSED`], then closes a refused connection.
 //!
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
-//!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; other bits ignored)
+//!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
+//!        PATH_ABANDON; other bits ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -28,6 +30,38 @@ pub const JOIN_OK: u8 = 0;
 /// DATAGRAM_FRAGMENT frames too. A server that does not (an older one) answers [`JOIN_OK`], and
 /// a client that did not set the bit is never sent this answer.
 pub const JOIN_OK_FRAGMENTS: u8 = 2;
+/// The server's answer bit to a JOIN with flag bit 2: joined, and the server knows the
+/// PATH_ABANDON frame, so the client may send it. Combined with [`JOIN_OK_FRAGMENTS`]; a server
+/// that does not know it (an older one) answers without it, and a client that did not set the
+/// bit is never sent it.
+pub const JOIN_OK_ABANDON: u8 = 4;
+/// JOIN flag bit 2: the client may send PATH_ABANDON.
+const FLAG_ABANDON: u8 = 4;
+
+/// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
+/// said it knows (the server knows both).
+pub fn answer(join: &Join) -> u8 {
+    let mut answer = JOIN_OK;
+    if join.fragments {
+        answer |= JOIN_OK_FRAGMENTS;
+    }
+    if join.abandon {
+        answer |= JOIN_OK_ABANDON;
+    }
+    answer
+}
+
+/// What the server's answer says: `Some((reassembles fragments, knows PATH_ABANDON))` for a
+/// join, `None` for [`JOIN_REFUSED`] or anything else.
+pub fn parse_answer(answer: &[u8]) -> Option<(bool, bool)> {
+    match *answer {
+        [a] if a & !(JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON) == JOIN_OK => {
+            Some((a & JOIN_OK_FRAGMENTS != 0, a & JOIN_OK_ABANDON != 0))
+        }
+        _ => None,
+    }
+}
+
 /// JOIN flag bit 0: the link is a backup.
 const FLAG_BACKUP: u8 = 1;
 /// JOIN flag bit 1: the client reassembles datagrams cut into DATAGRAM_FRAGMENT frames.
@@ -57,6 +91,8 @@ pub struct Join {
     pub weight: u16,
     /// The client reassembles datagrams cut into DATAGRAM_FRAGMENT frames (flag bit 1).
     pub fragments: bool,
+    /// The client may send PATH_ABANDON (flag bit 2).
+    pub abandon: bool,
     /// The link's name (for logs and status).
     pub link_name: String,
     /// The proof.
@@ -137,6 +173,9 @@ impl Join {
         if self.fragments {
             flags |= FLAG_FRAGMENTS;
         }
+        if self.abandon {
+            flags |= FLAG_ABANDON;
+        }
         out.push(flags);
         out.extend_from_slice(&self.weight.to_be_bytes());
         push_text(&mut out, &self.link_name);
@@ -187,6 +226,7 @@ impl Join {
             },
             weight,
             fragments: flags & FLAG_FRAGMENTS != 0,
+            abandon: flags & FLAG_ABANDON != 0,
             link_name,
             mac,
         })
@@ -251,6 +291,7 @@ mod tests {
             tier: Tier::Backup,
             weight: 3,
             fragments: true,
+            abandon: true,
             link_name: "lte".into(),
             mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
         }
@@ -276,6 +317,7 @@ mod tests {
         let plain = Join {
             tier: Tier::Primary,
             fragments: false,
+            abandon: false,
             ..j
         };
         assert_eq!(Join::decode(&plain.encode()).unwrap(), plain);
@@ -285,22 +327,47 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | FLAG_FRAGMENTS);
-        for (flags, tier, fragments) in [
-            (0b0000_0000, Tier::Primary, false),
-            (0b0000_0001, Tier::Backup, false),
-            (0b0000_0010, Tier::Primary, true),
-            (0b1111_1100, Tier::Primary, false),
-            (0b1111_1111, Tier::Backup, true),
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | FLAG_FRAGMENTS | FLAG_ABANDON);
+        for (flags, tier, fragments, abandon) in [
+            (0b0000_0000, Tier::Primary, false, false),
+            (0b0000_0001, Tier::Backup, false, false),
+            (0b0000_0010, Tier::Primary, true, false),
+            (0b0000_0100, Tier::Primary, false, true),
+            (0b1111_1000, Tier::Primary, false, false),
+            (0b1111_1111, Tier::Backup, true, true),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
             let j = Join::decode(&b).unwrap();
             assert_eq!(
-                (j.tier, j.fragments),
-                (tier, fragments),
+                (j.tier, j.fragments, j.abandon),
+                (tier, fragments, abandon),
                 "flags {flags:#010b}"
             );
+        }
+    }
+
+    #[test]
+    fn the_answer_carries_what_both_ends_know_and_an_older_one_still_reads() {
+        for (fragments, abandon, byte) in [
+            (false, false, JOIN_OK),
+            (true, false, JOIN_OK_FRAGMENTS),
+            (false, true, JOIN_OK_ABANDON),
+            (true, true, JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON),
+        ] {
+            let join = Join {
+                fragments,
+                abandon,
+                ..sample()
+            };
+            assert_eq!(answer(&join), byte);
+            assert_eq!(parse_answer(&[byte]), Some((fragments, abandon)));
+        }
+        // What an older server answers, what a refusal is, and what no server sends.
+        assert_eq!(parse_answer(&[0]), Some((false, false)));
+        assert_eq!(parse_answer(&[2]), Some((true, false)));
+        for refused in [&[JOIN_REFUSED][..], &[3], &[8], &[0xff], &[], &[0, 0]] {
+            assert_eq!(parse_answer(refused), None, "{refused:?}");
         }
     }
 

@@ -24,8 +24,7 @@ use tracing::{debug, info};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::join::{
-    EXPORTER_LABEL, JOIN_OK, JOIN_OK_FRAGMENTS, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE,
-    SessionId, verify_mac,
+    EXPORTER_LABEL, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE, SessionId, verify_mac,
 };
 use super::quic::datagram_size;
 use crate::config::{EgressPolicy, ServerConfig};
@@ -308,18 +307,15 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         config,
         name: join.link_name.clone(),
         fragments: join.fragments,
+        // The server never sends PATH_ABANDON.
+        abandon: false,
     };
     session
         .commands
         .send(attach)
         .await
         .map_err(|_| "session gone")?;
-    let answer = if join.fragments {
-        JOIN_OK_FRAGMENTS
-    } else {
-        JOIN_OK
-    };
-    send.write_all(&[answer])
+    send.write_all(&[super::join::answer(&join)])
         .await
         .map_err(|_| "join answer lost")?;
     let _ = send.finish();
@@ -498,6 +494,7 @@ mod tests {
             tier: crate::session::Tier::Primary,
             weight: 1,
             fragments: true,
+            abandon: true,
             link_name: "w".into(),
             mac: [0; 32],
         };

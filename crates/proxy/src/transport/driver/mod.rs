@@ -49,6 +49,15 @@ pub(crate) enum Command {
         name: String,
         /// The JOIN exchange on this path said the peer reassembles DATAGRAM_FRAGMENT frames.
         fragments: bool,
+        /// The JOIN exchange on this path said the peer knows PATH_ABANDON.
+        abandon: bool,
+    },
+    /// The client's end of path `id` is gone (its interface went down, its address away): the
+    /// path leaves the session and the peer is told (`Session::abandon_path`), when `conn`
+    /// (its `stable_id`) is still the path's connection.
+    AbandonPath {
+        id: PathId,
+        conn: usize,
     },
     Open {
         kind: FlowKind,
@@ -379,11 +388,31 @@ impl Driver {
                 config,
                 name,
                 fragments,
+                abandon,
             } => {
                 if fragments {
                     self.session.set_peer_reassembles(true);
                 }
+                if abandon {
+                    self.session.set_peer_knows_abandon(true);
+                }
                 self.attach_path(id, conn, config, name);
+            }
+            Command::AbandonPath { id, conn } => {
+                // Its connection may have ended first (the path is gone here already); a
+                // connection that joined since under the same id is another path.
+                let Some(slot) = self.paths.get_mut(id.index()) else {
+                    return;
+                };
+                if slot.as_ref().is_none_or(|p| p.conn.stable_id() == conn) {
+                    if let Some(path) = slot.take() {
+                        path.conn
+                            .close(quinn::VarInt::from_u32(0), b"path abandoned");
+                    }
+                    let now = self.now();
+                    let _ = self.session.abandon_path(id, now);
+                    info!(session = %self.label, path = id.0, "path abandoned");
+                }
             }
             Command::Open {
                 kind,
