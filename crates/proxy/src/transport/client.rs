@@ -6,8 +6,9 @@
 //! id. No link is the master: the session lives while any path does, and when it closes (every
 //! link down for the session's idle timeout) a new session starts. A reload
 //! ([`LinkContext::reload`]) adds, removes and reconnects links in the running session. A link
-//! bound to an interface follows it (`transport::ifwatch`): it leaves the session when the
-//! interface goes down and joins again when it is back; any interface coming up or getting an
+//! bound to an interface or to a local address follows it (`transport::ifwatch`): it leaves the
+//! session when the interface goes down or the address away, telling the server
+//! (PATH_ABANDON), and joins again when it is back; any interface coming up or getting an
 //! address cuts a link's retry wait short.
 
 use std::net::SocketAddr;
@@ -144,13 +145,19 @@ impl LinkSlot {
         }
     }
 
-    /// Ends the link's task and closes its connection: its path leaves the session, which
-    /// sends what was in flight on it over the other paths.
-    fn stop(&mut self, reason: &'static [u8]) {
+    /// Ends the link's task; returns its connection.
+    fn end_task(&mut self) -> Option<quinn::Connection> {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-        if let Some(conn) = self.conn.take() {
+        self.joined = false;
+        self.conn.take()
+    }
+
+    /// Ends the link's task and closes its connection: its path leaves the session, which
+    /// sends what was in flight on it over the other paths.
+    fn stop(&mut self, reason: &'static [u8]) {
+        if let Some(conn) = self.end_task() {
             conn.close(quinn::VarInt::from_u32(0), reason);
         }
     }
@@ -232,11 +239,7 @@ impl LinkContext {
         let mut table = self.table();
         table.session = None;
         for slot in table.slots.iter_mut().flatten() {
-            if let Some(task) = slot.task.take() {
-                task.abort();
-            }
-            slot.conn = None;
-            slot.joined = false;
+            slot.end_task();
         }
     }
 
@@ -426,15 +429,15 @@ async fn run_link(
                 // the session sends what was in flight on it over the other paths now, not
                 // after its probe timeouts.
                 let mut watch = interfaces.clone();
-                let closed = tokio::select! {
-                    reason = conn.closed() => Some(reason),
-                    _ = became_unusable(&link, &mut watch) => None,
+                // An ended connection whose link is unusable now went for that reason (quinn
+                // may notice first, its socket failing).
+                let gone = tokio::select! {
+                    reason = conn.closed() => unusable(&link).ok_or(reason),
+                    e = became_unusable(&link, &mut watch) => Ok(e),
                 };
-                // Gone for good (quinn may have noticed first, its socket failing): the session
-                // tells the server (PATH_ABANDON over another path), which then stops waiting
-                // for this one.
-                let gone = unusable(&link);
-                if gone.is_some() {
+                // Gone for good: the session tells the server (PATH_ABANDON over another
+                // path), which then stops waiting for this one.
+                if gone.is_ok() {
                     let abandon = Command::AbandonPath {
                         id,
                         conn: conn.stable_id(),
@@ -442,10 +445,9 @@ async fn run_link(
                     let _ = session.commands.send(abandon).await;
                     conn.close(quinn::VarInt::from_u32(0), b"link unusable");
                 }
-                let reason = match (gone, closed) {
-                    (Some(e), _) => e.to_string(),
-                    (None, Some(reason)) => format!("connection closed: {reason}"),
-                    (None, None) => "link unusable".to_owned(),
+                let reason = match gone {
+                    Ok(e) => e.to_string(),
+                    Err(reason) => format!("connection closed: {reason}"),
                 };
                 warn!(link = %link.name, %reason, "link left the session; reconnecting");
                 ctx.update(id, &link, |slot| {
