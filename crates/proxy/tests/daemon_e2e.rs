@@ -34,9 +34,41 @@ async fn socks5_50mb_download_and_upload_match_sha256() {
     let session = &status.sessions[0];
     assert_eq!(session.paths.len(), 2);
     assert!(session.counters.bytes_written >= 50 * MB as u64);
+    assert_eq!(session.congestion, "cubic");
     let server_status = server.status().await;
     assert_eq!(server_status.sessions.len(), 1);
     assert_eq!(server_status.joins_accepted, 2);
+}
+
+/// `[session] congestion = "bbr"` on both daemons: their paths run BBR (a pacing rate of its
+/// own, see docs/congestion.md), data crosses whole both ways, and the status says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bbr_sessions_move_data_both_ways_and_the_status_names_the_controller() {
+    let limits = braid_proxy::config::SessionLimits {
+        congestion: braid_proxy::session::congestion::CongestionAlgorithm::Bbr,
+        ..Default::default()
+    };
+    let (server, client) = pair_with("bbr", 2, limits).await;
+    let target = test_server().await;
+    let work = async {
+        let started = std::time::Instant::now();
+        let got = download(client.socks_addr, target, (20 * MB) as u32).await;
+        assert_eq!(sha256(&got), sha256(&pattern(20 * MB, 7)));
+        let data = pattern(20 * MB, 3);
+        assert_eq!(
+            upload(client.socks_addr, target, &data).await,
+            sha256(&data)
+        );
+        println!("20 MB down and 20 MB up in {:?}", started.elapsed());
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .unwrap();
+    for status in [client.status().await, server.status().await] {
+        let session = &status.sessions[0];
+        assert_eq!(session.congestion, "bbr", "{status:?}");
+        assert_eq!(session.paths.len(), 2);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,7 +58,9 @@ pub struct PathView {
     pub loss_rate: f32,
     /// Recent delivery rate (acknowledged bytes per second).
     pub delivery_rate: u64,
-    /// True when the link's configured rate cap forbids sending right now.
+    /// True when the link's configured rate cap forbids sending right now, or the pacer of a
+    /// congestion controller that sets its own pacing rate (BBR) holds the next packet back:
+    /// either way the path carries what it can, and a packet may go elsewhere.
     pub rate_limited: bool,
     /// Largest datagram payload the path carries, bytes.
     pub max_datagram_size: u16,
@@ -90,7 +92,7 @@ impl PathView {
         self.cwnd.saturating_sub(self.bytes_in_flight)
     }
 
-    /// Not failed and not held back by its rate cap.
+    /// Not failed and not held back by its rate cap (or its controller's pacing rate).
     pub fn is_usable(&self) -> bool {
         self.state != PathState::Failed && !self.rate_limited
     }

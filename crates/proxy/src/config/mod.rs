@@ -155,6 +155,8 @@ pub(crate) struct RawSession {
     flow_receive_window_kib: Option<i64>,
     /// Signed, like the window.
     max_udp_payload: Option<i64>,
+    /// The congestion controller of every path, by name.
+    congestion: Option<String>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -165,6 +167,8 @@ pub struct SessionLimits {
     /// The longest UDP payload carried, bytes (`max_udp_payload`): the session's
     /// `max_datagram_payload` less the longest SOCKS5 UDP header of an address.
     pub max_udp_payload: usize,
+    /// The congestion controller of the paths this end sends on (`congestion`).
+    pub congestion: crate::session::congestion::CongestionAlgorithm,
 }
 
 impl Default for SessionLimits {
@@ -172,6 +176,7 @@ impl Default for SessionLimits {
         SessionLimits {
             flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
+            congestion: crate::session::congestion::CongestionAlgorithm::default(),
         }
     }
 }
@@ -192,7 +197,8 @@ pub const DEFAULT_MAX_UDP_PAYLOAD: usize =
 pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
     ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
 
-/// Validates `[session]`: the per-flow receive window and the longest UDP payload.
+/// Validates `[session]`: the per-flow receive window, the longest UDP payload and the
+/// congestion controller.
 pub(crate) fn session_limits(
     file: &Path,
     raw: &RawSession,
@@ -233,9 +239,21 @@ pub(crate) fn session_limits(
             }
         },
     };
+    let congestion = match &raw.congestion {
+        None => crate::session::congestion::CongestionAlgorithm::default(),
+        Some(name) => name.parse().map_err(|_| {
+            invalid(
+                file,
+                "session.congestion",
+                "\"cubic\", \"newreno\" or \"bbr\"",
+                name,
+            )
+        })?,
+    };
     Ok(SessionLimits {
         flow_receive_window,
         max_udp_payload,
+        congestion,
     })
 }
 
@@ -395,10 +413,12 @@ mod tests {
 
     #[test]
     fn session_limits_are_checked() {
+        use crate::session::congestion::CongestionAlgorithm;
         let f = Path::new("f.toml");
         let raw = |kib, bytes| RawSession {
             flow_receive_window_kib: kib,
             max_udp_payload: bytes,
+            congestion: None,
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -410,8 +430,27 @@ mod tests {
             session_limits(f, &raw(Some(4096), Some(8922))).unwrap(),
             SessionLimits {
                 flow_receive_window: 4 << 20,
-                max_udp_payload: 8922
+                max_udp_payload: 8922,
+                congestion: CongestionAlgorithm::Cubic,
             }
+        );
+        let named = |name: &str| {
+            session_limits(
+                f,
+                &RawSession {
+                    congestion: Some(name.to_owned()),
+                    ..raw(None, None)
+                },
+            )
+        };
+        assert_eq!(named("BBR").unwrap().congestion, CongestionAlgorithm::Bbr);
+        assert_eq!(
+            named("newreno").unwrap().congestion,
+            CongestionAlgorithm::NewReno
+        );
+        assert_eq!(
+            named("vegas").unwrap_err().to_string(),
+            "f.toml: session.congestion: expected \"cubic\", \"newreno\" or \"bbr\", got \"vegas\""
         );
         for bad in [-1, 0, 63, (1 << 20) + 1] {
             let e = session_limits(f, &raw(Some(bad), None))

@@ -343,8 +343,9 @@ const QUEUE_LIMIT: usize = 1 << 16;
 pub(crate) const FLOW_OVERHEAD: u64 = 4096;
 /// Bookkeeping bytes charged per queued datagram besides its payload.
 pub(crate) const DATAGRAM_OVERHEAD: u64 = 64;
-/// Bytes charged per tracked sent packet.
-pub(crate) const SENT_PACKET_SIZE: u64 = 128;
+/// Bytes charged per tracked sent packet (its record, with the 12-byte delivery-rate snapshot
+/// BBR's bandwidth samples come from).
+pub(crate) const SENT_PACKET_SIZE: u64 = 136;
 /// Bookkeeping bytes charged per path.
 pub(crate) const PATH_OVERHEAD: u64 = 4096;
 

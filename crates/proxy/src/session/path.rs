@@ -16,7 +16,7 @@ use braid_sched_core::{PathId, PathState, PathView, Timestamp};
 
 use super::config::{PathConfig, SessionConfig, Tier};
 use super::congestion::{
-    AnyController, CongestionConfig, Controller, GRANULARITY, MAX_BURST_DATAGRAMS,
+    AnyController, CongestionConfig, Controller, DeliveryRate, GRANULARITY, MAX_BURST_DATAGRAMS,
     MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
 };
 use super::error::SessionError;
@@ -52,6 +52,8 @@ pub(crate) struct Path {
     congestion_config: CongestionConfig,
     pub cc: AnyController,
     pub rtt: RttEstimator,
+    /// Delivery-rate samples for the controller (BBR's bandwidth model).
+    delivery: DeliveryRate,
     pacer: Pacer,
     bucket: Option<TokenBucket>,
     // Sending.
@@ -120,6 +122,7 @@ impl Path {
             congestion_config,
             cc: congestion_config.build(),
             rtt: RttEstimator::new(session.initial_rtt),
+            delivery: DeliveryRate::new(),
             // Bursts of 2 ms of the window, 10 to 256 datagrams (see `Pacer`).
             pacer: Pacer::new(u64::from(config.max_datagram_size)),
             bucket: config.rate_cap.map(|r| {
@@ -191,6 +194,18 @@ impl Path {
             let at = bucket.ready_at(mds);
             *wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
         }
+        // A controller that sets its own pacing rate (BBR) paces at what it measured the path to
+        // carry: a path its pacer holds back is full, as one whose window is, so the scheduler
+        // may place the packet elsewhere. (A window-based controller's pacer runs 1.25 times
+        // faster than its window, only smoothing it: its gaps must not spill traffic.)
+        if !rate_limited
+            && !self.is_failed()
+            && let Some(rate) = self.cc.pacing_rate()
+            && let Some(at) = self.pacer.delay_at_rate(now, mds, rate)
+        {
+            rate_limited = true;
+            *wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
+        }
         // No room while the table is full, or while a probe timeout waits for an ACK (see
         // `reinject_in_flight`).
         let cwnd = if self.can_track() && self.pto_count == 0 {
@@ -222,12 +237,25 @@ impl Path {
     /// When the pacer lets the next full-size packet go, if not now.
     pub fn pacing_delay(&mut self, now: Timestamp) -> Option<Timestamp> {
         let mds = u64::from(self.config.max_datagram_size);
-        let window = self.cc.window();
-        self.pacer.delay(now, mds, window, self.rtt.srtt())
+        match self.cc.pacing_rate() {
+            Some(rate) => self.pacer.delay_at_rate(now, mds, rate),
+            None => self
+                .pacer
+                .delay(now, mds, self.cc.window(), self.rtt.srtt()),
+        }
+    }
+
+    /// The sender has nothing to send: if the window has room, the packets sent until what is in
+    /// flight now is delivered measure the application, not the path (their rate samples are
+    /// application-limited).
+    pub fn on_app_limited(&mut self) {
+        if self.bytes_in_flight < self.cc.window() {
+            self.delivery.on_app_limited(self.bytes_in_flight);
+        }
     }
 
     /// Records a packet handed to the driver.
-    pub fn on_sent(&mut self, packet: SentPacket, now: Timestamp) {
+    pub fn on_sent(&mut self, mut packet: SentPacket, now: Timestamp) {
         self.next_pn = packet.pn + 1;
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += u64::from(packet.size);
@@ -236,6 +264,7 @@ impl Path {
             return;
         }
         if packet.in_flight {
+            packet.delivery = self.delivery.on_sent(now, self.bytes_in_flight);
             self.bytes_in_flight += u64::from(packet.size);
             self.cc.on_sent(now, u64::from(packet.size));
             self.pacer.on_sent(now, u64::from(packet.size));
@@ -303,17 +332,29 @@ impl Path {
                 out.acked_bytes += u64::from(p.size);
                 self.cc
                     .on_ack(now, p.time_sent, u64::from(p.size), &self.rtt, app_limited);
+                self.delivery
+                    .on_acked(now, &p.delivery, p.time_sent, u64::from(p.size));
             }
             self.loss_rate *= 1.0 - LOSS_RATE_GAIN;
         }
         self.update_delivery_rate(now, out.acked_bytes);
         self.pto_count = 0;
         self.last_ack_received = now;
-        if self.is_failed() {
+        let recovered = self.is_failed();
+        if recovered {
             self.recover(now);
             out.recovered = true;
         }
         out.lost_bytes = self.detect_lost(now, lost);
+        if let Some(sample) = self.delivery.take_sample(
+            now,
+            self.rtt.min_rtt(),
+            in_flight_before,
+            self.bytes_in_flight,
+        ) && !recovered
+        {
+            self.cc.on_ack_event(now, &sample, &self.rtt);
+        }
         self.pop_done();
         Ok(out)
     }

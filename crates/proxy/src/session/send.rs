@@ -669,7 +669,11 @@ impl Session {
             let Some(item) = self.next_item(now, max_chunk) else {
                 // Nothing can be sent now (no lost bytes, datagram or control frame queued, and
                 // every flow empty or held by its send window or the session credit): only now
-                // may the redundant buffer take the window room left.
+                // may the redundant buffer take the window room left. Paths with window room
+                // are application-limited from here on.
+                for path in self.paths[..self.path_end].iter_mut().flatten() {
+                    path.on_app_limited();
+                }
                 return self.transmit_redundant(now, buf);
             };
             let meta = self.meta_for(item);

@@ -4,6 +4,7 @@
 
 use braid_sched_core::{FlowId, PathId, PathSet, Timestamp};
 
+use super::congestion::PacketDelivery;
 use super::stream::Chunk;
 
 /// Most control frames carried by one packet.
@@ -65,6 +66,8 @@ pub(crate) struct SentPacket {
     /// The packet also carried the OPEN of the payload's flow.
     pub carried_open: bool,
     pub controls: [Option<Control>; MAX_CONTROLS],
+    /// The path's delivery counters when it was sent (for the delivery-rate sample of its ACK).
+    pub delivery: PacketDelivery,
 }
 
 impl SentPacket {
@@ -83,6 +86,7 @@ impl SentPacket {
             payload,
             carried_open: false,
             controls: [None; MAX_CONTROLS],
+            delivery: PacketDelivery::default(),
         }
     }
 }

@@ -27,8 +27,8 @@ pub use status::{
 /// over the emulated 30 + 20 Mbit/s links, 4 MiB 91%).
 pub const DEFAULT_FLOW_RECEIVE_WINDOW: u64 = 2 << 20;
 
-/// The session limits both daemons use, with the configured per-flow receive window and longest
-/// UDP payload. A flow's send buffer is 2 MiB; its rings are allocated at first use, so memory
+/// The session limits both daemons use, with the configured per-flow receive window, longest
+/// UDP payload and congestion controller. A flow's send buffer is 2 MiB; its rings are allocated at first use, so memory
 /// grows with the flows that actually move data (1024 flows at most). All flows of a session
 /// together may receive 32 MiB ahead of the application, or one flow window where that is
 /// larger. A datagram may be the UDP payload with the longest SOCKS5 UDP header of an address.
@@ -38,6 +38,10 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
         flow_receive_window: limits.flow_receive_window,
         session_receive_window: limits.flow_receive_window.max(32 << 20),
         max_datagram_payload: limits.max_udp_payload + crate::inbound::socks5::MAX_REPLY,
+        congestion: crate::session::congestion::CongestionConfig {
+            algorithm: limits.congestion,
+            ..crate::session::congestion::CongestionConfig::default()
+        },
         ..crate::session::SessionConfig::default()
     }
 }

@@ -130,6 +130,9 @@ pub struct SessionStatus {
     pub role: String,
     /// The scheduler's name.
     pub scheduler: String,
+    /// The congestion controller of the paths this end sends on (`cubic`, `newreno`, `bbr`).
+    #[serde(default)]
+    pub congestion: String,
     /// Version of the learned model in use (learned schedulers only).
     pub model_version: Option<u64>,
     /// Seconds since the session started.
@@ -273,13 +276,14 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}",
+                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}",
                 s.session,
                 s.user,
                 s.scheduler,
                 s.model_version
                     .map(|v| format!(" (model v{v})"))
                     .unwrap_or_default(),
+                s.congestion,
                 s.uptime_s,
                 c.flows_open,
                 c.flows_total,

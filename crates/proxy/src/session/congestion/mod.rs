@@ -10,15 +10,22 @@
 //! - [`RttEstimator`]: RFC 9002 §5 (min, smoothed and variation of the RTT, ACK delay).
 //! - [`NewReno`]: RFC 9002 §7 and Appendix B (slow start, congestion avoidance, recovery).
 //! - [`Cubic`]: RFC 9438 §4 (W_cubic, Reno-friendly region, fast convergence, β = 0.7).
+//! - [`Bbr`]: BBR version 1 (draft-cardwell-iccrg-bbr-congestion-control-00): a model of the
+//!   path's bottleneck bandwidth and propagation RTT, paced at the bandwidth.
+//! - [`DeliveryRate`]: draft-cheng-iccrg-delivery-rate-estimation, one rate sample per ACK.
 //! - [`Pacer`]: RFC 9002 §7.7 (rate `1.25 * cwnd / srtt`, bursts of 2 ms of the window).
 //! - [`TokenBucket`]: a configured rate cap per path, independent of congestion control.
 //!
 //! Call order for one path: [`Controller::on_sent`] for every packet sent; for every newly
 //! acknowledged packet, first [`RttEstimator::update`] (once per ACK frame) then
 //! [`Controller::on_ack`]; for every loss batch [`Controller::on_congestion_event`] with the send
-//! time of the newest lost packet. [`Controller::window`] bounds the bytes in flight.
+//! time of the newest lost packet; after the packets of one ACK, [`Controller::on_ack_event`]
+//! with the ACK's [`RateSample`]. [`Controller::window`] bounds the bytes in flight, and
+//! [`Controller::pacing_rate`], where a controller sets one (BBR), the rate packets leave at.
 
+mod bbr;
 mod cubic;
+mod delivery;
 mod new_reno;
 mod pacer;
 mod rtt;
@@ -32,7 +39,9 @@ use std::str::FromStr;
 
 use braid_sched_core::Timestamp;
 
+pub use bbr::{Bbr, BbrMode};
 pub use cubic::{BETA as CUBIC_BETA, C as CUBIC_C, Cubic};
+pub use delivery::{DeliveryRate, PacketDelivery, RateSample};
 pub use new_reno::NewReno;
 pub use pacer::{MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer};
 pub use rtt::{GRANULARITY, RttEstimator};
@@ -70,8 +79,20 @@ pub trait Controller {
         lost_bytes: u64,
     );
 
+    /// The packets one ACK frame newly acknowledged were all reported through
+    /// [`Controller::on_ack`]: `sample` is the ACK's delivery-rate sample (after the losses the
+    /// ACK revealed were reported).
+    #[allow(unused_variables)]
+    fn on_ack_event(&mut self, now: Timestamp, sample: &RateSample, rtt: &RttEstimator) {}
+
     /// Bytes that may be in flight (the congestion window).
     fn window(&self) -> u64;
+
+    /// The rate the controller wants packets to leave at, bytes per second; `None` (the
+    /// window-based controllers) lets the pacer derive one from the window and the RTT.
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
 
     /// The path's maximum datagram size changed to `max_datagram_size` bytes, and the window
     /// floor with it to `minimum_window` bytes (RFC 9002 §7.2 counts both in datagrams). The
@@ -89,18 +110,24 @@ pub enum CongestionAlgorithm {
     /// CUBIC, RFC 9438.
     #[default]
     Cubic,
+    /// BBR version 1 (draft-cardwell-iccrg-bbr-congestion-control-00).
+    Bbr,
 }
 
 impl CongestionAlgorithm {
     /// Every algorithm, in the order they are listed to users.
-    pub const ALL: [CongestionAlgorithm; 2] =
-        [CongestionAlgorithm::NewReno, CongestionAlgorithm::Cubic];
+    pub const ALL: [CongestionAlgorithm; 3] = [
+        CongestionAlgorithm::NewReno,
+        CongestionAlgorithm::Cubic,
+        CongestionAlgorithm::Bbr,
+    ];
 
     /// The canonical name used in config files and on the command line.
     pub const fn name(self) -> &'static str {
         match self {
             CongestionAlgorithm::NewReno => "newreno",
             CongestionAlgorithm::Cubic => "cubic",
+            CongestionAlgorithm::Bbr => "bbr",
         }
     }
 }
@@ -113,7 +140,7 @@ impl fmt::Display for CongestionAlgorithm {
 
 /// A congestion control algorithm name that braid does not implement.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown congestion algorithm `{name}` (expected `newreno` or `cubic`)")]
+#[error("unknown congestion algorithm `{name}` (expected `newreno`, `cubic` or `bbr`)")]
 pub struct UnknownCongestionAlgorithm {
     /// The offending name.
     pub name: String,
@@ -122,7 +149,8 @@ pub struct UnknownCongestionAlgorithm {
 impl FromStr for CongestionAlgorithm {
     type Err = UnknownCongestionAlgorithm;
 
-    /// Case-insensitive; `new_reno`, `new-reno` and `reno` are accepted for NewReno.
+    /// Case-insensitive; `new_reno`, `new-reno` and `reno` are accepted for NewReno, `bbr1`
+    /// and `bbrv1` for BBR.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let wanted = s.trim();
         let is = |name: &str| wanted.eq_ignore_ascii_case(name);
@@ -130,6 +158,8 @@ impl FromStr for CongestionAlgorithm {
             Ok(CongestionAlgorithm::NewReno)
         } else if is("cubic") {
             Ok(CongestionAlgorithm::Cubic)
+        } else if is("bbr") || is("bbr1") || is("bbrv1") {
+            Ok(CongestionAlgorithm::Bbr)
         } else {
             Err(UnknownCongestionAlgorithm { name: s.to_owned() })
         }
@@ -235,6 +265,7 @@ impl CongestionConfig {
         match self.algorithm {
             CongestionAlgorithm::NewReno => AnyController::NewReno(NewReno::new(params)),
             CongestionAlgorithm::Cubic => AnyController::Cubic(Cubic::new(params)),
+            CongestionAlgorithm::Bbr => AnyController::Bbr(Box::new(Bbr::new(params))),
         }
     }
 }
@@ -282,6 +313,8 @@ pub enum AnyController {
     NewReno(NewReno),
     /// CUBIC.
     Cubic(Cubic),
+    /// BBR (boxed: its filters make it several times larger than the others).
+    Bbr(Box<Bbr>),
 }
 
 impl AnyController {
@@ -290,14 +323,17 @@ impl AnyController {
         match self {
             AnyController::NewReno(_) => CongestionAlgorithm::NewReno,
             AnyController::Cubic(_) => CongestionAlgorithm::Cubic,
+            AnyController::Bbr(_) => CongestionAlgorithm::Bbr,
         }
     }
 
-    /// The slow-start threshold, bytes (`u64::MAX` until the first congestion event).
+    /// The slow-start threshold, bytes (`u64::MAX` until the first congestion event; always for
+    /// BBR, which has none).
     pub fn ssthresh(&self) -> u64 {
         match self {
             AnyController::NewReno(c) => c.ssthresh(),
             AnyController::Cubic(c) => c.ssthresh(),
+            AnyController::Bbr(_) => u64::MAX,
         }
     }
 
@@ -307,6 +343,7 @@ impl AnyController {
         match self {
             AnyController::NewReno(c) => c.in_recovery(sent_time),
             AnyController::Cubic(c) => c.in_recovery(sent_time),
+            AnyController::Bbr(c) => c.in_recovery(sent_time),
         }
     }
 
@@ -315,6 +352,7 @@ impl AnyController {
         match self {
             AnyController::NewReno(c) => c.minimum_window(),
             AnyController::Cubic(c) => c.minimum_window(),
+            AnyController::Bbr(c) => c.minimum_window(),
         }
     }
 }
@@ -324,6 +362,7 @@ impl Controller for AnyController {
         match self {
             AnyController::NewReno(c) => c.on_sent(now, bytes),
             AnyController::Cubic(c) => c.on_sent(now, bytes),
+            AnyController::Bbr(c) => c.on_sent(now, bytes),
         }
     }
 
@@ -338,6 +377,15 @@ impl Controller for AnyController {
         match self {
             AnyController::NewReno(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
             AnyController::Cubic(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+            AnyController::Bbr(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+        }
+    }
+
+    fn on_ack_event(&mut self, now: Timestamp, sample: &RateSample, rtt: &RttEstimator) {
+        match self {
+            AnyController::NewReno(c) => c.on_ack_event(now, sample, rtt),
+            AnyController::Cubic(c) => c.on_ack_event(now, sample, rtt),
+            AnyController::Bbr(c) => c.on_ack_event(now, sample, rtt),
         }
     }
 
@@ -355,6 +403,7 @@ impl Controller for AnyController {
             AnyController::Cubic(c) => {
                 c.on_congestion_event(now, sent_time, persistent, lost_bytes)
             }
+            AnyController::Bbr(c) => c.on_congestion_event(now, sent_time, persistent, lost_bytes),
         }
     }
 
@@ -362,6 +411,14 @@ impl Controller for AnyController {
         match self {
             AnyController::NewReno(c) => c.window(),
             AnyController::Cubic(c) => c.window(),
+            AnyController::Bbr(c) => c.window(),
+        }
+    }
+
+    fn pacing_rate(&self) -> Option<u64> {
+        match self {
+            AnyController::NewReno(_) | AnyController::Cubic(_) => None,
+            AnyController::Bbr(c) => c.pacing_rate(),
         }
     }
 
@@ -369,6 +426,7 @@ impl Controller for AnyController {
         match self {
             AnyController::NewReno(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
             AnyController::Cubic(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
+            AnyController::Bbr(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
         }
     }
 }
@@ -444,8 +502,15 @@ mod tests {
             let controller = config.build();
             assert_eq!(controller.algorithm(), algorithm);
             assert_eq!(controller.window(), 12_000);
-            assert_eq!(controller.minimum_window(), 2_400);
+            // BBR's floor is four datagrams (BBRMinPipeCwnd), the others' two.
+            let floor = if algorithm == CongestionAlgorithm::Bbr {
+                4_800
+            } else {
+                2_400
+            };
+            assert_eq!(controller.minimum_window(), floor);
             assert_eq!(controller.ssthresh(), u64::MAX);
+            assert_eq!(controller.pacing_rate(), None);
             assert!(!controller.in_recovery(Timestamp::ZERO));
         }
     }

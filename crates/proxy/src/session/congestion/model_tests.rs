@@ -51,6 +51,45 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+#[derive(Clone, Debug)]
+enum BbrOp {
+    /// `count` datagrams leave.
+    Send {
+        count: u64,
+    },
+    /// The oldest `count` in flight are acknowledged.
+    Ack {
+        count: u64,
+        ack_delay_us: u64,
+    },
+    /// The oldest `count` in flight are declared lost.
+    Loss {
+        count: u64,
+        persistent: bool,
+    },
+    /// The sender runs out of data.
+    AppLimited,
+    Idle {
+        us: u64,
+    },
+    Resize {
+        mds: u64,
+    },
+}
+
+fn bbr_op() -> impl Strategy<Value = BbrOp> {
+    prop_oneof![
+        4 => (1..=40u64).prop_map(|count| BbrOp::Send { count }),
+        4 => (1..=40u64, 0..=25_000u64)
+            .prop_map(|(count, ack_delay_us)| BbrOp::Ack { count, ack_delay_us }),
+        1 => (1..=10u64, prop::bool::weighted(0.05))
+            .prop_map(|(count, persistent)| BbrOp::Loss { count, persistent }),
+        1 => Just(BbrOp::AppLimited),
+        2 => (0..=300_000u64).prop_map(|us| BbrOp::Idle { us }),
+        1 => (1200..=1500u64).prop_map(|mds| BbrOp::Resize { mds }),
+    ]
+}
+
 fn algorithm() -> impl Strategy<Value = CongestionAlgorithm> {
     prop_oneof![
         Just(CongestionAlgorithm::NewReno),
@@ -63,6 +102,7 @@ fn reduced(algorithm: CongestionAlgorithm, window: u64, minimum: u64) -> u64 {
     let reduced = match algorithm {
         CongestionAlgorithm::NewReno => window / 2,
         CongestionAlgorithm::Cubic => window * 7 / 10,
+        CongestionAlgorithm::Bbr => unreachable!("BBR has its own model test"),
     };
     reduced.max(minimum)
 }
@@ -169,6 +209,78 @@ proptest! {
             }
             prop_assert!(cc.window() >= cc.minimum_window());
             prop_assert!(cc.window() >= mds * 2);
+        }
+    }
+
+    #[test]
+    fn bbr_keeps_a_window_and_a_finite_pacing_rate_whatever_the_acks_and_losses(
+        ops in prop::collection::vec(bbr_op(), 1..400),
+    ) {
+        let mut cc = CongestionConfig::with_datagram_size(CongestionAlgorithm::Bbr, MDS).build();
+        let mut rtt = RttEstimator::new(Duration::from_millis(333));
+        let mut delivery = DeliveryRate::new();
+        // (sent time, size, snapshot), oldest first.
+        let mut flight = std::collections::VecDeque::new();
+        let mut in_flight = 0u64;
+        let mut now = Timestamp::from_secs_f64(10.0);
+        let mut mds = MDS;
+        for op in ops {
+            now += Duration::from_micros(1);
+            match op {
+                BbrOp::Send { count } => {
+                    for _ in 0..count {
+                        let p = delivery.on_sent(now, in_flight);
+                        cc.on_sent(now, mds);
+                        flight.push_back((now, mds, p));
+                        in_flight += mds;
+                    }
+                }
+                BbrOp::Ack { count, ack_delay_us } => {
+                    let prior = in_flight;
+                    let mut newest = None;
+                    for _ in 0..count {
+                        let Some((sent, size, p)) = flight.pop_front() else { break };
+                        delivery.on_acked(now, &p, sent, size);
+                        cc.on_ack(now, sent, size, &rtt, false);
+                        in_flight -= size;
+                        newest = Some(sent);
+                    }
+                    if let Some(sent) = newest {
+                        rtt.update(Duration::from_micros(ack_delay_us), now - sent);
+                    }
+                    if let Some(rs) = delivery.take_sample(now, rtt.min_rtt(), prior, in_flight) {
+                        cc.on_ack_event(now, &rs, &rtt);
+                    }
+                }
+                BbrOp::Loss { count, persistent } => {
+                    let mut lost = 0;
+                    let mut newest = None;
+                    for _ in 0..count {
+                        let Some((sent, size, _)) = flight.pop_front() else { break };
+                        lost += size;
+                        in_flight -= size;
+                        newest = Some(sent);
+                    }
+                    if let Some(sent) = newest {
+                        cc.on_congestion_event(now, sent, persistent, lost);
+                        if persistent {
+                            prop_assert_eq!(cc.window(), cc.minimum_window());
+                        }
+                    }
+                }
+                BbrOp::AppLimited => delivery.on_app_limited(in_flight),
+                BbrOp::Idle { us } => now += Duration::from_micros(us),
+                BbrOp::Resize { mds: new } => {
+                    mds = new;
+                    cc.on_max_datagram_size(mds, 2 * mds);
+                    prop_assert_eq!(cc.minimum_window(), 4 * mds);
+                }
+            }
+            // Packet conservation may hold the window at what is in flight plus one datagram.
+            prop_assert!(cc.window() >= mds.min(cc.minimum_window()));
+            if let Some(rate) = cc.pacing_rate() {
+                prop_assert!(rate > 0);
+            }
         }
     }
 

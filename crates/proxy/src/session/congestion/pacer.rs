@@ -12,6 +12,11 @@
 //! Refills are exact rational arithmetic that keeps the sub-byte remainder, so a slow rate polled
 //! every microsecond accrues exactly as much as one polled once. Everything is integer
 //! arithmetic on the inputs, so the pacer is deterministic.
+//!
+//! A controller that sets its own rate (BBR's `pacing_gain * BtlBw`) paces through
+//! [`Pacer::delay_at_rate`] instead: the same bucket, refilled at that rate, with the burst the
+//! same 1.6 ms of it that the window form gives (2 ms of the window is 1.6 ms at 1.25 times
+//! the window's rate).
 
 use std::time::Duration;
 
@@ -37,14 +42,13 @@ pub struct Pacer {
     capacity: u64,
     min_burst: u64,
     max_burst: u64,
-    /// The window and smoothed RTT `capacity` was computed from.
-    last_window: u64,
-    last_srtt: Duration,
+    /// The rate `capacity` was computed from (`None`: recompute on the next call).
+    last_rate: Option<Rate>,
     last_refill: Timestamp,
 }
 
 /// The pacing rate as the exact fraction `bytes / micros` (bytes per µs).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Rate {
     bytes: u128,
     micros: u128,
@@ -56,6 +60,14 @@ impl Rate {
         let micros = 4 * u128::from(duration_micros(srtt));
         let bytes = 5 * u128::from(window);
         (micros > 0 && bytes > 0).then_some(Rate { bytes, micros })
+    }
+
+    /// `bytes_per_sec` bytes per 10^6 µs; `None` when zero.
+    fn per_second(bytes_per_sec: u64) -> Option<Rate> {
+        (bytes_per_sec > 0).then_some(Rate {
+            bytes: u128::from(bytes_per_sec),
+            micros: 1_000_000,
+        })
     }
 }
 
@@ -80,8 +92,7 @@ impl Pacer {
             capacity: min_burst,
             min_burst,
             max_burst: max_burst.max(min_burst),
-            last_window: 0,
-            last_srtt: Duration::ZERO,
+            last_rate: None,
             last_refill: Timestamp::ZERO,
         }
     }
@@ -93,8 +104,7 @@ impl Pacer {
         self.min_burst = min_burst;
         self.max_burst = max_burst.max(min_burst);
         // Force `update_capacity` to run with the new bounds.
-        self.last_window = 0;
-        self.last_srtt = Duration::ZERO;
+        self.last_rate = None;
         self.capacity = self.capacity.clamp(self.min_burst, self.max_burst);
         self.tokens = self.tokens.min(self.capacity);
     }
@@ -110,8 +120,21 @@ impl Pacer {
         window: u64,
         srtt: Duration,
     ) -> Option<Timestamp> {
-        let rate = Rate::new(window, srtt)?;
-        self.update_capacity(window, srtt);
+        self.delay_with(now, bytes, Rate::new(window, srtt)?)
+    }
+
+    /// As [`Pacer::delay`], at a rate the controller set: `bytes_per_sec` (zero: no pacing).
+    pub fn delay_at_rate(
+        &mut self,
+        now: Timestamp,
+        bytes: u64,
+        bytes_per_sec: u64,
+    ) -> Option<Timestamp> {
+        self.delay_with(now, bytes, Rate::per_second(bytes_per_sec)?)
+    }
+
+    fn delay_with(&mut self, now: Timestamp, bytes: u64, rate: Rate) -> Option<Timestamp> {
+        self.update_capacity(rate);
         self.refill(now, rate, self.capacity.max(bytes));
         if self.tokens >= bytes {
             return None;
@@ -143,17 +166,20 @@ impl Pacer {
         self.capacity
     }
 
-    /// Recomputes the capacity when the window or RTT changed: `window * 2 ms / srtt` within the
-    /// bounds (quinn's `optimal_capacity`). Tokens above a smaller capacity are dropped; a larger
-    /// capacity fills at the pacing rate.
-    fn update_capacity(&mut self, window: u64, srtt: Duration) {
-        if window == self.last_window && srtt == self.last_srtt {
+    /// Recomputes the capacity when the rate changed: `window * 2 ms / srtt` within the bounds
+    /// (quinn's `optimal_capacity`), that is 1.6 ms of the rate `1.25 * window / srtt`. Tokens
+    /// above a smaller capacity are dropped; a larger capacity fills at the pacing rate.
+    fn update_capacity(&mut self, rate: Rate) {
+        if self.last_rate == Some(rate) {
             return;
         }
-        self.last_window = window;
-        self.last_srtt = srtt;
-        let srtt_us = u128::from(duration_micros(srtt)).max(1);
-        let ideal = u128::from(window).saturating_mul(BURST_INTERVAL_US) / srtt_us;
+        self.last_rate = Some(rate);
+        // 4/5 of the rate's bytes in BURST_INTERVAL: `window * 2 ms / srtt` for the window form.
+        let ideal = rate
+            .bytes
+            .saturating_mul(4 * BURST_INTERVAL_US)
+            .checked_div(5 * rate.micros)
+            .unwrap_or(u128::MAX);
         self.capacity = u64::try_from(ideal)
             .unwrap_or(u64::MAX)
             .clamp(self.min_burst, self.max_burst);

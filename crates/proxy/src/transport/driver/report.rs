@@ -76,6 +76,7 @@ impl Driver {
             },
             scheduler: self.session.scheduler().kind().name().to_owned(),
             model_version: self.session.scheduler().model_version(),
+            congestion: self.session.config().congestion.algorithm.name().to_owned(),
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             paths,
             counters,
