@@ -39,6 +39,9 @@ pub struct Bulk {
     /// The sender resets the flow with `code` once it has written `bytes`.
     pub reset_after: Option<(u64, u64)>,
     pub reset_sent: bool,
+    /// The sender writes no further than this many bytes (a test raises it over time to play an
+    /// application that produces data slowly); `None`: as fast as the flow takes it.
+    pub write_limit: Option<u64>,
     pub done_at: Option<Timestamp>,
 }
 
@@ -57,6 +60,7 @@ impl Bulk {
             reset_code: None,
             reset_after: None,
             reset_sent: false,
+            write_limit: None,
             done_at: None,
         }
     }
@@ -110,6 +114,7 @@ impl Driver {
                 continue;
             }
             let cap = t.reset_after.map_or(t.len, |(after, _)| after.min(t.len));
+            let cap = t.write_limit.map_or(cap, |limit| limit.min(cap));
             while t.written < cap {
                 let n = (cap - t.written).min(16 * 1024) as usize;
                 let chunk: Vec<u8> = (0..n as u64).map(|i| pattern(t.n, t.written + i)).collect();
