@@ -152,3 +152,44 @@ fn a_slow_start_of_the_application_does_not_hold_bbr_at_its_rate() {
     // rate, and ProbeBW raises it by a quarter per eight round trips).
     assert!(secs <= 6.5, "{secs:.2} s");
 }
+
+/// Goodput (Mbit/s) of a 10 MB upload over one 20 Mbit/s link, 20 ms one way, that loses 1 % of
+/// its packets at random.
+fn lossy_goodput(algorithm: CongestionAlgorithm) -> f64 {
+    let mut link = LinkConfig::new(20.0, 20.0);
+    link.loss = 0.01;
+    let mut config = bulk_config();
+    config.congestion = CongestionConfig {
+        algorithm,
+        ..config.congestion
+    };
+    let mut h = Harness::new(
+        5,
+        config,
+        SchedulerKind::MinRtt,
+        &[link],
+        PathConfig::default(),
+    );
+    let bytes = 10_000_000u64;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    h.run_until(Timestamp::from_secs_f64(120.0), |h| {
+        if !d.all_done() {
+            d.step(h)
+        }
+    });
+    let t = &d.transfers[0];
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    bytes as f64 * 8.0 / t.done_at.unwrap().as_secs_f64() / 1e6
+}
+
+#[test]
+fn random_loss_does_not_hold_bbr_back_as_it_holds_cubic() {
+    let bbr = lossy_goodput(CongestionAlgorithm::Bbr);
+    let cubic = lossy_goodput(CongestionAlgorithm::Cubic);
+    println!("1 % random loss on 20 Mbit/s: bbr {bbr:.2} Mbit/s, cubic {cubic:.2} Mbit/s");
+    // Measured 18.90 and 2.86 Mbit/s: CUBIC reads each loss as congestion; BBR's model of the
+    // path does not move for a loss that does not come with a full queue.
+    assert!(bbr >= 15.0, "bbr {bbr:.2} Mbit/s");
+    assert!(cubic < bbr / 2.0, "cubic {cubic:.2} vs bbr {bbr:.2} Mbit/s");
+}
