@@ -166,7 +166,7 @@ impl ClientHandle {
                 let _ = session.replace_scheduler(scheduler).await;
             }
         }
-        let links = self.links.reload(&new.links);
+        let links = self.links.reload(&new.links).await;
         if !links.is_empty() {
             changed.push("link");
             let renewed = new

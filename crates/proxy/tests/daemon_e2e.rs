@@ -345,6 +345,15 @@ async fn paths_of(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, Stri
 }
 
 /// Waits until both daemons show `want` as the session's paths; panics with what they show.
+/// The client address of each path of the server's session, by path id.
+async fn remotes(server: &braid_proxy::daemon::ServerHandle) -> Vec<Option<String>> {
+    let mut remotes = vec![None; braid_sched_core::MAX_PATHS];
+    for p in &server.status().await.sessions[0].paths {
+        remotes[usize::from(p.id)] = Some(p.remote.clone());
+    }
+    remotes
+}
+
 async fn wait_for_paths_on_both(
     server: &braid_proxy::daemon::ServerHandle,
     client: &braid_proxy::daemon::ClientHandle,
@@ -428,7 +437,11 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
     assert_eq!(sha256(&got), sha256(&pattern(len, 7)));
     let removed = removed.expect("the download ended before 2 MB");
     assert_eq!(removed.links.removed, ["link0"]);
-    assert!(removed.links.added.is_empty() && removed.links.restarted.is_empty());
+    assert!(
+        removed.links.added.is_empty()
+            && removed.links.restarted.is_empty()
+            && removed.links.updated.is_empty()
+    );
     wait_for_paths_on_both(
         &server,
         &client,
@@ -436,14 +449,19 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
     )
     .await;
 
-    // link2 made a backup: it reconnects with its new settings under its path id; a new link
-    // takes the free id 0.
+    // link2 made a backup with a rate cap: its path takes both in place, without a new
+    // connection, and the server hears of the tier (PATH_STATUS); link1's weight needs a new
+    // JOIN: it reconnects under its path id; a new link takes the free id 0.
+    let before = remotes(&server).await;
     config.links[1].tier = braid_proxy::session::Tier::Backup;
+    config.links[1].rate_cap_mbps = Some(50.0);
+    config.links[0].weight = 3;
     let mut link3 = config.links[0].clone();
     link3.name = "link3".into();
     config.links.push(link3);
     let done = client.reload(config.clone()).await;
-    assert_eq!(done.links.restarted, ["link2"]);
+    assert_eq!(done.links.updated, ["link2"]);
+    assert_eq!(done.links.restarted, ["link1"]);
     assert_eq!(done.links.added, ["link3"]);
     wait_for_paths_on_both(
         &server,
@@ -452,6 +470,24 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
             (0, "link3", "active"),
             (1, "link1", "active"),
             (2, "link2", "backup"),
+        ],
+    )
+    .await;
+    // The server sees link2 on the same connection (its client port), link1 on a new one.
+    let after = remotes(&server).await;
+    assert_eq!(after[2], before[2], "link2 kept its connection");
+    assert_ne!(after[1], before[1], "link1 joined again");
+    // Back to primary without the cap, in place too.
+    config.links[1].tier = braid_proxy::session::Tier::Primary;
+    config.links[1].rate_cap_mbps = None;
+    assert_eq!(client.reload(config.clone()).await.links.updated, ["link2"]);
+    wait_for_paths_on_both(
+        &server,
+        &client,
+        &[
+            (0, "link3", "active"),
+            (1, "link1", "active"),
+            (2, "link2", "active"),
         ],
     )
     .await;

@@ -333,6 +333,49 @@ fn a_scheduler_replaced_mid_transfer_places_the_packets_that_follow() {
 }
 
 #[test]
+fn a_rate_cap_set_on_a_running_path_holds_it_from_then_on_and_lifting_it_frees_it() {
+    let links = [LinkConfig::new(50.0, 10.0)];
+    let mut h = harness(&links, session_common::bulk_config(), PathConfig::default());
+    let bytes = 60_000_000u64;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    let err = h
+        .client()
+        .set_path_rate_cap(PathId(0), Some(0))
+        .unwrap_err();
+    assert!(err.to_string().contains("rate_cap"), "{err}");
+    // Delivered bytes at 1, 2, 4, 5 and 6 s; the cap of 1 MB/s (8 Mbit/s) from 2 to 5 s.
+    let mut marks = Vec::new();
+    h.run_until(secs(8.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now().as_secs_f64();
+        if marks.len() < 5 && now >= [1.0, 2.0, 4.0, 5.0, 6.0][marks.len()] {
+            marks.push(d.transfers[0].received);
+            match marks.len() {
+                2 => h
+                    .client()
+                    .set_path_rate_cap(PathId(0), Some(1_000_000))
+                    .unwrap(),
+                4 => h.client().set_path_rate_cap(PathId(0), None).unwrap(),
+                _ => {}
+            }
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let mbps = |a: usize, b: usize, secs: f64| (marks[b] - marks[a]) as f64 * 8.0 / secs / 1e6;
+    let (free, capped, freed) = (mbps(0, 1, 1.0), mbps(2, 3, 1.0), mbps(3, 4, 1.0));
+    println!("goodput {free:.1} Mbit/s, {capped:.1} under an 8 Mbit/s cap, {freed:.1} after it");
+    assert!(free > 40.0, "{free:.1} Mbit/s before the cap");
+    // The cap counts whole packets (headers too), so goodput is a little below it.
+    assert!(
+        (6.5..=8.0).contains(&capped),
+        "{capped:.1} Mbit/s under the cap"
+    );
+    assert!(freed > 40.0, "{freed:.1} Mbit/s after the cap was lifted");
+}
+
+#[test]
 fn session_backup_path_is_used_only_when_the_primary_fails() {
     let mut primary = LinkConfig::new(10.0, 10.0);
     primary.outages = vec![(secs(3.0), secs(60.0))];

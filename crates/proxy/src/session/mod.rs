@@ -403,7 +403,7 @@ impl Session {
         self.peer_knows_abandon = yes;
     }
 
-    /// Changes a path's tier and tells the peer (PATH_STATUS).
+    /// Changes a path's tier and tells the peer (PATH_STATUS); the path's tier already: nothing.
     pub fn set_path_tier(
         &mut self,
         id: PathId,
@@ -415,10 +415,36 @@ impl Session {
             .get_mut(id.index())
             .and_then(Option::as_mut)
             .ok_or(PathError::UnknownPath(id))?;
+        if path.config.tier == tier {
+            return Ok(());
+        }
         path.set_tier(tier);
         let state = path.state;
         self.scheduler.on_path_state(id, state, now);
         self.push_control(Control::PathStatus(id));
+        Ok(())
+    }
+
+    /// Changes a path's rate cap (bytes per second; `None` lifts it), from the next packet on.
+    /// Local: the peer paces what it sends by its own settings. A zero cap is refused, as at
+    /// [`Session::add_path`].
+    pub fn set_path_rate_cap(
+        &mut self,
+        id: PathId,
+        rate_cap: Option<u64>,
+    ) -> Result<(), PathError> {
+        let path = self
+            .paths
+            .get_mut(id.index())
+            .and_then(Option::as_mut)
+            .ok_or(PathError::UnknownPath(id))?;
+        PathConfig {
+            rate_cap,
+            ..path.config
+        }
+        .validate()
+        .map_err(|source| PathError::Config { path: id, source })?;
+        path.set_rate_cap(rate_cap);
         Ok(())
     }
 

@@ -699,6 +699,17 @@ impl Path {
         }
     }
 
+    /// Changes the rate cap (bytes per second; `None`: no cap). A new cap starts with a full
+    /// burst, as at join.
+    pub fn set_rate_cap(&mut self, rate_cap: Option<u64>) {
+        if rate_cap == self.config.rate_cap {
+            return;
+        }
+        self.config.rate_cap = rate_cap;
+        let burst = u64::from(self.config.max_datagram_size) * RATE_CAP_BURST_DATAGRAMS;
+        self.bucket = rate_cap.map(|r| TokenBucket::new(r, burst));
+    }
+
     /// Changes the tier (keeps a failed path failed).
     pub fn set_tier(&mut self, tier: Tier) {
         self.config.tier = tier;

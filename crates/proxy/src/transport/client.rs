@@ -91,13 +91,27 @@ pub struct LinkContext {
 struct LinkTable {
     slots: Vec<Option<LinkSlot>>,
     session: Option<(SessionId, SessionHandle)>,
+    /// The generation of the next slot made.
+    next_generation: u64,
+}
+
+impl LinkTable {
+    /// A slot for `config`, with a generation no other slot had.
+    fn new_slot(&mut self, config: LinkConfig) -> LinkSlot {
+        self.next_generation += 1;
+        LinkSlot::new(config, self.next_generation)
+    }
 }
 
 /// One link: its settings, its task in the running session, its live connection and how its
 /// joins went (for `braid status`).
 #[derive(Debug)]
 struct LinkSlot {
+    /// Its settings now: a reload may change the tier and rate cap in place.
     config: Arc<LinkConfig>,
+    /// Which link this is for its task: a link replaced (settings that need a reconnection)
+    /// gets a new slot and generation, and the old task's updates no longer apply.
+    generation: u64,
     task: Option<AbortHandle>,
     conn: Option<quinn::Connection>,
     /// Whether its path is in the session now.
@@ -109,9 +123,10 @@ struct LinkSlot {
 }
 
 impl LinkSlot {
-    fn new(config: LinkConfig) -> Self {
+    fn new(config: LinkConfig, generation: u64) -> Self {
         LinkSlot {
             config: Arc::new(config),
+            generation,
             task: None,
             conn: None,
             joined: false,
@@ -173,32 +188,66 @@ pub struct LinkChanges {
     /// Links whose settings changed: each reconnected and rejoined with the new ones, under
     /// the same path id.
     pub restarted: Vec<String>,
+    /// Links whose tier or rate cap alone changed: their paths took the new values in place,
+    /// without reconnecting (a tier change reaches the server as PATH_STATUS).
+    pub updated: Vec<String>,
 }
 
 impl LinkChanges {
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.restarted.is_empty()
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.restarted.is_empty()
+            && self.updated.is_empty()
+    }
+}
+
+/// Whether `old` and `new` differ in nothing but the tier and the rate cap, the settings a
+/// joined path takes in place.
+fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
+    *old == LinkConfig {
+        tier: old.tier,
+        rate_cap_mbps: old.rate_cap_mbps,
+        ..new.clone()
+    }
+}
+
+/// A link's rate cap in bytes per second.
+fn rate_cap(link: &LinkConfig) -> Option<u64> {
+    link.rate_cap_mbps.map(|m| (m * 1e6 / 8.0) as u64)
+}
+
+/// The command that gives the path of `link` its tier and rate cap, on connection `conn`.
+fn update_command(id: PathId, conn: &quinn::Connection, link: &LinkConfig) -> Command {
+    Command::UpdatePath {
+        id,
+        conn: conn.stable_id(),
+        tier: link.tier,
+        rate_cap: rate_cap(link),
     }
 }
 
 impl LinkContext {
     pub(crate) fn new(config: Arc<ClientConfig>, crypto: quinn::ClientConfig) -> Self {
+        let mut table = LinkTable {
+            slots: Vec::new(),
+            session: None,
+            next_generation: 0,
+        };
         let mut slots: Vec<Option<LinkSlot>> = config
             .links
             .iter()
-            .map(|l| Some(LinkSlot::new(l.clone())))
+            .map(|l| Some(table.new_slot(l.clone())))
             .collect();
         slots.resize_with(MAX_PATHS, || None);
+        table.slots = slots;
         LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
             config,
             crypto,
             interfaces: ifwatch::watch(),
-            table: Mutex::new(LinkTable {
-                slots,
-                session: None,
-            }),
+            table: Mutex::new(table),
         }
     }
 
@@ -252,7 +301,7 @@ impl LinkContext {
             slot.retry_at = None;
             let task = tokio::spawn(run_link(
                 PathId(path as u8),
-                slot.config.clone(),
+                slot.generation,
                 self.clone(),
                 session_id,
                 session,
@@ -261,16 +310,18 @@ impl LinkContext {
         }
     }
 
-    /// Applies `f` to the slot of `link` (path `id`); false when the link was removed or
-    /// replaced meanwhile.
-    fn update(&self, id: PathId, link: &Arc<LinkConfig>, f: impl FnOnce(&mut LinkSlot)) -> bool {
+    /// Applies `f` to the slot of path `id` if it is still generation `generation`; `None`
+    /// when the link was removed or replaced meanwhile.
+    fn update<R>(
+        &self,
+        id: PathId,
+        generation: u64,
+        f: impl FnOnce(&mut LinkSlot) -> R,
+    ) -> Option<R> {
         let mut table = self.table();
         match table.slots[id.index()].as_mut() {
-            Some(slot) if Arc::ptr_eq(&slot.config, link) => {
-                f(slot);
-                true
-            }
-            _ => false,
+            Some(slot) if slot.generation == generation => Some(f(slot)),
+            _ => None,
         }
     }
 
@@ -290,9 +341,26 @@ impl LinkContext {
     /// whose settings changed reconnects with the new ones under its path id, and a new link
     /// takes the lowest free path id and joins. The other links and their connections are
     /// untouched.
-    pub(crate) fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
+    pub(crate) async fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
+        let (changes, updates) = self.reload_table(links);
+        // Sent after the table's lock is released, in order; a path that joins meanwhile
+        // compares its settings itself (`run_link`).
+        for (session, update) in updates {
+            let _ = session.commands.send(update).await;
+        }
+        changes
+    }
+
+    /// The table's part of [`LinkContext::reload`]: what changed, and the commands that give
+    /// joined paths their new tier or rate cap.
+    fn reload_table(
+        self: &Arc<Self>,
+        links: &[LinkConfig],
+    ) -> (LinkChanges, Vec<(SessionHandle, Command)>) {
         let mut changes = LinkChanges::default();
+        let mut updates = Vec::new();
         let mut table = self.table();
+        let session = table.session.clone();
         for path in 0..MAX_PATHS {
             let Some(slot) = table.slots[path].as_mut() else {
                 continue;
@@ -305,14 +373,28 @@ impl LinkContext {
                     info!(link = %name, path, "reload: link removed");
                     changes.removed.push(name);
                 }
-                Some(new) if *new != *slot.config => {
+                Some(new) if *new == *slot.config => {}
+                Some(new) if in_place(&slot.config, new) => {
+                    slot.config = Arc::new(new.clone());
+                    if slot.joined
+                        && let (Some(conn), Some((_, session))) = (&slot.conn, &session)
+                    {
+                        updates.push((
+                            session.clone(),
+                            update_command(PathId(path as u8), conn, new),
+                        ));
+                    }
+                    info!(link = %name, path, tier = ?new.tier, rate_cap_mbps = ?new.rate_cap_mbps, "reload: link updated in place");
+                    changes.updated.push(name);
+                }
+                Some(new) => {
                     slot.stop(b"link changed");
-                    *slot = LinkSlot::new(new.clone());
+                    let new = table.new_slot(new.clone());
+                    table.slots[path] = Some(new);
                     self.start_link(&mut table, path);
                     info!(link = %name, path, "reload: link changed; reconnecting");
                     changes.restarted.push(name);
                 }
-                Some(_) => {}
             }
         }
         for new in links {
@@ -328,12 +410,12 @@ impl LinkContext {
             let Some(path) = table.slots.iter().position(Option::is_none) else {
                 continue;
             };
-            table.slots[path] = Some(LinkSlot::new(new.clone()));
+            table.slots[path] = Some(table.new_slot(new.clone()));
             self.start_link(&mut table, path);
             info!(link = %new.name, path, "reload: link added");
             changes.added.push(new.name.clone());
         }
-        changes
+        (changes, updates)
     }
 }
 
@@ -372,7 +454,7 @@ pub(crate) async fn session_loop(
 
 async fn run_link(
     id: PathId,
-    link: Arc<LinkConfig>,
+    generation: u64,
     ctx: Arc<LinkContext>,
     session_id: SessionId,
     session: SessionHandle,
@@ -384,7 +466,14 @@ async fn run_link(
         let mut floor = started + BACKOFF_MIN;
         // What changes from here on ends the wait after a failed attempt early.
         interfaces.mark_unchanged();
-        ctx.update(id, &link, |slot| slot.retry_at = None);
+        // The settings now (a reload may have changed the tier or rate cap since the last
+        // attempt); gone: the link was removed or replaced.
+        let Some(link) = ctx.update(id, generation, |slot| {
+            slot.retry_at = None;
+            slot.config.clone()
+        }) else {
+            return;
+        };
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let attempt = async {
@@ -399,14 +488,19 @@ async fn run_link(
         };
         match attempt.await {
             Ok((endpoint, conn, (fragments, abandon))) => {
-                if !ctx.update(id, &link, |slot| slot.conn = Some(conn.clone())) {
+                // The path attaches with the settings its JOIN carried (`link`, read before
+                // the attempt); a change since is sent after the attach, below.
+                if ctx
+                    .update(id, generation, |slot| slot.conn = Some(conn.clone()))
+                    .is_none()
+                {
                     conn.close(quinn::VarInt::from_u32(0), b"link changed");
                     return;
                 }
                 let config = PathConfig {
                     tier: link.tier,
                     weight: link.weight,
-                    rate_cap: link.rate_cap_mbps.map(|m| (m * 1e6 / 8.0) as u64),
+                    rate_cap: rate_cap(&link),
                     max_datagram_size: datagram_size(&conn),
                 };
                 let attach = Command::AttachPath {
@@ -421,10 +515,18 @@ async fn run_link(
                     return;
                 }
                 info!(link = %link.name, remote = %conn.remote_address(), "link joined");
-                ctx.update(id, &link, |slot| {
+                // A reload that changed the tier or rate cap since the attempt began saw the
+                // path not joined yet and left the news to this task.
+                let now = ctx.update(id, generation, |slot| {
                     slot.joined = true;
                     slot.joins += 1;
+                    slot.config.clone()
                 });
+                if let Some(now) = now
+                    && (now.tier, now.rate_cap_mbps) != (link.tier, link.rate_cap_mbps)
+                {
+                    let _ = session.commands.send(update_command(id, &conn, &now)).await;
+                }
                 // The path leaves at once when its interface goes down or its address goes away:
                 // the session sends what was in flight on it over the other paths now, not
                 // after its probe timeouts.
@@ -450,7 +552,7 @@ async fn run_link(
                     Err(reason) => format!("connection closed: {reason}"),
                 };
                 warn!(link = %link.name, %reason, "link left the session; reconnecting");
-                ctx.update(id, &link, |slot| {
+                ctx.update(id, generation, |slot| {
                     slot.joined = false;
                     slot.last_error = Some(reason);
                 });
@@ -466,10 +568,10 @@ async fn run_link(
                 if matches!(e, LinkError::InterfaceDown(_) | LinkError::AddressGone(_)) {
                     floor = started;
                 }
-                ctx.update(id, &link, |slot| slot.last_error = Some(e.to_string()));
+                ctx.update(id, generation, |slot| slot.last_error = Some(e.to_string()));
             }
         }
-        ctx.update(id, &link, |slot| {
+        ctx.update(id, generation, |slot| {
             slot.retry_at = Some(Instant::now() + backoff)
         });
         // An interface that came up or got an address since the attempt started ends the

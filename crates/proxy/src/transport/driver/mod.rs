@@ -59,6 +59,15 @@ pub(crate) enum Command {
         id: PathId,
         conn: usize,
     },
+    /// The client's link on path `id` changed its tier or rate cap (a reload): the path takes
+    /// them in place, when `conn` (its `stable_id`) is still the path's connection. A tier
+    /// change reaches the peer as PATH_STATUS.
+    UpdatePath {
+        id: PathId,
+        conn: usize,
+        tier: crate::session::Tier,
+        rate_cap: Option<u64>,
+    },
     Open {
         kind: FlowKind,
         target: Target,
@@ -412,6 +421,22 @@ impl Driver {
                     let now = self.now();
                     let _ = self.session.abandon_path(id, now);
                     info!(session = %self.label, path = id.0, "path abandoned");
+                }
+            }
+            Command::UpdatePath {
+                id,
+                conn,
+                tier,
+                rate_cap,
+            } => {
+                let current = self.paths.get(id.index()).and_then(Option::as_ref);
+                if current.is_some_and(|p| p.conn.stable_id() == conn) {
+                    let now = self.now();
+                    let _ = self.session.set_path_tier(id, tier, now);
+                    if let Err(e) = self.session.set_path_rate_cap(id, rate_cap) {
+                        warn!(session = %self.label, path = id.0, error = %e, "rate cap not changed");
+                    }
+                    info!(session = %self.label, path = id.0, ?tier, ?rate_cap, "path updated");
                 }
             }
             Command::Open {
