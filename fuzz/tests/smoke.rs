@@ -106,6 +106,7 @@ fn sample_frames() -> Vec<Frame<'static>> {
             backup: true,
             seq: 1,
         },
+        Frame::DatagramLimit { max: 1494 },
         Frame::Close {
             code: 0,
             reason: "done",
@@ -254,10 +255,13 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
             code: rng.next() % 4,
             final_size: hostile_offset(rng),
         },
-        9 => match rng.below(3) {
+        9 => match rng.below(4) {
             0 => Frame::MaxData(hostile_offset(rng)),
             1 => Frame::MaxFlowData {
                 flow,
+                max: hostile_offset(rng),
+            },
+            2 => Frame::DatagramLimit {
                 max: hostile_offset(rng),
             },
             _ => Frame::PathStatus {
@@ -380,6 +384,7 @@ fn valid_join(rng: &mut Rng) -> Vec<u8> {
         weight: 1 + (rng.next() % 65_535) as u16,
         fragments: rng.below(2) == 0,
         abandon: rng.below(2) == 0,
+        datagram_limit: rng.below(2) == 0,
         link_name: text(rng),
         mac,
     }

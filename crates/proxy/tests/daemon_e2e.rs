@@ -175,6 +175,45 @@ async fn udp_payloads_up_to_the_configured_limit_cross() {
     assert!(status.sessions[0].counters.datagrams_reassembled >= 2);
 }
 
+/// The client's file allows UDP payloads of 8,922 bytes, the server's the default 1,472: the
+/// server says so (DATAGRAM_LIMIT), and the client drops a 4,000-byte datagram itself and counts
+/// it, instead of sending pieces that the server would drop without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sends_no_datagram_longer_than_the_server_takes() {
+    let name = "udp-limit";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let longest = *braid_proxy::config::MAX_UDP_PAYLOAD.end();
+    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
+        session: braid_proxy::config::SessionLimits {
+            max_udp_payload: longest,
+            ..Default::default()
+        },
+        ..client_config(name, &server, 1, KEY)
+    })
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let echo = udp_echo().await;
+    let association = UdpAssociation::open(client.socks_addr).await;
+    let short: Vec<u8> = (0..1_000).map(|i| i as u8).collect();
+    assert_eq!(association.ask(echo, &short, 20).await, Some(short));
+    let long: Vec<u8> = (0..4_000).map(|i| i as u8).collect();
+    assert_eq!(association.ask(echo, &long, 2).await, None);
+    let counters = client.status().await.sessions[0].counters.clone();
+    assert!(counters.datagrams_dropped >= 1, "{counters:?}");
+    assert_eq!(
+        counters.datagrams_split, 0,
+        "pieces sent for nothing: {counters:?}"
+    );
+    let on_server = server.status().await.sessions[0].counters.clone();
+    assert_eq!(on_server.datagrams_reassembled, 0, "{on_server:?}");
+}
+
 /// A flow whose peer's FIN comes alone, after its last bytes were read and after this side's
 /// own FIN was acknowledged: the session forgets the flow as that FIN arrives (both directions
 /// are over), before the reader was handed the end. The reader must still get `Finished` (it

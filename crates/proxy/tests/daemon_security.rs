@@ -36,37 +36,50 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert_eq!(status.joins_accepted, 0);
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
-    use braid_proxy::transport::join::{JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_FRAGMENTS, JOIN_REFUSED};
-    let refusal = raw_join_answer(&server, [0x13; 32], true, true).await;
+    use braid_proxy::transport::join::{
+        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_REFUSED,
+        PeerKnows,
+    };
+    let all = PeerKnows {
+        fragments: true,
+        abandon: true,
+        datagram_limit: true,
+    };
+    let refusal = raw_join_answer(&server, [0x13; 32], all).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
-    // A client that does not say it reassembles DATAGRAM_FRAGMENT frames or may send
-    // PATH_ABANDON (an older one) gets the old answer; one that does learns that the server
-    // knows them too.
-    for (fragments, abandon, answer) in [
-        (false, false, JOIN_OK),
-        (true, false, JOIN_OK_FRAGMENTS),
-        (false, true, JOIN_OK_ABANDON),
-        (true, true, JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON),
-    ] {
-        let accepted = raw_join_answer(&server, KEY, fragments, abandon).await;
-        assert_eq!(
-            accepted,
-            vec![answer],
-            "fragments {fragments}, abandon {abandon}"
-        );
+    // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
+    // PATH_ABANDON or knows DATAGRAM_LIMIT (an older one) gets the old answer; one that does
+    // learns that the server knows them too.
+    for bits in 0..8u8 {
+        let knows = PeerKnows {
+            fragments: bits & 1 != 0,
+            abandon: bits & 2 != 0,
+            datagram_limit: bits & 4 != 0,
+        };
+        let mut answer = JOIN_OK;
+        for (known, bit) in [
+            (knows.fragments, JOIN_OK_FRAGMENTS),
+            (knows.abandon, JOIN_OK_ABANDON),
+            (knows.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
+        ] {
+            if known {
+                answer |= bit;
+            }
+        }
+        let accepted = raw_join_answer(&server, KEY, knows).await;
+        assert_eq!(accepted, vec![answer], "{knows:?}");
     }
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);
 }
 
-/// Connects once, sends a JOIN under `key` (saying whether it reassembles fragments and may send
-/// PATH_ABANDON), returns the server's whole answer.
+/// Connects once, sends a JOIN under `key` (saying what it knows: `knows`), returns the
+/// server's whole answer.
 async fn raw_join_answer(
     server: &braid_proxy::daemon::ServerHandle,
     key: [u8; 32],
-    fragments: bool,
-    abandon: bool,
+    knows: braid_proxy::transport::join::PeerKnows,
 ) -> Vec<u8> {
     use braid_proxy::transport::join::{EXPORTER_LABEL, Join, compute_mac};
     use braid_sched_core::PathId;
@@ -91,8 +104,9 @@ async fn raw_join_answer(
         path: PathId(0),
         tier: braid_proxy::session::Tier::Primary,
         weight: 1,
-        fragments,
-        abandon,
+        fragments: knows.fragments,
+        abandon: knows.abandon,
+        datagram_limit: knows.datagram_limit,
         link_name: "raw".into(),
         mac: compute_mac(&key, &exporter, &[1; 16], PathId(0)),
     };

@@ -354,3 +354,84 @@ proptest! {
         }
     }
 }
+
+/// A client that takes datagrams of up to 9,000 bytes and a server of the default 1,494 (their
+/// files differ): once each told the other (DATAGRAM_LIMIT), the client refuses a 4,000-byte
+/// datagram at once and counts it, instead of sending pieces the server drops; shorter ones
+/// cross. Without the news (an older peer) the same datagram goes out in pieces and is lost at
+/// the server without a word.
+#[test]
+fn each_end_sends_no_datagram_longer_than_the_peer_takes_once_told() {
+    use braid_proxy::session::harness::{CLIENT, SERVER};
+    use braid_proxy::session::{Event, FlowError};
+    use braid_sched_core::SchedulerConfig;
+    for announce in [true, false] {
+        let long = SessionConfig {
+            max_datagram_payload: 9_000,
+            ..SessionConfig::default()
+        };
+        let mut h = Harness::with_configs(
+            4,
+            [long, SessionConfig::default()],
+            &SchedulerConfig::new(SchedulerKind::MinRtt),
+            &[LinkConfig::new(20.0, 10.0)],
+            PathConfig::default(),
+        );
+        for side in [CLIENT, SERVER] {
+            h.endpoints[side].set_peer_reassembles(true);
+            if announce {
+                h.endpoints[side].announce_datagram_limit();
+            }
+        }
+        let flow = open_datagram_flow(&mut h);
+        h.run_until(h.now() + std::time::Duration::from_millis(100), |_| {});
+        let heard: Vec<_> = [CLIENT, SERVER]
+            .map(|side| {
+                std::iter::from_fn(|| h.endpoints[side].poll_event())
+                    .filter_map(|e| match e {
+                        Event::PeerDatagramLimit(max) => Some(max),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .into();
+        let now = h.now();
+        let sent = h
+            .client()
+            .send_datagram(flow, &datagram(1, 4_000), None, now);
+        h.client()
+            .send_datagram(flow, &datagram(2, 1_000), None, now)
+            .unwrap();
+        let mut received = Vec::new();
+        let mut buf = vec![0u8; 16_384];
+        h.run_until(h.now() + std::time::Duration::from_millis(200), |h| {
+            while let Ok(Some(n)) = h.server().recv_datagram(flow, &mut buf) {
+                received.push(n);
+            }
+        });
+        assert!(h.errors.is_empty(), "{:?}", h.errors);
+        if announce {
+            assert_eq!(heard, [vec![DEFAULT_MAX_DATAGRAM_PAYLOAD], vec![9_000]]);
+            assert_eq!(
+                h.client().peer_datagram_limit(),
+                Some(DEFAULT_MAX_DATAGRAM_PAYLOAD)
+            );
+            assert_eq!(
+                sent,
+                Err(FlowError::DatagramTooLarge {
+                    len: 4_000,
+                    max: DEFAULT_MAX_DATAGRAM_PAYLOAD
+                })
+            );
+            assert_eq!(h.client().datagrams_dropped(), 1);
+            assert_eq!(h.client().datagrams_split(), 0, "nothing cut for nothing");
+        } else {
+            assert!(heard.iter().all(Vec::is_empty), "{heard:?}");
+            assert_eq!(sent, Ok(()));
+            assert_eq!(h.client().datagrams_dropped(), 0);
+            assert_eq!(h.client().datagrams_split(), 1);
+        }
+        // Either way only the short one arrives.
+        assert_eq!(received, [1_000], "announce {announce}");
+    }
+}

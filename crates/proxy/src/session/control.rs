@@ -98,6 +98,9 @@ impl Session {
                 Some(None) => Frame::PathAbandon { path: p },
                 _ => return false,
             },
+            Control::DatagramLimit => Frame::DatagramLimit {
+                max: self.config.max_datagram_payload as u64,
+            },
         };
         // A frame that does not fit leaves the writer unusable; the size was checked above.
         frame.encode(w).is_ok()

@@ -291,7 +291,7 @@ impl Session {
         budget_us: Option<u32>,
         now: Timestamp,
     ) -> Result<(), FlowError> {
-        let max = self.config.max_datagram_payload;
+        let max = self.datagram_limit();
         if data.len() > max {
             self.datagrams_dropped += 1;
             return Err(FlowError::DatagramTooLarge {

@@ -56,6 +56,8 @@ pub mod kind {
     pub const DATAGRAM_FRAGMENT_DEADLINE: u64 = 0x10;
     /// PATH_ABANDON (the sender's end of a path is gone).
     pub const PATH_ABANDON: u64 = 0x11;
+    /// DATAGRAM_LIMIT (the longest datagram payload the sender takes).
+    pub const DATAGRAM_LIMIT: u64 = 0x12;
 }
 
 /// The most fragments one datagram is cut into.
@@ -226,6 +228,13 @@ pub enum Frame<'a> {
         /// The path.
         path: PathId,
     },
+    /// The longest datagram payload the sender takes (puts back together and delivers): the
+    /// receiver sends none longer. Sent once per session, only to a peer that said in the
+    /// JOIN exchange that it knows the frame.
+    DatagramLimit {
+        /// Bytes.
+        max: u64,
+    },
     /// Closes the session.
     Close {
         /// Error code (0: normal).
@@ -312,6 +321,9 @@ impl<'a> Frame<'a> {
             kind::PATH_ABANDON => Frame::PathAbandon {
                 path: decode_path(r, "path abandon path")?,
             },
+            kind::DATAGRAM_LIMIT => Frame::DatagramLimit {
+                max: r.varint("datagram limit")?,
+            },
             kind::CLOSE => decode_close(r)?,
             other => return Err(FrameError::UnknownFrameType(other)),
         })
@@ -375,6 +387,10 @@ impl<'a> Frame<'a> {
             Frame::PathAbandon { path } => {
                 w.varint(kind::PATH_ABANDON)?;
                 w.u8(path.0)
+            }
+            Frame::DatagramLimit { max } => {
+                w.varint(kind::DATAGRAM_LIMIT)?;
+                w.varint(max)
             }
             Frame::Close { code, reason } => {
                 let reason = truncate_text(reason, MAX_REASON_LEN);

@@ -106,6 +106,8 @@ fn samples() -> Vec<Frame<'static>> {
             seq: 2,
         },
         Frame::PathAbandon { path: PathId(15) },
+        Frame::DatagramLimit { max: 8944 },
+        Frame::DatagramLimit { max: (1 << 62) - 1 },
         Frame::Close {
             code: 0,
             reason: "bye",

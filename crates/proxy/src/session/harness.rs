@@ -199,9 +199,22 @@ impl Harness {
         links: &[LinkConfig],
         path: PathConfig,
     ) -> Self {
+        Harness::with_configs(seed, [config.clone(), config], scheduler, links, path)
+    }
+
+    /// As [`Harness::with_scheduler`], the client and the server each with its own session
+    /// configuration (`configs[CLIENT]`, `configs[SERVER]`), as two daemons' files may differ.
+    pub fn with_configs(
+        seed: u64,
+        configs: [SessionConfig; 2],
+        scheduler: &SchedulerConfig,
+        links: &[LinkConfig],
+        path: PathConfig,
+    ) -> Self {
         let now = Timestamp::ZERO;
-        let mut client = Session::new(config.clone(), Role::Client, scheduler.build(), now);
-        let mut server = Session::new(config, Role::Server, scheduler.build(), now);
+        let [client_config, server_config] = configs;
+        let mut client = Session::new(client_config, Role::Client, scheduler.build(), now);
+        let mut server = Session::new(server_config, Role::Server, scheduler.build(), now);
         for i in 0..links.len() {
             let id = PathId(i as u8);
             // Paths beyond MAX_PATHS or with a bad config are left out; tests pass valid ones.

@@ -107,6 +107,9 @@ pub enum Event {
     PathFailed(PathId),
     /// A failed path answers again and carries traffic again.
     PathRecovered(PathId),
+    /// The peer said the longest datagram payload it takes (DATAGRAM_LIMIT): longer ones are
+    /// refused here from now on ([`Session::send_datagram`]).
+    PeerDatagramLimit(usize),
     /// The session is closed.
     Closed {
         /// The code (0: normal).
@@ -214,6 +217,10 @@ pub struct Session {
     peer_reassembles: bool,
     /// The peer knows PATH_ABANDON ([`Session::set_peer_knows_abandon`]).
     peer_knows_abandon: bool,
+    /// DATAGRAM_LIMIT was queued ([`Session::announce_datagram_limit`]).
+    datagram_limit_announced: bool,
+    /// The longest datagram payload the peer takes, once it said (DATAGRAM_LIMIT).
+    peer_datagram_limit: Option<usize>,
     /// Datagrams cut into fragments ([`Session::datagrams_split`]).
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
@@ -277,6 +284,8 @@ impl Session {
             datagrams_dropped: 0,
             peer_reassembles: false,
             peer_knows_abandon: false,
+            datagram_limit_announced: false,
+            peer_datagram_limit: None,
             datagrams_split: 0,
             datagrams_reassembled: 0,
             packets_refused: 0,
@@ -401,6 +410,29 @@ impl Session {
     /// exchange); [`Session::abandon_path`] sends it only then.
     pub fn set_peer_knows_abandon(&mut self, yes: bool) {
         self.peer_knows_abandon = yes;
+    }
+
+    /// Tells the peer the longest datagram payload this end takes (its `max_datagram_payload`,
+    /// DATAGRAM_LIMIT), so that it sends none longer: call it once the peer said in the JOIN
+    /// exchange that it knows the frame; later calls do nothing.
+    pub fn announce_datagram_limit(&mut self) {
+        if !self.datagram_limit_announced {
+            self.datagram_limit_announced = true;
+            self.push_control(Control::DatagramLimit);
+        }
+    }
+
+    /// The longest datagram payload the peer takes, once it said (DATAGRAM_LIMIT).
+    pub fn peer_datagram_limit(&self) -> Option<usize> {
+        self.peer_datagram_limit
+    }
+
+    /// The longest datagram payload this end sends: its own `max_datagram_payload`, or the
+    /// peer's limit where that is lower.
+    pub fn datagram_limit(&self) -> usize {
+        self.config
+            .max_datagram_payload
+            .min(self.peer_datagram_limit.unwrap_or(usize::MAX))
     }
 
     /// Changes a path's tier and tells the peer (PATH_STATUS); the path's tier already: nothing.

@@ -165,6 +165,13 @@ impl Session {
                 }
             }
             Frame::PathAbandon { path: p } => self.on_path_abandoned(p, now),
+            Frame::DatagramLimit { max } => {
+                let max = usize::try_from(max).unwrap_or(usize::MAX);
+                if self.peer_datagram_limit != Some(max) {
+                    self.peer_datagram_limit = Some(max);
+                    self.push_event(Event::PeerDatagramLimit(max));
+                }
+            }
             Frame::Close { code, .. } => self.finish_close(code, true),
         }
         Ok(())
@@ -290,7 +297,8 @@ impl Session {
                 Control::MaxFlowData(_)
                 | Control::MaxData
                 | Control::PathStatus(_)
-                | Control::PathAbandon(_) => {}
+                | Control::PathAbandon(_)
+                | Control::DatagramLimit => {}
             }
         }
     }

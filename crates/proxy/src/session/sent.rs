@@ -26,6 +26,8 @@ pub(crate) enum Control {
     PathStatus(PathId),
     /// PATH_ABANDON of a path this end removed (`Session::abandon_path`).
     PathAbandon(PathId),
+    /// DATAGRAM_LIMIT: this end's `max_datagram_payload` (`Session::announce_datagram_limit`).
+    DatagramLimit,
 }
 
 /// The data frame a packet carried.

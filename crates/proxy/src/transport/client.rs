@@ -23,7 +23,7 @@ use tracing::{info, warn};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::ifwatch;
-use super::join::{EXPORTER_LABEL, Join, SessionId, compute_mac, parse_answer};
+use super::join::{EXPORTER_LABEL, Join, PeerKnows, SessionId, compute_mac, parse_answer};
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use super::status::LinkStatus;
 use crate::config::{ClientConfig, LinkConfig};
@@ -487,7 +487,7 @@ async fn run_link(
             }
         };
         match attempt.await {
-            Ok((endpoint, conn, (fragments, abandon))) => {
+            Ok((endpoint, conn, peer)) => {
                 // The path attaches with the settings its JOIN carried (`link`, read before
                 // the attempt); a change since is sent after the attach, below.
                 if ctx
@@ -508,8 +508,7 @@ async fn run_link(
                     conn: conn.clone(),
                     config,
                     name: link.name.clone(),
-                    fragments,
-                    abandon,
+                    peer,
                 };
                 if session.commands.send(attach).await.is_err() {
                     return;
@@ -637,7 +636,7 @@ async fn connect_and_join(
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(quinn::Endpoint, quinn::Connection, (bool, bool)), LinkError> {
+) -> Result<(quinn::Endpoint, quinn::Connection, PeerKnows), LinkError> {
     let server = resolve(link).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
@@ -668,15 +667,14 @@ async fn connect_and_join(
     Ok((endpoint, conn, fragments))
 }
 
-/// Joins the session on `conn`; returns whether the server reassembles DATAGRAM_FRAGMENT frames
-/// and whether it knows PATH_ABANDON.
+/// Joins the session on `conn`; returns what the server's answer says it knows.
 async fn join(
     conn: &quinn::Connection,
     path: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(bool, bool), LinkError> {
+) -> Result<PeerKnows, LinkError> {
     let io = |e: &dyn std::fmt::Display| LinkError::Connect(e.to_string());
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
@@ -689,6 +687,7 @@ async fn join(
         weight: link.weight,
         fragments: true,
         abandon: true,
+        datagram_limit: true,
         link_name: link.name.clone(),
         mac: compute_mac(&ctx.config.key, &exporter, session_id, path),
     };

@@ -1,12 +1,13 @@
 //! The authenticated join: the first (and only) bidirectional stream of every path connection
 //! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (with the
-//! bits of [`JOIN_OK_FRAGMENTS`] and [`JOIN_OK_ABANDON`] for what both ends know: [`answer`],
-//! [`parse_answer`]) or [`JOIN_REFUSED`], then closes a refused connection.
+//! bits of [`JOIN_OK_FRAGMENTS`], [`JOIN_OK_ABANDON`] and [`JOIN_OK_DATAGRAM_LIMIT`] for what
+//! both ends know: [`answer`], [`parse_answer`]) or [`JOIN_REFUSED`], then closes a refused
+//! connection.
 //!
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
 //!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
-//!        PATH_ABANDON; other bits ignored)
+//!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; other bits ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -37,9 +38,27 @@ pub const JOIN_OK_FRAGMENTS: u8 = 2;
 pub const JOIN_OK_ABANDON: u8 = 4;
 /// JOIN flag bit 2: the client may send PATH_ABANDON.
 const FLAG_ABANDON: u8 = 4;
+/// The server's answer bit to a JOIN with flag bit 3: joined, and the server knows the
+/// DATAGRAM_LIMIT frame (it sends its own and takes the client's). Combined with the others; an
+/// older server answers without it, and a client that did not set the bit is never sent it.
+pub const JOIN_OK_DATAGRAM_LIMIT: u8 = 8;
+/// JOIN flag bit 3: the client knows DATAGRAM_LIMIT.
+const FLAG_DATAGRAM_LIMIT: u8 = 8;
+
+/// What the other end of a path said it knows in the JOIN exchange (the JOIN's flag bits 1 to
+/// 3 for the server, the answer's bits for the client).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerKnows {
+    /// It reassembles DATAGRAM_FRAGMENT frames.
+    pub fragments: bool,
+    /// It knows PATH_ABANDON.
+    pub abandon: bool,
+    /// It knows DATAGRAM_LIMIT.
+    pub datagram_limit: bool,
+}
 
 /// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
-/// said it knows (the server knows both).
+/// said it knows (the server knows them all).
 pub fn answer(join: &Join) -> u8 {
     let mut answer = JOIN_OK;
     if join.fragments {
@@ -48,16 +67,22 @@ pub fn answer(join: &Join) -> u8 {
     if join.abandon {
         answer |= JOIN_OK_ABANDON;
     }
+    if join.datagram_limit {
+        answer |= JOIN_OK_DATAGRAM_LIMIT;
+    }
     answer
 }
 
-/// What the server's answer says: `Some((reassembles fragments, knows PATH_ABANDON))` for a
-/// join, `None` for [`JOIN_REFUSED`] or anything else.
-pub fn parse_answer(answer: &[u8]) -> Option<(bool, bool)> {
+/// What the server's answer says it knows, for a join; `None` for [`JOIN_REFUSED`] or
+/// anything else.
+pub fn parse_answer(answer: &[u8]) -> Option<PeerKnows> {
+    const KNOWN: u8 = JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON | JOIN_OK_DATAGRAM_LIMIT;
     match *answer {
-        [a] if a & !(JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON) == JOIN_OK => {
-            Some((a & JOIN_OK_FRAGMENTS != 0, a & JOIN_OK_ABANDON != 0))
-        }
+        [a] if a & !KNOWN == JOIN_OK => Some(PeerKnows {
+            fragments: a & JOIN_OK_FRAGMENTS != 0,
+            abandon: a & JOIN_OK_ABANDON != 0,
+            datagram_limit: a & JOIN_OK_DATAGRAM_LIMIT != 0,
+        }),
         _ => None,
     }
 }
@@ -93,6 +118,8 @@ pub struct Join {
     pub fragments: bool,
     /// The client may send PATH_ABANDON (flag bit 2).
     pub abandon: bool,
+    /// The client knows DATAGRAM_LIMIT (flag bit 3).
+    pub datagram_limit: bool,
     /// The link's name (for logs and status).
     pub link_name: String,
     /// The proof.
@@ -176,6 +203,9 @@ impl Join {
         if self.abandon {
             flags |= FLAG_ABANDON;
         }
+        if self.datagram_limit {
+            flags |= FLAG_DATAGRAM_LIMIT;
+        }
         out.push(flags);
         out.extend_from_slice(&self.weight.to_be_bytes());
         push_text(&mut out, &self.link_name);
@@ -227,6 +257,7 @@ impl Join {
             weight,
             fragments: flags & FLAG_FRAGMENTS != 0,
             abandon: flags & FLAG_ABANDON != 0,
+            datagram_limit: flags & FLAG_DATAGRAM_LIMIT != 0,
             link_name,
             mac,
         })
@@ -292,6 +323,7 @@ mod tests {
             weight: 3,
             fragments: true,
             abandon: true,
+            datagram_limit: true,
             link_name: "lte".into(),
             mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
         }
@@ -318,6 +350,7 @@ mod tests {
             tier: Tier::Primary,
             fragments: false,
             abandon: false,
+            datagram_limit: false,
             ..j
         };
         assert_eq!(Join::decode(&plain.encode()).unwrap(), plain);
@@ -327,21 +360,25 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | FLAG_FRAGMENTS | FLAG_ABANDON);
-        for (flags, tier, fragments, abandon) in [
-            (0b0000_0000, Tier::Primary, false, false),
-            (0b0000_0001, Tier::Backup, false, false),
-            (0b0000_0010, Tier::Primary, true, false),
-            (0b0000_0100, Tier::Primary, false, true),
-            (0b1111_1000, Tier::Primary, false, false),
-            (0b1111_1111, Tier::Backup, true, true),
+        assert_eq!(
+            bytes[flags_at],
+            FLAG_BACKUP | FLAG_FRAGMENTS | FLAG_ABANDON | FLAG_DATAGRAM_LIMIT
+        );
+        for (flags, tier, fragments, abandon, limit) in [
+            (0b0000_0000, Tier::Primary, false, false, false),
+            (0b0000_0001, Tier::Backup, false, false, false),
+            (0b0000_0010, Tier::Primary, true, false, false),
+            (0b0000_0100, Tier::Primary, false, true, false),
+            (0b0000_1000, Tier::Primary, false, false, true),
+            (0b1111_0000, Tier::Primary, false, false, false),
+            (0b1111_1111, Tier::Backup, true, true, true),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
             let j = Join::decode(&b).unwrap();
             assert_eq!(
-                (j.tier, j.fragments, j.abandon),
-                (tier, fragments, abandon),
+                (j.tier, j.fragments, j.abandon, j.datagram_limit),
+                (tier, fragments, abandon, limit),
                 "flags {flags:#010b}"
             );
         }
@@ -349,24 +386,33 @@ mod tests {
 
     #[test]
     fn the_answer_carries_what_both_ends_know_and_an_older_one_still_reads() {
-        for (fragments, abandon, byte) in [
-            (false, false, JOIN_OK),
-            (true, false, JOIN_OK_FRAGMENTS),
-            (false, true, JOIN_OK_ABANDON),
-            (true, true, JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON),
-        ] {
+        for bits in 0..8u8 {
+            let knows = PeerKnows {
+                fragments: bits & 1 != 0,
+                abandon: bits & 2 != 0,
+                datagram_limit: bits & 4 != 0,
+            };
             let join = Join {
-                fragments,
-                abandon,
+                fragments: knows.fragments,
+                abandon: knows.abandon,
+                datagram_limit: knows.datagram_limit,
                 ..sample()
             };
-            assert_eq!(answer(&join), byte);
-            assert_eq!(parse_answer(&[byte]), Some((fragments, abandon)));
+            let byte = answer(&join);
+            assert_eq!(byte, bits << 1, "{knows:?}");
+            assert_eq!(parse_answer(&[byte]), Some(knows));
         }
-        // What an older server answers, what a refusal is, and what no server sends.
-        assert_eq!(parse_answer(&[0]), Some((false, false)));
-        assert_eq!(parse_answer(&[2]), Some((true, false)));
-        for refused in [&[JOIN_REFUSED][..], &[3], &[8], &[0xff], &[], &[0, 0]] {
+        // What older servers answer, what a refusal is, and what no server sends.
+        assert_eq!(parse_answer(&[0]), Some(PeerKnows::default()));
+        assert_eq!(
+            parse_answer(&[6]),
+            Some(PeerKnows {
+                fragments: true,
+                abandon: true,
+                datagram_limit: false
+            })
+        );
+        for refused in [&[JOIN_REFUSED][..], &[3], &[16], &[0xff], &[], &[0, 0]] {
             assert_eq!(parse_answer(refused), None, "{refused:?}");
         }
     }

@@ -306,9 +306,12 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         conn: conn.clone(),
         config,
         name: join.link_name.clone(),
-        fragments: join.fragments,
-        // The server never sends PATH_ABANDON.
-        abandon: false,
+        peer: super::join::PeerKnows {
+            fragments: join.fragments,
+            // The server never sends PATH_ABANDON.
+            abandon: false,
+            datagram_limit: join.datagram_limit,
+        },
     };
     session
         .commands
@@ -495,6 +498,7 @@ mod tests {
             weight: 1,
             fragments: true,
             abandon: true,
+            datagram_limit: true,
             link_name: "w".into(),
             mac: [0; 32],
         };

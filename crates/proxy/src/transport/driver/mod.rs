@@ -22,6 +22,7 @@ use readers::{PathReader, poll_readers, read_next};
 
 use super::arena::Arena;
 use super::flow::{CHUNK, FlowHandle, FlowMsg, READ_CHUNKS_IN_FLIGHT, SessionHandle, WRITE_CREDIT};
+use super::join::PeerKnows;
 use super::quic::datagram_size;
 use super::status::{SessionCounters, SessionStatus};
 use crate::session::{
@@ -47,10 +48,8 @@ pub(crate) enum Command {
         conn: quinn::Connection,
         config: PathConfig,
         name: String,
-        /// The JOIN exchange on this path said the peer reassembles DATAGRAM_FRAGMENT frames.
-        fragments: bool,
-        /// The JOIN exchange on this path said the peer knows PATH_ABANDON.
-        abandon: bool,
+        /// What the JOIN exchange on this path said the peer knows.
+        peer: PeerKnows,
     },
     /// The client's end of path `id` is gone (its interface went down, its address away): the
     /// path leaves the session and the peer is told (`Session::abandon_path`), when `conn`
@@ -396,16 +395,18 @@ impl Driver {
                 conn,
                 config,
                 name,
-                fragments,
-                abandon,
+                peer,
             } => {
-                if fragments {
+                if peer.fragments {
                     self.session.set_peer_reassembles(true);
                 }
-                if abandon {
+                if peer.abandon {
                     self.session.set_peer_knows_abandon(true);
                 }
                 self.attach_path(id, conn, config, name);
+                if peer.datagram_limit {
+                    self.session.announce_datagram_limit();
+                }
             }
             Command::AbandonPath { id, conn } => {
                 // Its connection may have ended first (the path is gone here already); a
@@ -644,6 +645,19 @@ impl Driver {
                 }
                 Event::PathRecovered(id) => {
                     info!(session = %self.label, path = id.0, "path recovered")
+                }
+                Event::PeerDatagramLimit(peer) => {
+                    let own = self.session.config().max_datagram_payload;
+                    if peer < own {
+                        // In the files' terms: the UDP payload, less the SOCKS5 header room.
+                        let header = crate::inbound::socks5::MAX_REPLY;
+                        warn!(
+                            session = %self.label,
+                            peer_max_udp_payload = peer.saturating_sub(header),
+                            max_udp_payload = own.saturating_sub(header),
+                            "the peer takes shorter UDP datagrams than this end: longer ones are dropped here and counted (set [session] max_udp_payload alike on both daemons)"
+                        );
+                    }
                 }
                 Event::Closed { code, by_peer } => {
                     info!(session = %self.label, code, by_peer, "session closed");
