@@ -16,6 +16,9 @@
 //! - **ProbeRTT**: when `RTprop` was not lowered for 10 s, the window drops to four datagrams for
 //!   200 ms and one round trip, so the queue empties and a fresh `RTprop` is measured.
 //!
+//! Sending again after an idle spell (nothing in flight) paces ProbeBW at `BtlBw` itself and
+//! does not take the `RTprop` that expired meanwhile for a reason to enter ProbeRTT (§4.3.4.4).
+//!
 //! Loss (§4.2.3): on a new loss episode the window falls to the data in flight plus what the ACK
 //! delivered (packet conservation, for one round trip), each lost byte comes off the window, and
 //! leaving recovery restores the window saved on entering it. Persistent congestion drops the
@@ -127,6 +130,11 @@ pub struct Bbr {
     conservation_until_round: Option<u64>,
     /// Bytes declared lost since the last ACK.
     pending_losses: u64,
+    /// Bytes in flight as of the last ACK, plus what was sent since (less losses).
+    in_flight: u64,
+    /// Sending restarted from idle (nothing in flight): the next ACK does not take the
+    /// `RTprop` that expired while idle for a reason to enter ProbeRTT.
+    idle_restart: bool,
     rng: u64,
 }
 
@@ -158,6 +166,8 @@ impl Bbr {
             entering_recovery: false,
             conservation_until_round: None,
             pending_losses: 0,
+            in_flight: 0,
+            idle_restart: false,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
@@ -314,7 +324,7 @@ impl Bbr {
     }
 
     fn check_probe_rtt(&mut self, now: Timestamp, rs: &RateSample) {
-        if self.mode != BbrMode::ProbeRtt && self.rt_prop_expired {
+        if self.mode != BbrMode::ProbeRtt && self.rt_prop_expired && !self.idle_restart {
             self.prior_cwnd = self.save_cwnd();
             self.mode = BbrMode::ProbeRtt;
             self.pacing_gain = 1.0;
@@ -397,6 +407,18 @@ impl Bbr {
 }
 
 impl Controller for Bbr {
+    fn on_sent(&mut self, _: Timestamp, bytes: u64) {
+        if self.in_flight == 0 {
+            // Restarting from idle (§4.3.4.4 of the draft): in ProbeBW at the bandwidth
+            // itself, not at a probing or draining gain.
+            self.idle_restart = true;
+            if self.mode == BbrMode::ProbeBw && self.btl_bw.best > 0 {
+                self.pacing_rate = self.btl_bw.best;
+            }
+        }
+        self.in_flight = self.in_flight.saturating_add(bytes);
+    }
+
     fn on_ack(&mut self, _: Timestamp, _: Timestamp, _: u64, _: &RttEstimator, _: bool) {
         // The model moves once per ACK, in `on_ack_event`.
     }
@@ -410,6 +432,8 @@ impl Controller for Bbr {
         self.check_drain(now, rs);
         self.update_rt_prop(now, rs);
         self.check_probe_rtt(now, rs);
+        self.idle_restart = false;
+        self.in_flight = rs.bytes_in_flight;
         if self
             .recovery_start
             .is_some_and(|start| rs.newest_sent_time > start)
@@ -432,6 +456,7 @@ impl Controller for Bbr {
         lost_bytes: u64,
     ) {
         self.pending_losses = self.pending_losses.saturating_add(lost_bytes);
+        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         if persistent {
             self.prior_cwnd = self.save_cwnd();
             self.cwnd = self.min_pipe_cwnd();
@@ -655,6 +680,33 @@ mod tests {
         // Persistent congestion: the floor of four datagrams.
         bbr.on_congestion_event(t(200), t(150), true, 12_000);
         assert_eq!(bbr.window(), 4_800);
+    }
+
+    #[test]
+    fn sending_again_after_an_idle_spell_is_no_reason_for_probe_rtt() {
+        let params = WindowParams {
+            initial_window: 12_000,
+            minimum_window: 2_400,
+            max_datagram_size: 1200,
+        };
+        let rtt = RttEstimator::new(Duration::from_millis(40));
+        for idle in [true, false] {
+            let mut bbr = Bbr::new(params);
+            bbr.on_sent(Timestamp::ZERO, 12_000);
+            let mut rs = sample(12_000, 0, 1_000_000, 40);
+            // All delivered: nothing in flight, or (not idle) 12 kB still out.
+            rs.bytes_in_flight = if idle { 0 } else { 12_000 };
+            bbr.on_ack_event(Timestamp::from_millis(40), &rs, &rtt);
+            // 15 s later the application sends again; RTprop (40 ms, 15 s old) has expired.
+            bbr.on_sent(Timestamp::from_secs_f64(15.0), 1200);
+            let mut rs = sample(13_200, 12_000, 1_000_000, 45);
+            rs.bytes_in_flight = 0;
+            bbr.on_ack_event(Timestamp::from_secs_f64(15.045), &rs, &rtt);
+            let probing = bbr.mode() == BbrMode::ProbeRtt;
+            assert_eq!(probing, !idle, "idle {idle}: {:?}", bbr.mode());
+            // Either way the expired RTprop took the new sample.
+            assert_eq!(bbr.rt_prop(), Some(Duration::from_millis(45)));
+        }
     }
 
     #[test]
