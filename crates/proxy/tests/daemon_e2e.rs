@@ -35,6 +35,7 @@ async fn socks5_50mb_download_and_upload_match_sha256() {
     assert_eq!(session.paths.len(), 2);
     assert!(session.counters.bytes_written >= 50 * MB as u64);
     assert_eq!(session.congestion, "cubic");
+    assert!(session.paths.iter().all(|p| p.bbr.is_none()));
     let server_status = server.status().await;
     assert_eq!(server_status.sessions.len(), 1);
     assert_eq!(server_status.joins_accepted, 2);
@@ -68,6 +69,20 @@ async fn bbr_sessions_move_data_both_ways_and_the_status_names_the_controller() 
         let session = &status.sessions[0];
         assert_eq!(session.congestion, "bbr", "{status:?}");
         assert_eq!(session.paths.len(), 2);
+        // Each path shows BBR's model, measured from the transfers both ways.
+        for p in &session.paths {
+            let bbr = p.bbr.as_ref().expect("a BBR path shows its model");
+            assert!(
+                ["Startup", "Drain", "ProbeBw", "ProbeRtt"].contains(&bbr.mode.as_str()),
+                "{bbr:?}"
+            );
+            assert!(bbr.btl_bw_mbps > 0.0 && bbr.rt_prop_ms.is_some(), "{bbr:?}");
+        }
+        assert!(
+            status.to_table().contains("      bbr "),
+            "{}",
+            status.to_table()
+        );
     }
 }
 

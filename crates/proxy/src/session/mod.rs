@@ -457,6 +457,11 @@ impl Session {
         Ok(())
     }
 
+    /// The congestion controller of path `id` (for status displays).
+    pub fn path_controller(&self, id: PathId) -> Option<&congestion::AnyController> {
+        self.paths.get(id.index())?.as_ref().map(|p| &p.cc)
+    }
+
     /// Changes a path's rate cap (bytes per second; `None` lifts it), from the next packet on.
     /// Local: the peer paces what it sends by its own settings. A zero cap is refused, as at
     /// [`Session::add_path`].

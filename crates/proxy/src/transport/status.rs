@@ -45,6 +45,9 @@ pub struct PathReport {
     /// What the path's quinn connection counted (packets per byte, ACK traffic).
     #[serde(default)]
     pub quic: QuicCounters,
+    /// The BBR model of a path whose controller is BBR (`[session] congestion = "bbr"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bbr: Option<BbrReport>,
 }
 
 /// A path connection's own counters, from quinn's connection statistics.
@@ -141,6 +144,35 @@ pub struct SessionStatus {
     pub paths: Vec<PathReport>,
     /// Counters.
     pub counters: SessionCounters,
+}
+
+/// BBR's view of a path: its phase and the model it paces by.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BbrReport {
+    /// `Startup`, `Drain`, `ProbeBw` or `ProbeRtt`.
+    pub mode: String,
+    /// `BtlBw`, the bottleneck bandwidth it measured, Mbit/s.
+    pub btl_bw_mbps: f64,
+    /// `RTprop`, the propagation RTT it measured, ms (none before the first ACK).
+    pub rt_prop_ms: Option<f64>,
+    /// The rate it paces at, Mbit/s (none before the first ACK).
+    pub pacing_mbps: Option<f64>,
+}
+
+impl BbrReport {
+    /// The report of `cc`, when it is BBR.
+    pub fn of(cc: &crate::session::congestion::AnyController) -> Option<BbrReport> {
+        use crate::session::congestion::{AnyController, Controller};
+        let AnyController::Bbr(bbr) = cc else {
+            return None;
+        };
+        Some(BbrReport {
+            mode: format!("{:?}", bbr.mode()),
+            btl_bw_mbps: bbr.btl_bw() as f64 * 8.0 / 1e6,
+            rt_prop_ms: bbr.rt_prop().map(|d| d.as_secs_f64() * 1e3),
+            pacing_mbps: bbr.pacing_rate().map(|r| r as f64 * 8.0 / 1e6),
+        })
+    }
 }
 
 /// What a daemon's control endpoint answers.
@@ -324,6 +356,17 @@ impl DaemonStatus {
                     p.loss_rate * 100.0,
                     p.packets_lost
                 );
+                if let Some(b) = &p.bbr {
+                    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+                    let _ = writeln!(
+                        out,
+                        "      bbr {}: bottleneck {:.2} Mb/s, RTprop {} ms, pacing {} Mb/s",
+                        b.mode,
+                        b.btl_bw_mbps,
+                        ms(b.rt_prop_ms),
+                        ms(b.pacing_mbps)
+                    );
+                }
             }
         }
         out

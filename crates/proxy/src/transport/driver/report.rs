@@ -5,7 +5,7 @@ use braid_sched_core::PathState;
 
 use super::Driver;
 use crate::session::Role;
-use crate::transport::status::{PathReport, QuicCounters, SessionStatus};
+use crate::transport::status::{BbrReport, PathReport, QuicCounters, SessionStatus};
 
 impl Driver {
     pub(super) fn update_rates(&mut self) {
@@ -59,6 +59,7 @@ impl Driver {
                 failures: s.stats.failures,
                 max_datagram_size: v.max_datagram_size,
                 quic: QuicCounters::of(&p.conn),
+                bbr: self.session.path_controller(v.id).and_then(BbrReport::of),
             });
         }
         let mut counters = self.counters.clone();
