@@ -442,11 +442,7 @@ impl Session {
         tier: Tier,
         now: Timestamp,
     ) -> Result<(), PathError> {
-        let path = self
-            .paths
-            .get_mut(id.index())
-            .and_then(Option::as_mut)
-            .ok_or(PathError::UnknownPath(id))?;
+        let path = self.path_mut(id)?;
         if path.config.tier == tier {
             return Ok(());
         }
@@ -470,11 +466,7 @@ impl Session {
         id: PathId,
         rate_cap: Option<u64>,
     ) -> Result<(), PathError> {
-        let path = self
-            .paths
-            .get_mut(id.index())
-            .and_then(Option::as_mut)
-            .ok_or(PathError::UnknownPath(id))?;
+        let path = self.path_mut(id)?;
         PathConfig {
             rate_cap,
             ..path.config
@@ -498,11 +490,7 @@ impl Session {
     /// path the scheduler picks goes on the largest usable path it fits, and is dropped when it
     /// fits no live path. Below [`config::MIN_DATAGRAM_SIZE`] is an error.
     pub fn set_max_datagram_size(&mut self, id: PathId, size: u16) -> Result<(), PathError> {
-        let path = self
-            .paths
-            .get_mut(id.index())
-            .and_then(Option::as_mut)
-            .ok_or(PathError::UnknownPath(id))?;
+        let path = self.path_mut(id)?;
         PathConfig {
             max_datagram_size: size,
             ..path.config
@@ -521,11 +509,7 @@ impl Session {
     /// that comes back, on a slow path it takes for a fast one, and the path's probe timeout
     /// would fire early on a path slower than that. A zero `rtt` is ignored.
     pub fn seed_path_rtt(&mut self, id: PathId, rtt: Duration) -> Result<bool, PathError> {
-        let path = self
-            .paths
-            .get_mut(id.index())
-            .and_then(Option::as_mut)
-            .ok_or(PathError::UnknownPath(id))?;
+        let path = self.path_mut(id)?;
         Ok(path.seed_rtt(rtt))
     }
 
@@ -712,6 +696,14 @@ impl Session {
             || self.lost_bytes > 0
             || self.datagrams.queued() > 0
             || !self.controls.is_empty()
+    }
+
+    /// Path `id`, if joined.
+    fn path_mut(&mut self, id: PathId) -> Result<&mut path::Path, PathError> {
+        self.paths
+            .get_mut(id.index())
+            .and_then(Option::as_mut)
+            .ok_or(PathError::UnknownPath(id))
     }
 
     fn push_control(&mut self, c: Control) {

@@ -596,6 +596,13 @@ mod tests {
         assert!(rtt >= Duration::from_millis(200), "cubic max RTT {rtt:?}");
     }
 
+    /// RFC 9002's windows for 1200-byte datagrams.
+    const PARAMS: WindowParams = WindowParams {
+        initial_window: 12_000,
+        minimum_window: 2_400,
+        max_datagram_size: 1200,
+    };
+
     fn sample(delivered: u64, prior_delivered: u64, rate: u64, rtt_ms: u64) -> RateSample {
         RateSample {
             delivery_rate: Some(rate),
@@ -613,12 +620,7 @@ mod tests {
 
     #[test]
     fn startup_ends_after_three_rounds_without_growth_and_drain_hands_over_to_probe_bw() {
-        let params = WindowParams {
-            initial_window: 12_000,
-            minimum_window: 2_400,
-            max_datagram_size: 1200,
-        };
-        let mut bbr = Bbr::new(params);
+        let mut bbr = Bbr::new(PARAMS);
         let rtt = RttEstimator::new(Duration::from_millis(40));
         let mut delivered = 0;
         let mut now = Timestamp::ZERO;
@@ -647,12 +649,7 @@ mod tests {
 
     #[test]
     fn a_loss_episode_conserves_packets_and_leaving_it_restores_the_window() {
-        let params = WindowParams {
-            initial_window: 12_000,
-            minimum_window: 2_400,
-            max_datagram_size: 1200,
-        };
-        let mut bbr = Bbr::new(params);
+        let mut bbr = Bbr::new(PARAMS);
         let rtt = RttEstimator::new(Duration::from_millis(40));
         let t = |ms| Timestamp::from_millis(ms);
         let mut rs = sample(12_000, 0, 1_000_000, 40);
@@ -684,14 +681,9 @@ mod tests {
 
     #[test]
     fn sending_again_after_an_idle_spell_is_no_reason_for_probe_rtt() {
-        let params = WindowParams {
-            initial_window: 12_000,
-            minimum_window: 2_400,
-            max_datagram_size: 1200,
-        };
         let rtt = RttEstimator::new(Duration::from_millis(40));
         for idle in [true, false] {
-            let mut bbr = Bbr::new(params);
+            let mut bbr = Bbr::new(PARAMS);
             bbr.on_sent(Timestamp::ZERO, 12_000);
             let mut rs = sample(12_000, 0, 1_000_000, 40);
             // All delivered: nothing in flight, or (not idle) 12 kB still out.
@@ -711,12 +703,7 @@ mod tests {
 
     #[test]
     fn rtprop_not_lowered_for_ten_seconds_sends_bbr_to_probe_rtt_for_200_ms_and_a_round() {
-        let params = WindowParams {
-            initial_window: 12_000,
-            minimum_window: 2_400,
-            max_datagram_size: 1200,
-        };
-        let mut bbr = Bbr::new(params);
+        let mut bbr = Bbr::new(PARAMS);
         let rtt = RttEstimator::new(Duration::from_millis(40));
         let mut delivered = 0u64;
         let mut ack = |bbr: &mut Bbr, ms: u64, rtt_ms: u64, in_flight: u64| {
