@@ -148,7 +148,7 @@ fn a_slow_start_of_the_application_does_not_hold_bbr_at_its_rate() {
     let secs = trickle_then_bulk();
     println!("the bulk after a 2 s trickle took {secs:.2} s");
     // About 19.85 MB were left after the trickle: 5.3 s at the link's 30 Mbit/s. Measured
-    // 5.62 s; without the application-limited marking 11.52 s (Startup ended at the trickle's
+    // 5.60 s; without the application-limited marking 11.52 s (Startup ended at the trickle's
     // rate, and ProbeBW raises it by a quarter per eight round trips).
     assert!(secs <= 6.5, "{secs:.2} s");
 }
@@ -188,7 +188,7 @@ fn random_loss_does_not_hold_bbr_back_as_it_holds_cubic() {
     let bbr = lossy_goodput(CongestionAlgorithm::Bbr);
     let cubic = lossy_goodput(CongestionAlgorithm::Cubic);
     println!("1 % random loss on 20 Mbit/s: bbr {bbr:.2} Mbit/s, cubic {cubic:.2} Mbit/s");
-    // Measured 18.90 and 2.86 Mbit/s: CUBIC reads each loss as congestion; BBR's model of the
+    // Measured 18.82 and 2.86 Mbit/s: CUBIC reads each loss as congestion; BBR's model of the
     // path does not move for a loss that does not come with a full queue.
     assert!(bbr >= 15.0, "bbr {bbr:.2} Mbit/s");
     assert!(cubic < bbr / 2.0, "cubic {cubic:.2} vs bbr {bbr:.2} Mbit/s");

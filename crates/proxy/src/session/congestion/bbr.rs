@@ -3,7 +3,7 @@
 //! BBR models the path instead of reacting to loss: `BtlBw`, the largest delivery rate of the
 //! last 10 round trips ([`super::delivery`] measures one per ACK), and `RTprop`, the smallest
 //! RTT of the last 10 s. It paces at `pacing_gain * BtlBw` and caps the data in flight at
-//! `cwnd_gain * BtlBw * RTprop` (plus three datagrams), so it fills the path without filling its
+//! `cwnd_gain * BtlBw * RTprop` (plus three send quanta), so it fills the path without filling its
 //! queue: on a link with a deep buffer the RTT stays near the propagation delay where loss-based
 //! controllers (NewReno, CUBIC) keep the buffer full. Its phases (§4.3):
 //!
@@ -49,9 +49,11 @@ pub const RT_PROP_FILTER: Duration = Duration::from_secs(10);
 pub const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
 /// `BBRMinPipeCwnd`, in datagrams: the window floor, and the window in ProbeRTT.
 const MIN_PIPE_DATAGRAMS: u64 = 4;
-/// Datagrams added to the target window (`BBRAddQuantaToCwnd`: three send quanta), so a window
-/// is never too small for delayed and aggregated ACKs.
-const QUANTA_DATAGRAMS: u64 = 3;
+/// Send quanta added to the target window (`BBRAddQuantaToCwnd`), so that a window is never
+/// too small for ACKs that come late or bunched together.
+const QUANTA: u64 = 3;
+/// The largest send quantum (`BBRSetSendQuantum`), bytes.
+const MAX_SEND_QUANTUM: u64 = 64 * 1024;
 /// Startup is over when three rounds in a row raise `BtlBw` by less than this factor.
 const FULL_BW_GROWTH: f64 = 1.25;
 const FULL_BW_ROUNDS: u32 = 3;
@@ -374,11 +376,22 @@ impl Bbr {
         }
     }
 
+    /// `BBR.send_quantum` (§4.2.2 of the draft): one datagram below 1.2 Mbit/s, two below
+    /// 24 Mbit/s, else a millisecond of the pacing rate up to 64 KiB.
+    fn send_quantum(&self) -> u64 {
+        let mds = self.params.max_datagram_size;
+        match self.pacing_rate {
+            r if r < 150_000 => mds,
+            r if r < 3_000_000 => 2 * mds,
+            r => (r / 1000).clamp(2 * mds, MAX_SEND_QUANTUM.max(2 * mds)),
+        }
+    }
+
     fn set_cwnd(&mut self, rs: &RateSample, losses: u64) {
         let mds = self.params.max_datagram_size;
         let target = self
             .inflight(self.cwnd_gain)
-            .saturating_add(QUANTA_DATAGRAMS * mds);
+            .saturating_add(QUANTA * self.send_quantum());
         if self.entering_recovery {
             self.entering_recovery = false;
             self.cwnd = rs.bytes_in_flight + rs.newly_acked.max(mds);
@@ -643,8 +656,9 @@ mod tests {
         bbr.on_ack_event(now + Duration::from_millis(1), &rs, &rtt);
         assert_eq!(bbr.mode(), BbrMode::ProbeBw);
         assert_ne!(bbr.pacing_gain, 0.75);
-        // ProbeBW's window: two BDPs plus three datagrams, reached as ACKs arrive.
-        assert!(bbr.window() <= 2 * 120_000 + 3600, "{}", bbr.window());
+        // ProbeBW's window: two BDPs plus three send quanta (at 24 Mbit/s, 3 kB each), reached
+        // as ACKs arrive.
+        assert!(bbr.window() <= 2 * 120_000 + 9_000, "{}", bbr.window());
     }
 
     #[test]
