@@ -109,9 +109,7 @@ deadline_ms = [20.0, 50.0]
 fn run(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim/run");
     group.sample_size(10);
-    let options = SimOptions {
-        scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
-    };
+    let options = SimOptions::new(SchedulerConfig::new(SchedulerKind::MinRtt));
     for (name, text) in SCENARIOS {
         let scenario = ScenarioFile::parse(text, Path::new("bench.toml"))
             .unwrap()

@@ -56,7 +56,10 @@ impl Endpoint for Session {
             Side::Client => Role::Client,
             Side::Server => Role::Server,
         };
-        let config = sim_session_config(setup.receive_buffer_bytes, setup.window_hint_bytes);
+        let mut config = sim_session_config(setup.receive_buffer_bytes, setup.window_hint_bytes);
+        if let Some(name) = &setup.congestion {
+            config.congestion.algorithm = name.parse().map_err(err)?;
+        }
         config.validate().map_err(err)?;
         let mut session = Session::new(config, role, setup.scheduler.build(), setup.now);
         let path = PathConfig {
@@ -184,7 +187,32 @@ impl Endpoint for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::congestion::CongestionAlgorithm;
     use braid_sched_core::{SchedulerConfig, SchedulerKind};
+
+    #[test]
+    fn the_congestion_controller_is_the_one_named_or_the_default() {
+        let setup = |congestion: Option<&str>| EndpointSetup {
+            side: Side::Client,
+            scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+            paths: 2,
+            receive_buffer_bytes: None,
+            window_hint_bytes: 1 << 20,
+            congestion: congestion.map(str::to_owned),
+            now: Timestamp::ZERO,
+        };
+        let algorithm = |session: &Session| {
+            session
+                .path_controller(PathId(1))
+                .map(crate::session::congestion::AnyController::algorithm)
+        };
+        let bbr = <Session as Endpoint>::create(&setup(Some("bbr"))).unwrap();
+        assert_eq!(algorithm(&bbr), Some(CongestionAlgorithm::Bbr));
+        let default = <Session as Endpoint>::create(&setup(None)).unwrap();
+        assert_eq!(algorithm(&default), Some(CongestionAlgorithm::Cubic));
+        let err = <Session as Endpoint>::create(&setup(Some("vegas"))).unwrap_err();
+        assert!(err.to_string().contains("`vegas`"), "{err}");
+    }
 
     #[test]
     fn endpoints_build_and_inspect_their_own_packets() {
@@ -194,6 +222,7 @@ mod tests {
             paths: 2,
             receive_buffer_bytes: None,
             window_hint_bytes: 1 << 20,
+            congestion: None,
             now: Timestamp::ZERO,
         };
         let mut client = <Session as Endpoint>::create(&setup(Side::Client)).unwrap();

@@ -15,9 +15,7 @@ fn run_text(text: &str, kind: SchedulerKind) -> RunResult {
         .unwrap()
         .resolve(1)
         .unwrap();
-    let options = SimOptions {
-        scheduler: SchedulerConfig::new(kind),
-    };
+    let options = SimOptions::new(SchedulerConfig::new(kind));
     let r = sim::run::<Session>(&s, &options).unwrap();
     assert_eq!(r.protocol_errors, 0);
     r
@@ -128,9 +126,7 @@ fn every_scenario_file_runs_one_virtual_second() {
     for file in files {
         let mut s = ScenarioFile::load(&file).unwrap().resolve(1).unwrap();
         s.duration = s.duration.min(Duration::from_secs(1));
-        let options = SimOptions {
-            scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
-        };
+        let options = SimOptions::new(SchedulerConfig::new(SchedulerKind::MinRtt));
         let r = sim::run::<Session>(&s, &options).unwrap();
         let m = r.metrics;
         assert_eq!(r.protocol_errors, 0, "{}", file.display());

@@ -16,9 +16,7 @@ fn scenario(text: &str) -> ScenarioFile {
 
 fn run(file: &ScenarioFile, kind: SchedulerKind, seed: u64) -> RunResult {
     let s = file.resolve(seed).unwrap();
-    let options = SimOptions {
-        scheduler: SchedulerConfig::new(kind),
-    };
+    let options = SimOptions::new(SchedulerConfig::new(kind));
     let r = sim::run::<Session>(&s, &options).unwrap();
     assert_eq!(r.protocol_errors, 0);
     r

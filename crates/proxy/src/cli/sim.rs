@@ -45,6 +45,9 @@ pub struct SimArgs {
     /// Write plots and a markdown summary into this directory.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// The congestion controller of both ends' paths: cubic (the default), newreno or bbr.
+    #[arg(long, value_name = "NAME")]
+    pub congestion: Option<String>,
 }
 
 /// Parses `--scheduler`: `all` or a comma-separated list of known names.
@@ -100,6 +103,15 @@ pub fn run(args: &SimArgs) -> ExitCode {
     if args.runs == 0 || args.runs > MAX_RUNS {
         return usage(format!("--runs {}: expected 1..={MAX_RUNS}", args.runs));
     }
+    let congestion = match args
+        .congestion
+        .as_deref()
+        .map(str::parse::<crate::session::congestion::CongestionAlgorithm>)
+        .transpose()
+    {
+        Ok(c) => c,
+        Err(e) => return usage(format!("--congestion: {e}")),
+    };
     let file = match ScenarioFile::load(&args.scenario) {
         Ok(f) => f,
         Err(e) => return usage(e.to_string()),
@@ -124,7 +136,10 @@ pub fn run(args: &SimArgs) -> ExitCode {
             Ok(c) => c,
             Err(e) => return usage(format!("{}: [objective]: {e}", args.scenario.display())),
         };
-        let options = SimOptions { scheduler };
+        let options = SimOptions {
+            congestion: congestion.map(|c| c.name().to_owned()),
+            ..SimOptions::new(scheduler)
+        };
         let mut runs = Vec::with_capacity(args.runs as usize);
         for r in 0..args.runs {
             let scenario = match file.resolve(seed.wrapping_add(r)) {
@@ -279,9 +294,7 @@ paths_per_decision = 2
         let file = ScenarioFile::parse(text, std::path::Path::new("inline.toml")).unwrap();
         let objective = file.resolve(1).unwrap().objective;
         let run_with = |kind: SchedulerKind, seed: u64| {
-            let options = SimOptions {
-                scheduler: scheduler_for(kind, objective.as_ref()).unwrap(),
-            };
+            let options = SimOptions::new(scheduler_for(kind, objective.as_ref()).unwrap());
             let mut result = sim::run::<Session>(&file.resolve(seed).unwrap(), &options).unwrap();
             result.seed = 0;
             result
@@ -305,9 +318,8 @@ paths_per_decision = 2
         // would run without the simulator's seeding) are identical: the difference above is
         // the scheduler's seed, nothing else.
         let pinned = |seed: u64| {
-            let options = SimOptions {
-                scheduler: scheduler_for(SchedulerKind::Olms, objective.as_ref()).unwrap(),
-            };
+            let options =
+                SimOptions::new(scheduler_for(SchedulerKind::Olms, objective.as_ref()).unwrap());
             let scenario = file.resolve(seed).unwrap();
             let mut result =
                 sim::run_keeping_scheduler_seed::<Session>(&scenario, &options).unwrap();
@@ -326,6 +338,7 @@ paths_per_decision = 2
             runs,
             json: false,
             report: None,
+            congestion: None,
         };
         let good = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -337,6 +350,12 @@ paths_per_decision = 2
         );
         assert_eq!(run(&args(good, "nope", 1)), ExitCode::from(2));
         assert_eq!(run(&args(good, "minrtt", 0)), ExitCode::from(2));
+        let congestion = |name: &str| SimArgs {
+            congestion: Some(name.into()),
+            ..args(good, "minrtt", 1)
+        };
+        // An unknown controller is a usage error found before anything is simulated.
+        assert_eq!(run(&congestion("vegas")), ExitCode::from(2));
     }
 
     /// A `--report` directory that cannot be created, or that exists and cannot be written, is a usage error found before any
@@ -363,6 +382,7 @@ paths_per_decision = 2
             runs: 1,
             json: false,
             report: Some(report),
+            congestion: None,
         };
         assert_eq!(run(&args(file.join("report"))), ExitCode::from(2));
         assert_eq!(run(&args(PathBuf::from("/proc/x"))), ExitCode::from(2));

@@ -46,6 +46,19 @@ pub enum SimError {
 pub struct SimOptions {
     /// The scheduler both ends use.
     pub scheduler: SchedulerConfig,
+    /// The congestion controller both ends use, by a name the endpoint implementation knows
+    /// (`None`: its default).
+    pub congestion: Option<String>,
+}
+
+impl SimOptions {
+    /// Both ends with `scheduler` and the endpoint's default congestion controller.
+    pub fn new(scheduler: SchedulerConfig) -> Self {
+        SimOptions {
+            scheduler,
+            congestion: None,
+        }
+    }
 }
 
 /// The outcome of one run.
@@ -149,6 +162,7 @@ fn run_seeding<E: Endpoint>(
         paths: scenario.paths.len(),
         receive_buffer_bytes: scenario.receive_buffer_bytes,
         window_hint_bytes: window_hint(scenario),
+        congestion: options.congestion.clone(),
         now: Timestamp::ZERO,
     };
     let s = scenario.seed;

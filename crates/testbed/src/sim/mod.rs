@@ -71,6 +71,9 @@ pub struct EndpointSetup {
     /// RTT + 200 ms), clamped to 2–16 MiB, and at most the largest stream's size + 64 KiB
     /// (implementations may size buffers by it).
     pub window_hint_bytes: u64,
+    /// The congestion controller, by a name the implementation knows (`None`: its default;
+    /// an unknown name is the implementation's error).
+    pub congestion: Option<String>,
     /// The virtual time at construction.
     pub now: Timestamp,
 }

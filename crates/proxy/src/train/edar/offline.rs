@@ -68,9 +68,7 @@ fn collect(options: &TrainOptions, into: &mut Vec<EdarTransition>) -> Result<u64
                     experience: Some(sender.clone()),
                     ..EdarConfig::default()
                 };
-                let options = SimOptions {
-                    scheduler: SchedulerConfig::Edar(config),
-                };
+                let options = SimOptions::new(SchedulerConfig::Edar(config));
                 sim::run::<Session>(&scenario, &options)
                     .map_err(|e| TrainError::Runtime(format!("{}: {e}", path.display())))?;
                 let n = drain(&mut receiver, into);

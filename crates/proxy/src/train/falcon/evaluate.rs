@@ -480,12 +480,7 @@ fn simulate(
     learning: Option<&Rc<RefCell<Learning>>>,
 ) -> Result<RunResult, TrainError> {
     CURRENT.with(|c| *c.borrow_mut() = learning.cloned());
-    let result = sim::run::<Lockstep>(
-        scenario,
-        &SimOptions {
-            scheduler: scheduler.clone(),
-        },
-    );
+    let result = sim::run::<Lockstep>(scenario, &SimOptions::new(scheduler.clone()));
     CURRENT.with(|c| *c.borrow_mut() = None);
     let result = result.map_err(|e| runtime(format!("{}: {e}", scenario.name)))?;
     if let Some(e) = learning.and_then(|l| l.borrow().error.clone()) {
@@ -1550,13 +1545,8 @@ mod tests {
         assert_eq!(plain.published, 0);
         assert_eq!(
             plain.result,
-            sim::run::<Session>(
-                &scenario,
-                &SimOptions {
-                    scheduler: super::super::shipped_config()
-                }
-            )
-            .unwrap()
+            sim::run::<Session>(&scenario, &SimOptions::new(super::super::shipped_config()))
+                .unwrap()
         );
     }
 
@@ -1684,7 +1674,7 @@ mod tests {
             let mut scheduler = super::super::shipped_config();
             scheduler.set("loss_group", loss_group).unwrap();
             scheduler.set("rtt_window_ms", window).unwrap();
-            let result = sim::run::<Lockstep>(&scenario, &SimOptions { scheduler }).unwrap();
+            let result = sim::run::<Lockstep>(&scenario, &SimOptions::new(scheduler)).unwrap();
             let stats = SERVER_STATS.with(|c| c.take()).unwrap();
             println!(
                 "rtt_window_ms {window}, {name}: {} changes declared in 30 s (true delay steps: \

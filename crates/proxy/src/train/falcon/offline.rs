@@ -205,9 +205,7 @@ pub(crate) fn collect_with(
             Err(e) => return Err(TrainError::Usage(e.to_string())),
         }
     }
-    let options = SimOptions {
-        scheduler: SchedulerConfig::Falcon(config),
-    };
+    let options = SimOptions::new(SchedulerConfig::Falcon(config));
     sim::run::<Session>(scenario, &options)
         .map_err(|e| TrainError::Runtime(format!("simulating {}: {e}", scenario.name)))?;
     let classes = scenario
