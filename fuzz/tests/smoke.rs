@@ -382,9 +382,7 @@ fn valid_join(rng: &mut Rng) -> Vec<u8> {
             Tier::Backup
         },
         weight: 1 + (rng.next() % 65_535) as u16,
-        fragments: rng.below(2) == 0,
-        abandon: rng.below(2) == 0,
-        datagram_limit: rng.below(2) == 0,
+        knows: braid_proxy::transport::join::PeerKnows::from_bits(rng.next() as u8),
         link_name: text(rng),
         mac,
     }

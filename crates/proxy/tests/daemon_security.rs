@@ -40,12 +40,7 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
         JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_REFUSED,
         PeerKnows,
     };
-    let all = PeerKnows {
-        fragments: true,
-        abandon: true,
-        datagram_limit: true,
-    };
-    let refusal = raw_join_answer(&server, [0x13; 32], all).await;
+    let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
     // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
     // PATH_ABANDON or knows DATAGRAM_LIMIT (an older one) gets the old answer; one that does
@@ -104,9 +99,7 @@ async fn raw_join_answer(
         path: PathId(0),
         tier: braid_proxy::session::Tier::Primary,
         weight: 1,
-        fragments: knows.fragments,
-        abandon: knows.abandon,
-        datagram_limit: knows.datagram_limit,
+        knows,
         link_name: "raw".into(),
         mac: compute_mac(&key, &exporter, &[1; 16], PathId(0)),
     };

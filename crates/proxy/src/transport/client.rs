@@ -685,9 +685,7 @@ async fn join(
         path,
         tier: link.tier,
         weight: link.weight,
-        fragments: true,
-        abandon: true,
-        datagram_limit: true,
+        knows: PeerKnows::ALL,
         link_name: link.name.clone(),
         mac: compute_mac(&ctx.config.key, &exporter, session_id, path),
     };

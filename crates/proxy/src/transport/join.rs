@@ -36,61 +36,70 @@ pub const JOIN_OK_FRAGMENTS: u8 = 2;
 /// that does not know it (an older one) answers without it, and a client that did not set the
 /// bit is never sent it.
 pub const JOIN_OK_ABANDON: u8 = 4;
-/// JOIN flag bit 2: the client may send PATH_ABANDON.
-const FLAG_ABANDON: u8 = 4;
 /// The server's answer bit to a JOIN with flag bit 3: joined, and the server knows the
 /// DATAGRAM_LIMIT frame (it sends its own and takes the client's). Combined with the others; an
 /// older server answers without it, and a client that did not set the bit is never sent it.
 pub const JOIN_OK_DATAGRAM_LIMIT: u8 = 8;
-/// JOIN flag bit 3: the client knows DATAGRAM_LIMIT.
-const FLAG_DATAGRAM_LIMIT: u8 = 8;
 
-/// What the other end of a path said it knows in the JOIN exchange (the JOIN's flag bits 1 to
-/// 3 for the server, the answer's bits for the client).
+/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 3 (the
+/// client's word) and the answer's bits of the same values (the server's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerKnows {
-    /// It reassembles DATAGRAM_FRAGMENT frames.
+    /// It reassembles DATAGRAM_FRAGMENT frames (bit 1).
     pub fragments: bool,
-    /// It knows PATH_ABANDON.
+    /// It knows PATH_ABANDON (bit 2).
     pub abandon: bool,
-    /// It knows DATAGRAM_LIMIT.
+    /// It knows DATAGRAM_LIMIT (bit 3).
     pub datagram_limit: bool,
+}
+
+impl PeerKnows {
+    /// What this build knows.
+    pub const ALL: PeerKnows = PeerKnows {
+        fragments: true,
+        abandon: true,
+        datagram_limit: true,
+    };
+
+    /// Its bits, as the JOIN's flags and the answer carry them.
+    pub fn bits(self) -> u8 {
+        [
+            (self.fragments, JOIN_OK_FRAGMENTS),
+            (self.abandon, JOIN_OK_ABANDON),
+            (self.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
+        ]
+        .into_iter()
+        .filter(|&(known, _)| known)
+        .fold(0, |bits, (_, bit)| bits | bit)
+    }
+
+    /// What `bits` say (other bits ignored).
+    pub fn from_bits(bits: u8) -> Self {
+        PeerKnows {
+            fragments: bits & JOIN_OK_FRAGMENTS != 0,
+            abandon: bits & JOIN_OK_ABANDON != 0,
+            datagram_limit: bits & JOIN_OK_DATAGRAM_LIMIT != 0,
+        }
+    }
 }
 
 /// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
 /// said it knows (the server knows them all).
 pub fn answer(join: &Join) -> u8 {
-    let mut answer = JOIN_OK;
-    if join.fragments {
-        answer |= JOIN_OK_FRAGMENTS;
-    }
-    if join.abandon {
-        answer |= JOIN_OK_ABANDON;
-    }
-    if join.datagram_limit {
-        answer |= JOIN_OK_DATAGRAM_LIMIT;
-    }
-    answer
+    JOIN_OK | join.knows.bits()
 }
 
 /// What the server's answer says it knows, for a join; `None` for [`JOIN_REFUSED`] or
 /// anything else.
 pub fn parse_answer(answer: &[u8]) -> Option<PeerKnows> {
-    const KNOWN: u8 = JOIN_OK_FRAGMENTS | JOIN_OK_ABANDON | JOIN_OK_DATAGRAM_LIMIT;
     match *answer {
-        [a] if a & !KNOWN == JOIN_OK => Some(PeerKnows {
-            fragments: a & JOIN_OK_FRAGMENTS != 0,
-            abandon: a & JOIN_OK_ABANDON != 0,
-            datagram_limit: a & JOIN_OK_DATAGRAM_LIMIT != 0,
-        }),
+        [a] if a & !PeerKnows::ALL.bits() == JOIN_OK => Some(PeerKnows::from_bits(a)),
         _ => None,
     }
 }
 
 /// JOIN flag bit 0: the link is a backup.
 const FLAG_BACKUP: u8 = 1;
-/// JOIN flag bit 1: the client reassembles datagrams cut into DATAGRAM_FRAGMENT frames.
-const FLAG_FRAGMENTS: u8 = 2;
 /// The server's answer: refused (no reason is given).
 pub const JOIN_REFUSED: u8 = 1;
 /// The longest JOIN: all variable fields at their limit.
@@ -114,12 +123,9 @@ pub struct Join {
     pub tier: Tier,
     /// The link's weight.
     pub weight: u16,
-    /// The client reassembles datagrams cut into DATAGRAM_FRAGMENT frames (flag bit 1).
-    pub fragments: bool,
-    /// The client may send PATH_ABANDON (flag bit 2).
-    pub abandon: bool,
-    /// The client knows DATAGRAM_LIMIT (flag bit 3).
-    pub datagram_limit: bool,
+    /// What the client knows (flag bits 1 to 3): it reassembles DATAGRAM_FRAGMENT frames, may
+    /// send PATH_ABANDON, knows DATAGRAM_LIMIT.
+    pub knows: PeerKnows,
     /// The link's name (for logs and status).
     pub link_name: String,
     /// The proof.
@@ -193,20 +199,12 @@ impl Join {
         push_text(&mut out, &self.user);
         out.extend_from_slice(&self.session_id);
         out.push(self.path.0);
-        let mut flags = 0;
-        if self.tier == Tier::Backup {
-            flags |= FLAG_BACKUP;
-        }
-        if self.fragments {
-            flags |= FLAG_FRAGMENTS;
-        }
-        if self.abandon {
-            flags |= FLAG_ABANDON;
-        }
-        if self.datagram_limit {
-            flags |= FLAG_DATAGRAM_LIMIT;
-        }
-        out.push(flags);
+        let backup = if self.tier == Tier::Backup {
+            FLAG_BACKUP
+        } else {
+            0
+        };
+        out.push(backup | self.knows.bits());
         out.extend_from_slice(&self.weight.to_be_bytes());
         push_text(&mut out, &self.link_name);
         out.extend_from_slice(&self.mac);
@@ -255,9 +253,7 @@ impl Join {
                 Tier::Primary
             },
             weight,
-            fragments: flags & FLAG_FRAGMENTS != 0,
-            abandon: flags & FLAG_ABANDON != 0,
-            datagram_limit: flags & FLAG_DATAGRAM_LIMIT != 0,
+            knows: PeerKnows::from_bits(flags),
             link_name,
             mac,
         })
@@ -321,9 +317,7 @@ mod tests {
             path: PathId(1),
             tier: Tier::Backup,
             weight: 3,
-            fragments: true,
-            abandon: true,
-            datagram_limit: true,
+            knows: PeerKnows::ALL,
             link_name: "lte".into(),
             mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
         }
@@ -348,9 +342,7 @@ mod tests {
         assert!(!verify_mac(Some(&[9; 32]), &[5; 32], &other_path));
         let plain = Join {
             tier: Tier::Primary,
-            fragments: false,
-            abandon: false,
-            datagram_limit: false,
+            knows: PeerKnows::default(),
             ..j
         };
         assert_eq!(Join::decode(&plain.encode()).unwrap(), plain);
@@ -360,10 +352,7 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(
-            bytes[flags_at],
-            FLAG_BACKUP | FLAG_FRAGMENTS | FLAG_ABANDON | FLAG_DATAGRAM_LIMIT
-        );
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8);
         for (flags, tier, fragments, abandon, limit) in [
             (0b0000_0000, Tier::Primary, false, false, false),
             (0b0000_0001, Tier::Backup, false, false, false),
@@ -377,7 +366,12 @@ mod tests {
             b[flags_at] = flags;
             let j = Join::decode(&b).unwrap();
             assert_eq!(
-                (j.tier, j.fragments, j.abandon, j.datagram_limit),
+                (
+                    j.tier,
+                    j.knows.fragments,
+                    j.knows.abandon,
+                    j.knows.datagram_limit
+                ),
                 (tier, fragments, abandon, limit),
                 "flags {flags:#010b}"
             );
@@ -392,12 +386,7 @@ mod tests {
                 abandon: bits & 2 != 0,
                 datagram_limit: bits & 4 != 0,
             };
-            let join = Join {
-                fragments: knows.fragments,
-                abandon: knows.abandon,
-                datagram_limit: knows.datagram_limit,
-                ..sample()
-            };
+            let join = Join { knows, ..sample() };
             let byte = answer(&join);
             assert_eq!(byte, bits << 1, "{knows:?}");
             assert_eq!(parse_answer(&[byte]), Some(knows));

@@ -307,10 +307,9 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         config,
         name: join.link_name.clone(),
         peer: super::join::PeerKnows {
-            fragments: join.fragments,
             // The server never sends PATH_ABANDON.
             abandon: false,
-            datagram_limit: join.datagram_limit,
+            ..join.knows
         },
     };
     session
@@ -496,9 +495,7 @@ mod tests {
             path: braid_sched_core::PathId(0),
             tier: crate::session::Tier::Primary,
             weight: 1,
-            fragments: true,
-            abandon: true,
-            datagram_limit: true,
+            knows: super::super::join::PeerKnows::ALL,
             link_name: "w".into(),
             mac: [0; 32],
         };
