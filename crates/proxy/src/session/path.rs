@@ -265,8 +265,9 @@ impl Path {
         }
         if packet.in_flight {
             packet.delivery = self.delivery.on_sent(now, self.bytes_in_flight);
+            self.cc
+                .on_sent(now, u64::from(packet.size), self.bytes_in_flight);
             self.bytes_in_flight += u64::from(packet.size);
-            self.cc.on_sent(now, u64::from(packet.size));
             self.pacer.on_sent(now, u64::from(packet.size));
             if let Some(bucket) = self.bucket.as_mut() {
                 bucket.consume(u64::from(packet.size));

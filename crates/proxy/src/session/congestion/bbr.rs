@@ -132,8 +132,6 @@ pub struct Bbr {
     conservation_until_round: Option<u64>,
     /// Bytes declared lost since the last ACK.
     pending_losses: u64,
-    /// Bytes in flight as of the last ACK, plus what was sent since (less losses).
-    in_flight: u64,
     /// Sending restarted from idle (nothing in flight): the next ACK does not take the
     /// `RTprop` that expired while idle for a reason to enter ProbeRTT.
     idle_restart: bool,
@@ -168,7 +166,6 @@ impl Bbr {
             entering_recovery: false,
             conservation_until_round: None,
             pending_losses: 0,
-            in_flight: 0,
             idle_restart: false,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -420,8 +417,8 @@ impl Bbr {
 }
 
 impl Controller for Bbr {
-    fn on_sent(&mut self, _: Timestamp, bytes: u64) {
-        if self.in_flight == 0 {
+    fn on_sent(&mut self, _: Timestamp, _: u64, bytes_in_flight: u64) {
+        if bytes_in_flight == 0 {
             // Restarting from idle (§4.3.4.4 of the draft): in ProbeBW at the bandwidth
             // itself, not at a probing or draining gain.
             self.idle_restart = true;
@@ -429,7 +426,6 @@ impl Controller for Bbr {
                 self.pacing_rate = self.btl_bw.best;
             }
         }
-        self.in_flight = self.in_flight.saturating_add(bytes);
     }
 
     fn on_ack(&mut self, _: Timestamp, _: Timestamp, _: u64, _: &RttEstimator, _: bool) {
@@ -446,7 +442,6 @@ impl Controller for Bbr {
         self.update_rt_prop(now, rs);
         self.check_probe_rtt(now, rs);
         self.idle_restart = false;
-        self.in_flight = rs.bytes_in_flight;
         if self
             .recovery_start
             .is_some_and(|start| rs.newest_sent_time > start)
@@ -469,7 +464,6 @@ impl Controller for Bbr {
         lost_bytes: u64,
     ) {
         self.pending_losses = self.pending_losses.saturating_add(lost_bytes);
-        self.in_flight = self.in_flight.saturating_sub(lost_bytes);
         if persistent {
             self.prior_cwnd = self.save_cwnd();
             self.cwnd = self.min_pipe_cwnd();
@@ -558,7 +552,7 @@ mod tests {
             while in_flight + 1200 <= cc.window() && next_send <= now {
                 let p = delivery.on_sent(now, in_flight);
                 in_flight += 1200;
-                cc.on_sent(now, 1200);
+                cc.on_sent(now, 1200, in_flight - 1200);
                 let start = link_free.max(now);
                 link_free = start + serialise;
                 flight.push_back((link_free + base_rtt, now, p));
@@ -698,13 +692,15 @@ mod tests {
         let rtt = RttEstimator::new(Duration::from_millis(40));
         for idle in [true, false] {
             let mut bbr = Bbr::new(PARAMS);
-            bbr.on_sent(Timestamp::ZERO, 12_000);
+            bbr.on_sent(Timestamp::ZERO, 12_000, 0);
             let mut rs = sample(12_000, 0, 1_000_000, 40);
             // All delivered: nothing in flight, or (not idle) 12 kB still out.
             rs.bytes_in_flight = if idle { 0 } else { 12_000 };
+
             bbr.on_ack_event(Timestamp::from_millis(40), &rs, &rtt);
             // 15 s later the application sends again; RTprop (40 ms, 15 s old) has expired.
-            bbr.on_sent(Timestamp::from_secs_f64(15.0), 1200);
+            let in_flight = if idle { 0 } else { 12_000 };
+            bbr.on_sent(Timestamp::from_secs_f64(15.0), 1200, in_flight);
             let mut rs = sample(13_200, 12_000, 1_000_000, 45);
             rs.bytes_in_flight = 0;
             bbr.on_ack_event(Timestamp::from_secs_f64(15.045), &rs, &rtt);

@@ -53,9 +53,9 @@ pub const DEFAULT_MAX_DATAGRAM_SIZE: u64 = 1200;
 /// A congestion controller: the session reports sends, ACKs and losses of one path; the
 /// controller answers with the number of bytes that may be in flight on it.
 pub trait Controller {
-    /// A packet of `bytes` bytes was sent.
+    /// A packet of `bytes` bytes was sent, with `bytes_in_flight` bytes already in flight.
     #[allow(unused_variables)]
-    fn on_sent(&mut self, now: Timestamp, bytes: u64) {}
+    fn on_sent(&mut self, now: Timestamp, bytes: u64, bytes_in_flight: u64) {}
 
     /// A packet of `bytes` bytes sent at `sent_time` was acknowledged. `app_limited` is true
     /// when the path was not using its window (the sender had nothing to send, or was held back
@@ -358,11 +358,11 @@ impl AnyController {
 }
 
 impl Controller for AnyController {
-    fn on_sent(&mut self, now: Timestamp, bytes: u64) {
+    fn on_sent(&mut self, now: Timestamp, bytes: u64, bytes_in_flight: u64) {
         match self {
-            AnyController::NewReno(c) => c.on_sent(now, bytes),
-            AnyController::Cubic(c) => c.on_sent(now, bytes),
-            AnyController::Bbr(c) => c.on_sent(now, bytes),
+            AnyController::NewReno(c) => c.on_sent(now, bytes, bytes_in_flight),
+            AnyController::Cubic(c) => c.on_sent(now, bytes, bytes_in_flight),
+            AnyController::Bbr(c) => c.on_sent(now, bytes, bytes_in_flight),
         }
     }
 

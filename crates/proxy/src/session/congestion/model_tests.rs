@@ -175,7 +175,7 @@ proptest! {
             let before = cc.window();
             match op {
                 Op::Send { bytes } => {
-                    cc.on_sent(now, bytes);
+                    cc.on_sent(now, bytes, 0);
                     prop_assert_eq!(cc.window(), before);
                 }
                 Op::Ack { bytes, age_us, sample_us, ack_delay_us, app_limited } => {
@@ -230,7 +230,7 @@ proptest! {
                 BbrOp::Send { count } => {
                     for _ in 0..count {
                         let p = delivery.on_sent(now, in_flight);
-                        cc.on_sent(now, mds);
+                        cc.on_sent(now, mds, in_flight);
                         flight.push_back((now, mds, p));
                         in_flight += mds;
                     }
