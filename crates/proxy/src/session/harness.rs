@@ -1,7 +1,9 @@
 //! A deterministic in-memory harness: two [`Session`]s (client and server) joined by K simulated
 //! paths, in virtual time, with a seeded RNG. Each path is a pair of links (one per direction)
 //! with one-way delay, a rate (serialisation time plus a droptail queue), random loss,
-//! reordering (extra delay for some packets), duplication and outage windows.
+//! reordering (extra delay for some packets), duplication and outage windows. Paths can share a
+//! link (one queue: a common bottleneck, [`Harness::route`]), and other single-path session pairs
+//! can compete for a link ([`Harness::add_competitor`]).
 //!
 //! IO-free and public so that the testbed simulator and the property tests build on it. The same
 //! seed always gives the same run.
@@ -149,9 +151,20 @@ impl Link {
 struct InFlight {
     at: Timestamp,
     seq: u64,
+    /// 0: the main pair; `1 + i`: competitor `i`.
+    pair: usize,
     to: usize,
     path: u8,
     data: Vec<u8>,
+}
+
+/// Another client and server, joined by one path over a link of the harness, competing with
+/// the main pair for it (cross traffic that runs a congestion controller of its own).
+#[derive(Debug)]
+pub struct Competitor {
+    /// Its client (index [`CLIENT`]) and server (index [`SERVER`]).
+    pub endpoints: [Session; 2],
+    link: usize,
 }
 
 /// Index of the client in [`Harness::endpoints`].
@@ -165,7 +178,11 @@ pub struct Harness {
     now: Timestamp,
     /// The client (index [`CLIENT`]) and the server (index [`SERVER`]).
     pub endpoints: [Session; 2],
+    /// Other session pairs sharing the links ([`Harness::add_competitor`]).
+    pub competitors: Vec<Competitor>,
     links: Vec<[Link; 2]>,
+    /// The link each path of the main pair runs over (its own unless [`Harness::route`]d).
+    routes: Vec<usize>,
     rng: StdRng,
     in_flight: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
@@ -230,7 +247,9 @@ impl Harness {
         Harness {
             now,
             endpoints: [client, server],
+            competitors: Vec::new(),
             links: links.iter().map(|c| [link(c), link(c)]).collect(),
+            routes: (0..links.len()).collect(),
             rng: StdRng::seed_from_u64(seed),
             in_flight: BinaryHeap::new(),
             seq: 0,
@@ -264,6 +283,47 @@ impl Harness {
         }
     }
 
+    /// From now on `path` runs over the link of path `link` (both directions, with its model,
+    /// queue and rate): paths routed to one link share a bottleneck. Out-of-range indices
+    /// change nothing.
+    pub fn route(&mut self, path: usize, link: usize) {
+        if link < self.links.len()
+            && let Some(route) = self.routes.get_mut(path)
+        {
+            *route = link;
+        }
+    }
+
+    /// Adds another client and server, built like the main pair from `config` and
+    /// `scheduler`, joined by one path (id 0, `path`'s configuration) over the link of path
+    /// `link`; returns its index in [`Harness::competitors`]. The harness runs it with the main
+    /// pair; the test drives its flows.
+    pub fn add_competitor(
+        &mut self,
+        config: SessionConfig,
+        scheduler: &SchedulerConfig,
+        link: usize,
+        path: PathConfig,
+    ) -> usize {
+        let mut client = Session::new(config.clone(), Role::Client, scheduler.build(), self.now);
+        let mut server = Session::new(config, Role::Server, scheduler.build(), self.now);
+        // A valid config cannot fail to add path 0; the tests pass valid ones.
+        let _ = client.add_path(PathId(0), path, self.now);
+        let _ = server.add_path(PathId(0), path, self.now);
+        self.competitors.push(Competitor {
+            endpoints: [client, server],
+            link: link.min(self.links.len().saturating_sub(1)),
+        });
+        self.competitors.len() - 1
+    }
+
+    fn pair_mut(&mut self, pair: usize) -> Option<&mut [Session; 2]> {
+        match pair {
+            0 => Some(&mut self.endpoints),
+            i => self.competitors.get_mut(i - 1).map(|c| &mut c.endpoints),
+        }
+    }
+
     /// Changes `path`'s datagram limit the way a path MTU change reaches a session: the links
     /// of the path refuse from now on any packet larger than `size`, the larger ones still on
     /// the wire are lost (all counted in [`LinkStats::too_large`]), and both sessions are told
@@ -280,32 +340,54 @@ impl Harness {
             }
         }
         let before = self.in_flight.len();
-        self.in_flight
-            .retain(|Reverse(p)| p.path != id.0 || p.data.len() <= usize::from(size));
+        self.in_flight.retain(|Reverse(p)| {
+            p.pair != 0 || p.path != id.0 || p.data.len() <= usize::from(size)
+        });
         self.stats.too_large += (before - self.in_flight.len()) as u64;
         Ok(())
     }
 
     /// Hands everything both sessions want to send now to the links.
     pub fn flush(&mut self) {
-        for side in [CLIENT, SERVER] {
-            while let Some(t) = self.endpoints[side].poll_transmit(self.now, &mut self.buf) {
-                let Some(pair) = self.links.get_mut(t.path.index()) else {
-                    continue;
-                };
-                let arrivals = pair[side].offer(self.now, t.len, &mut self.rng, &mut self.stats);
-                for at in arrivals.into_iter().flatten() {
-                    self.seq += 1;
-                    self.in_flight.push(Reverse(InFlight {
-                        at,
-                        seq: self.seq,
-                        to: 1 - side,
-                        path: t.path.0,
-                        data: self.buf[..t.len].to_vec(),
-                    }));
+        for pair in 0..=self.competitors.len() {
+            for side in [CLIENT, SERVER] {
+                loop {
+                    let (session, route) = match pair {
+                        0 => (&mut self.endpoints[side], None),
+                        i => {
+                            let c = &mut self.competitors[i - 1];
+                            (&mut c.endpoints[side], Some(c.link))
+                        }
+                    };
+                    let Some(t) = session.poll_transmit(self.now, &mut self.buf) else {
+                        break;
+                    };
+                    let link = route.or_else(|| self.routes.get(t.path.index()).copied());
+                    let Some(links) = link.and_then(|l| self.links.get_mut(l)) else {
+                        continue;
+                    };
+                    let arrivals =
+                        links[side].offer(self.now, t.len, &mut self.rng, &mut self.stats);
+                    for at in arrivals.into_iter().flatten() {
+                        self.seq += 1;
+                        self.in_flight.push(Reverse(InFlight {
+                            at,
+                            seq: self.seq,
+                            pair,
+                            to: 1 - side,
+                            path: t.path.0,
+                            data: self.buf[..t.len].to_vec(),
+                        }));
+                    }
                 }
             }
         }
+    }
+
+    fn sessions(&self) -> impl Iterator<Item = &Session> {
+        self.endpoints
+            .iter()
+            .chain(self.competitors.iter().flat_map(|c| c.endpoints.iter()))
     }
 
     /// Sends what is ready, then advances to the next event (a delivery or a timer) no later
@@ -314,7 +396,7 @@ impl Harness {
     pub fn step(&mut self, until: Timestamp) -> bool {
         self.flush();
         let mut next = self.in_flight.peek().map(|Reverse(p)| p.at);
-        for s in &self.endpoints {
+        for s in self.sessions() {
             if let Some(t) = s.poll_timeout() {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
@@ -342,7 +424,11 @@ impl Harness {
             let Some(Reverse(p)) = self.in_flight.pop() else {
                 break;
             };
-            match self.endpoints[p.to].handle_datagram(PathId(p.path), &p.data, self.now) {
+            let now = self.now;
+            let Some(pair) = self.pair_mut(p.pair) else {
+                continue;
+            };
+            match pair[p.to].handle_datagram(PathId(p.path), &p.data, now) {
                 // The path left while the packet was on the wire (the daemon would have closed
                 // its connection): dropped, not a protocol error.
                 Ok(()) | Err(SessionError::UnknownPath(_)) => {}
@@ -350,9 +436,14 @@ impl Harness {
             }
             self.stats.delivered += 1;
         }
-        for s in &mut self.endpoints {
-            if s.poll_timeout().is_some_and(|t| t <= self.now) {
-                s.handle_timeout(self.now);
+        let now = self.now;
+        let competing = self
+            .competitors
+            .iter_mut()
+            .flat_map(|c| c.endpoints.iter_mut());
+        for s in self.endpoints.iter_mut().chain(competing) {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
             }
         }
         true

@@ -93,8 +93,14 @@ impl Driver {
 
     pub fn step(&mut self, h: &mut Harness) {
         let now = h.now();
+        self.step_sessions(&mut h.endpoints, now);
+    }
+
+    /// As [`Driver::step`], on a client and server other than the harness's main pair (one of
+    /// its competitors).
+    pub fn step_sessions(&mut self, endpoints: &mut [Session; 2], now: Timestamp) {
         for t in &mut self.transfers {
-            let s = &mut h.endpoints[t.from];
+            let s = &mut endpoints[t.from];
             if t.flow.is_none() {
                 let target = Target::Domain {
                     name: format!("bulk{}.example", t.n),
@@ -128,7 +134,7 @@ impl Driver {
             }
         }
         for side in [CLIENT, SERVER] {
-            while let Some(e) = h.endpoints[side].poll_event() {
+            while let Some(e) = endpoints[side].poll_event() {
                 if let Event::FlowOpened { flow, .. } = &e {
                     self.opened_by_peer.push((side, *flow));
                 }
@@ -144,7 +150,7 @@ impl Driver {
         }
         for t in &mut self.transfers {
             let Some(flow) = t.flow else { continue };
-            let s = &mut h.endpoints[1 - t.from];
+            let s = &mut endpoints[1 - t.from];
             read_all(s, flow, t, &mut self.buf, now);
         }
     }
