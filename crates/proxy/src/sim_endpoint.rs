@@ -208,6 +208,8 @@ mod tests {
         };
         let bbr = <Session as Endpoint>::create(&setup(Some("bbr"))).unwrap();
         assert_eq!(algorithm(&bbr), Some(CongestionAlgorithm::Bbr));
+        let olia = <Session as Endpoint>::create(&setup(Some("OLIA"))).unwrap();
+        assert_eq!(algorithm(&olia), Some(CongestionAlgorithm::Olia));
         let default = <Session as Endpoint>::create(&setup(None)).unwrap();
         assert_eq!(algorithm(&default), Some(CongestionAlgorithm::Cubic));
         let err = <Session as Endpoint>::create(&setup(Some("vegas"))).unwrap_err();

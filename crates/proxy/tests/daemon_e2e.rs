@@ -50,21 +50,7 @@ async fn bbr_sessions_move_data_both_ways_and_the_status_names_the_controller() 
         ..Default::default()
     };
     let (server, client) = pair_with("bbr", 2, limits).await;
-    let target = test_server().await;
-    let work = async {
-        let started = std::time::Instant::now();
-        let got = download(client.socks_addr, target, (20 * MB) as u32).await;
-        assert_eq!(sha256(&got), sha256(&pattern(20 * MB, 7)));
-        let data = pattern(20 * MB, 3);
-        assert_eq!(
-            upload(client.socks_addr, target, &data).await,
-            sha256(&data)
-        );
-        println!("20 MB down and 20 MB up in {:?}", started.elapsed());
-    };
-    tokio::time::timeout(Duration::from_secs(60), work)
-        .await
-        .unwrap();
+    twenty_mb_down_and_up(&client).await;
     for status in [client.status().await, server.status().await] {
         let session = &status.sessions[0];
         assert_eq!(session.congestion, "bbr", "{status:?}");
@@ -83,6 +69,48 @@ async fn bbr_sessions_move_data_both_ways_and_the_status_names_the_controller() 
             "{}",
             status.to_table()
         );
+    }
+}
+
+/// 20 MB downloaded and 20 MB uploaded through the client's SOCKS5 port, checked whole.
+async fn twenty_mb_down_and_up(client: &braid_proxy::daemon::ClientHandle) {
+    let target = test_server().await;
+    let work = async {
+        let started = std::time::Instant::now();
+        let got = download(client.socks_addr, target, (20 * MB) as u32).await;
+        assert_eq!(sha256(&got), sha256(&pattern(20 * MB, 7)));
+        let data = pattern(20 * MB, 3);
+        assert_eq!(
+            upload(client.socks_addr, target, &data).await,
+            sha256(&data)
+        );
+        println!("20 MB down and 20 MB up in {:?}", started.elapsed());
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .unwrap();
+}
+
+/// `[session] congestion = "olia"` on both daemons: coupled windows over both paths, data
+/// crosses whole both ways over both of them, and the status names the controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn olia_sessions_move_data_both_ways_over_every_path() {
+    let limits = braid_proxy::config::SessionLimits {
+        congestion: braid_proxy::session::congestion::CongestionAlgorithm::Olia,
+        ..Default::default()
+    };
+    let (server, client) = pair_with("olia", 2, limits).await;
+    twenty_mb_down_and_up(&client).await;
+    for status in [client.status().await, server.status().await] {
+        let session = &status.sessions[0];
+        assert_eq!(session.congestion, "olia", "{status:?}");
+        assert_eq!(session.paths.len(), 2);
+        for p in &session.paths {
+            // 20 MB is some 17,000 packets each way: both paths carried a share.
+            assert!(p.packets_sent > 500, "{p:?}");
+            assert!(p.cwnd >= 2_400 && p.bbr.is_none(), "{p:?}");
+        }
+        assert!(status.to_table().contains("olia"), "{}", status.to_table());
     }
 }
 

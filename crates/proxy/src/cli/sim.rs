@@ -45,7 +45,8 @@ pub struct SimArgs {
     /// Write plots and a markdown summary into this directory.
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// The congestion controller of both ends' paths: cubic (the default), newreno or bbr.
+    /// The congestion controller of both ends' paths: cubic (the default), newreno, bbr, lia or
+    /// olia.
     #[arg(long, value_name = "NAME")]
     pub congestion: Option<String>,
 }

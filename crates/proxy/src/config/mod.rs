@@ -245,7 +245,7 @@ pub(crate) fn session_limits(
             invalid(
                 file,
                 "session.congestion",
-                "\"cubic\", \"newreno\" or \"bbr\"",
+                "\"cubic\", \"newreno\", \"bbr\", \"lia\" or \"olia\"",
                 name,
             )
         })?,
@@ -444,13 +444,14 @@ mod tests {
             )
         };
         assert_eq!(named("BBR").unwrap().congestion, CongestionAlgorithm::Bbr);
+        assert_eq!(named("olia").unwrap().congestion, CongestionAlgorithm::Olia);
         assert_eq!(
             named("newreno").unwrap().congestion,
             CongestionAlgorithm::NewReno
         );
         assert_eq!(
             named("vegas").unwrap_err().to_string(),
-            "f.toml: session.congestion: expected \"cubic\", \"newreno\" or \"bbr\", got \"vegas\""
+            "f.toml: session.congestion: expected \"cubic\", \"newreno\", \"bbr\", \"lia\" or \"olia\", got \"vegas\""
         );
         for bad in [-1, 0, 63, (1 << 20) + 1] {
             let e = session_limits(f, &raw(Some(bad), None))

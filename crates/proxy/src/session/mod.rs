@@ -706,6 +706,21 @@ impl Session {
             .ok_or(PathError::UnknownPath(id))
     }
 
+    /// The coupling of the path at `index` among the session's coupled paths (LIA, OLIA), to
+    /// be handed to its controller before an ACK of it; `None` when that controller is not
+    /// coupled (or the path is unknown).
+    fn coupling_of(&self, index: usize) -> Option<congestion::Coupling> {
+        let target = self.paths.get(index)?.as_ref()?;
+        if !target.cc.algorithm().is_coupled() {
+            return None;
+        }
+        let inputs = self.paths.iter().enumerate().filter_map(|(i, p)| {
+            let input = p.as_ref()?.coupling_input()?;
+            Some((i == index, input))
+        });
+        Some(congestion::Coupling::compute(inputs))
+    }
+
     fn push_control(&mut self, c: Control) {
         if !self.controls.contains(&c) {
             self.controls.push_back(c);

@@ -16,8 +16,8 @@ use braid_sched_core::{PathId, PathState, PathView, Timestamp};
 
 use super::config::{PathConfig, SessionConfig, Tier};
 use super::congestion::{
-    AnyController, CongestionConfig, Controller, DeliveryRate, GRANULARITY, MAX_BURST_DATAGRAMS,
-    MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
+    AnyController, CongestionConfig, Controller, CouplingInput, DeliveryRate, GRANULARITY,
+    MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
 };
 use super::error::SessionError;
 use super::frame::AckFrame;
@@ -165,6 +165,16 @@ impl Path {
 
     pub fn is_failed(&self) -> bool {
         self.state == PathState::Failed
+    }
+
+    /// What this path contributes to its session's [`Coupling`] (LIA, OLIA): `None` when its
+    /// controller is not coupled, when it failed, or when it is a backup path carrying nothing
+    /// (an idle standby must not make the paths in use timid).
+    pub fn coupling_input(&self) -> Option<CouplingInput> {
+        if self.is_failed() || (self.state == PathState::Backup && self.bytes_in_flight == 0) {
+            return None;
+        }
+        self.cc.coupling_input(self.rtt.srtt())
     }
 
     /// Bytes of memory this path holds.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use braid_sched_core::{AckInfo, FlowId, PathId, PathState, Scheduler, Timestamp};
 
+use super::congestion::Controller;
 use super::error::{FLOW_REFUSED_CODE, SessionError};
 use super::flow::{Body, Flow};
 use super::frame::{
@@ -209,6 +210,7 @@ impl Session {
     }
 
     fn on_ack_frame(&mut self, ack: &AckFrame<'_>, now: Timestamp) -> Result<(), SessionError> {
+        let coupling = self.coupling_of(ack.path.index());
         let Some(path) = self
             .paths
             .get_mut(ack.path.index())
@@ -216,6 +218,9 @@ impl Session {
         else {
             return Ok(());
         };
+        if let Some(coupling) = coupling {
+            path.cc.on_coupling(&coupling);
+        }
         let mut acked = std::mem::take(&mut self.scratch_acked);
         let mut lost = std::mem::take(&mut self.scratch_lost);
         let result = path.on_ack(ack, now, self.config.max_ack_delay, &mut acked, &mut lost);

@@ -133,7 +133,8 @@ pub struct SessionStatus {
     pub role: String,
     /// The scheduler's name.
     pub scheduler: String,
-    /// The congestion controller of the paths this end sends on (`cubic`, `newreno`, `bbr`).
+    /// The congestion controller of the paths this end sends on (`cubic`, `newreno`, `bbr`,
+    /// `lia`, `olia`).
     #[serde(default)]
     pub congestion: String,
     /// Version of the learned model in use (learned schedulers only).

@@ -12,6 +12,8 @@
 //! - [`Cubic`]: RFC 9438 §4 (W_cubic, Reno-friendly region, fast convergence, β = 0.7).
 //! - [`Bbr`]: BBR version 1 (draft-cardwell-iccrg-bbr-congestion-control-00): a model of the
 //!   path's bottleneck bandwidth and propagation RTT, paced at the bandwidth.
+//! - [`Coupled`]: LIA (RFC 6356) and OLIA, NewReno per path with the congestion-avoidance
+//!   increase coupled across the session's paths through a [`Coupling`].
 //! - [`DeliveryRate`]: draft-cheng-iccrg-delivery-rate-estimation, one rate sample per ACK.
 //! - [`Pacer`]: RFC 9002 §7.7 (rate `1.25 * cwnd / srtt`, bursts of 2 ms of the window).
 //! - [`TokenBucket`]: a configured rate cap per path, independent of congestion control.
@@ -24,6 +26,7 @@
 //! [`Controller::pacing_rate`], where a controller sets one (BBR), the rate packets leave at.
 
 mod bbr;
+mod coupled;
 mod cubic;
 mod delivery;
 mod new_reno;
@@ -40,6 +43,7 @@ use std::str::FromStr;
 use braid_sched_core::Timestamp;
 
 pub use bbr::{Bbr, BbrMode};
+pub use coupled::{Coupled, CoupledKind, Coupling, CouplingInput};
 pub use cubic::{BETA as CUBIC_BETA, C as CUBIC_C, Cubic};
 pub use delivery::{DeliveryRate, PacketDelivery, RateSample};
 pub use new_reno::NewReno;
@@ -85,6 +89,11 @@ pub trait Controller {
     #[allow(unused_variables)]
     fn on_ack_event(&mut self, now: Timestamp, sample: &RateSample, rtt: &RttEstimator) {}
 
+    /// Before an ACK of this path is reported, a coupled controller (LIA, OLIA) is told what
+    /// the session's coupled paths look like; the others ignore it.
+    #[allow(unused_variables)]
+    fn on_coupling(&mut self, coupling: &Coupling) {}
+
     /// Bytes that may be in flight (the congestion window).
     fn window(&self) -> u64;
 
@@ -112,14 +121,21 @@ pub enum CongestionAlgorithm {
     Cubic,
     /// BBR version 1 (draft-cardwell-iccrg-bbr-congestion-control-00).
     Bbr,
+    /// LIA, RFC 6356: NewReno per path, increases coupled across the session's paths.
+    Lia,
+    /// OLIA (draft-khalili-mptcp-congestion-control-05): as LIA, and moves window from the
+    /// most to the least congested paths.
+    Olia,
 }
 
 impl CongestionAlgorithm {
     /// Every algorithm, in the order they are listed to users.
-    pub const ALL: [CongestionAlgorithm; 3] = [
+    pub const ALL: [CongestionAlgorithm; 5] = [
         CongestionAlgorithm::NewReno,
         CongestionAlgorithm::Cubic,
         CongestionAlgorithm::Bbr,
+        CongestionAlgorithm::Lia,
+        CongestionAlgorithm::Olia,
     ];
 
     /// The canonical name used in config files and on the command line.
@@ -128,7 +144,14 @@ impl CongestionAlgorithm {
             CongestionAlgorithm::NewReno => "newreno",
             CongestionAlgorithm::Cubic => "cubic",
             CongestionAlgorithm::Bbr => "bbr",
+            CongestionAlgorithm::Lia => "lia",
+            CongestionAlgorithm::Olia => "olia",
         }
+    }
+
+    /// Whether the paths of a session running this algorithm are coupled (LIA, OLIA).
+    pub const fn is_coupled(self) -> bool {
+        matches!(self, CongestionAlgorithm::Lia | CongestionAlgorithm::Olia)
     }
 }
 
@@ -140,7 +163,9 @@ impl fmt::Display for CongestionAlgorithm {
 
 /// A congestion control algorithm name that braid does not implement.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown congestion algorithm `{name}` (expected `newreno`, `cubic` or `bbr`)")]
+#[error(
+    "unknown congestion algorithm `{name}` (expected `newreno`, `cubic`, `bbr`, `lia` or `olia`)"
+)]
 pub struct UnknownCongestionAlgorithm {
     /// The offending name.
     pub name: String,
@@ -160,6 +185,10 @@ impl FromStr for CongestionAlgorithm {
             Ok(CongestionAlgorithm::Cubic)
         } else if is("bbr") || is("bbr1") || is("bbrv1") {
             Ok(CongestionAlgorithm::Bbr)
+        } else if is("lia") {
+            Ok(CongestionAlgorithm::Lia)
+        } else if is("olia") {
+            Ok(CongestionAlgorithm::Olia)
         } else {
             Err(UnknownCongestionAlgorithm { name: s.to_owned() })
         }
@@ -266,6 +295,12 @@ impl CongestionConfig {
             CongestionAlgorithm::NewReno => AnyController::NewReno(NewReno::new(params)),
             CongestionAlgorithm::Cubic => AnyController::Cubic(Cubic::new(params)),
             CongestionAlgorithm::Bbr => AnyController::Bbr(Box::new(Bbr::new(params))),
+            CongestionAlgorithm::Lia => {
+                AnyController::Coupled(Coupled::new(CoupledKind::Lia, params))
+            }
+            CongestionAlgorithm::Olia => {
+                AnyController::Coupled(Coupled::new(CoupledKind::Olia, params))
+            }
         }
     }
 }
@@ -315,6 +350,8 @@ pub enum AnyController {
     Cubic(Cubic),
     /// BBR (boxed: its filters make it several times larger than the others).
     Bbr(Box<Bbr>),
+    /// LIA or OLIA.
+    Coupled(Coupled),
 }
 
 impl AnyController {
@@ -324,6 +361,23 @@ impl AnyController {
             AnyController::NewReno(_) => CongestionAlgorithm::NewReno,
             AnyController::Cubic(_) => CongestionAlgorithm::Cubic,
             AnyController::Bbr(_) => CongestionAlgorithm::Bbr,
+            AnyController::Coupled(c) => match c.kind() {
+                CoupledKind::Lia => CongestionAlgorithm::Lia,
+                CoupledKind::Olia => CongestionAlgorithm::Olia,
+            },
+        }
+    }
+
+    /// What a coupled controller contributes to its session's [`Coupling`], given its path's
+    /// smoothed RTT; `None` for the uncoupled controllers.
+    pub fn coupling_input(&self, srtt: std::time::Duration) -> Option<CouplingInput> {
+        match self {
+            AnyController::Coupled(c) => Some(CouplingInput {
+                window: c.window(),
+                srtt,
+                loss_interval: c.loss_interval(),
+            }),
+            _ => None,
         }
     }
 
@@ -334,6 +388,7 @@ impl AnyController {
             AnyController::NewReno(c) => c.ssthresh(),
             AnyController::Cubic(c) => c.ssthresh(),
             AnyController::Bbr(_) => u64::MAX,
+            AnyController::Coupled(c) => c.ssthresh(),
         }
     }
 
@@ -344,6 +399,7 @@ impl AnyController {
             AnyController::NewReno(c) => c.in_recovery(sent_time),
             AnyController::Cubic(c) => c.in_recovery(sent_time),
             AnyController::Bbr(c) => c.in_recovery(sent_time),
+            AnyController::Coupled(c) => c.in_recovery(sent_time),
         }
     }
 
@@ -353,6 +409,7 @@ impl AnyController {
             AnyController::NewReno(c) => c.minimum_window(),
             AnyController::Cubic(c) => c.minimum_window(),
             AnyController::Bbr(c) => c.minimum_window(),
+            AnyController::Coupled(c) => c.minimum_window(),
         }
     }
 }
@@ -363,6 +420,7 @@ impl Controller for AnyController {
             AnyController::NewReno(c) => c.on_sent(now, bytes, bytes_in_flight),
             AnyController::Cubic(c) => c.on_sent(now, bytes, bytes_in_flight),
             AnyController::Bbr(c) => c.on_sent(now, bytes, bytes_in_flight),
+            AnyController::Coupled(c) => c.on_sent(now, bytes, bytes_in_flight),
         }
     }
 
@@ -378,6 +436,7 @@ impl Controller for AnyController {
             AnyController::NewReno(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
             AnyController::Cubic(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
             AnyController::Bbr(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+            AnyController::Coupled(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
         }
     }
 
@@ -386,6 +445,13 @@ impl Controller for AnyController {
             AnyController::NewReno(c) => c.on_ack_event(now, sample, rtt),
             AnyController::Cubic(c) => c.on_ack_event(now, sample, rtt),
             AnyController::Bbr(c) => c.on_ack_event(now, sample, rtt),
+            AnyController::Coupled(c) => c.on_ack_event(now, sample, rtt),
+        }
+    }
+
+    fn on_coupling(&mut self, coupling: &Coupling) {
+        if let AnyController::Coupled(c) = self {
+            c.on_coupling(coupling);
         }
     }
 
@@ -404,6 +470,9 @@ impl Controller for AnyController {
                 c.on_congestion_event(now, sent_time, persistent, lost_bytes)
             }
             AnyController::Bbr(c) => c.on_congestion_event(now, sent_time, persistent, lost_bytes),
+            AnyController::Coupled(c) => {
+                c.on_congestion_event(now, sent_time, persistent, lost_bytes)
+            }
         }
     }
 
@@ -412,12 +481,13 @@ impl Controller for AnyController {
             AnyController::NewReno(c) => c.window(),
             AnyController::Cubic(c) => c.window(),
             AnyController::Bbr(c) => c.window(),
+            AnyController::Coupled(c) => c.window(),
         }
     }
 
     fn pacing_rate(&self) -> Option<u64> {
         match self {
-            AnyController::NewReno(_) | AnyController::Cubic(_) => None,
+            AnyController::NewReno(_) | AnyController::Cubic(_) | AnyController::Coupled(_) => None,
             AnyController::Bbr(c) => c.pacing_rate(),
         }
     }
@@ -427,6 +497,7 @@ impl Controller for AnyController {
             AnyController::NewReno(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
             AnyController::Cubic(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
             AnyController::Bbr(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
+            AnyController::Coupled(c) => c.on_max_datagram_size(max_datagram_size, minimum_window),
         }
     }
 }
@@ -444,6 +515,8 @@ mod tests {
         assert_eq!(" NewReno ".parse(), Ok(CongestionAlgorithm::NewReno));
         assert_eq!("new-reno".parse(), Ok(CongestionAlgorithm::NewReno));
         assert_eq!("CUBIC".parse(), Ok(CongestionAlgorithm::Cubic));
+        assert_eq!("OLIA".parse(), Ok(CongestionAlgorithm::Olia));
+        assert!(CongestionAlgorithm::Lia.is_coupled() && !CongestionAlgorithm::Cubic.is_coupled());
     }
 
     #[test]

@@ -35,6 +35,11 @@ enum Op {
     Resize {
         mds: u64,
     },
+    /// The session's other coupled paths become these (window, srtt µs, ℓ); every later ACK is
+    /// preceded by the coupling they and this path make, as the session does.
+    Others {
+        paths: Vec<(u64, u64, u64)>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -48,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(age_us, persistent, bytes)| Op::Loss { age_us, persistent, bytes }),
         1 => (0..=5_000_000u64).prop_map(|us| Op::Idle { us }),
         1 => (200..=9_000u64).prop_map(|mds| Op::Resize { mds }),
+        1 => prop::collection::vec((0..=10_000_000u64, 0..=2_000_000u64, 0..=100_000_000u64), 0..4)
+            .prop_map(|paths| Op::Others { paths }),
     ]
 }
 
@@ -93,20 +100,25 @@ fn bbr_op() -> impl Strategy<Value = BbrOp> {
 fn algorithm() -> impl Strategy<Value = CongestionAlgorithm> {
     prop_oneof![
         Just(CongestionAlgorithm::NewReno),
-        Just(CongestionAlgorithm::Cubic)
+        Just(CongestionAlgorithm::Cubic),
+        Just(CongestionAlgorithm::Lia),
+        Just(CongestionAlgorithm::Olia),
     ]
 }
 
 /// The window after a congestion event that starts a new recovery period.
 fn reduced(algorithm: CongestionAlgorithm, window: u64, minimum: u64) -> u64 {
     let reduced = match algorithm {
-        CongestionAlgorithm::NewReno => window / 2,
+        CongestionAlgorithm::NewReno | CongestionAlgorithm::Lia | CongestionAlgorithm::Olia => {
+            window / 2
+        }
         CongestionAlgorithm::Cubic => window * 7 / 10,
         CongestionAlgorithm::Bbr => unreachable!("BBR has its own model test"),
     };
     reduced.max(minimum)
 }
 
+/// `alone`: no other coupled path (a coupled controller is then NewReno).
 fn check_ack(
     cc: &AnyController,
     before: u64,
@@ -114,24 +126,30 @@ fn check_ack(
     mds: u64,
     in_recovery: bool,
     app_limited: bool,
+    alone: bool,
 ) {
     let after = cc.window();
+    if app_limited || in_recovery {
+        assert_eq!(
+            after, before,
+            "app-limited or in-recovery ACK changed the window"
+        );
+    }
+    if cc.algorithm() == CongestionAlgorithm::Olia && !alone {
+        // OLIA moves window off the largest paths: an ACK may shrink it (to the floor at most,
+        // checked after every step).
+        return;
+    }
     assert!(
         after >= before,
         "an ACK shrank the window {before} -> {after}"
     );
-    if app_limited || in_recovery {
-        assert_eq!(
-            after, before,
-            "app-limited or in-recovery ACK grew the window"
-        );
-    }
-    if cc.algorithm() == CongestionAlgorithm::NewReno {
+    if cc.algorithm() != CongestionAlgorithm::Cubic {
         // Slow start adds at most the ACKed bytes; avoidance adds one datagram per window of
         // ACKed bytes, and a carried remainder can complete one more window.
         assert!(
             after - before <= bytes + mds,
-            "NewReno grew by more than the ACKed bytes"
+            "NewReno (or LIA, capped by it) grew by more than the ACKed bytes"
         );
     } else {
         assert!(
@@ -170,6 +188,7 @@ proptest! {
         let mut now = Timestamp::from_secs_f64(10.0);
         let mut min_sample = Duration::MAX;
         let mut mds = MDS;
+        let mut others: Vec<CouplingInput> = Vec::new();
         for op in ops {
             now += Duration::from_micros(1);
             let before = cc.window();
@@ -187,8 +206,13 @@ proptest! {
                     prop_assert!(rtt.pto_base() >= rtt.srtt() + GRANULARITY);
                     let sent = now.saturating_sub(Duration::from_micros(age_us));
                     let in_recovery = cc.in_recovery(sent);
+                    if let Some(me) = cc.coupling_input(rtt.srtt()) {
+                        let paths = others.iter().map(|&p| (false, p));
+                        cc.on_coupling(&Coupling::compute(paths.chain([(true, me)])));
+                    }
                     cc.on_ack(now, sent, bytes, &rtt, app_limited);
-                    check_ack(&cc, before, bytes, mds, in_recovery, app_limited);
+                    let alone = others.is_empty();
+                    check_ack(&cc, before, bytes, mds, in_recovery, app_limited, alone);
                 }
                 Op::Loss { age_us, persistent, bytes } => {
                     let sent = now.saturating_sub(Duration::from_micros(age_us));
@@ -205,6 +229,16 @@ proptest! {
                     cc.on_max_datagram_size(mds, 2 * mds);
                     prop_assert_eq!(cc.minimum_window(), 2 * mds);
                     prop_assert_eq!(cc.window(), before.max(2 * mds), "a resize moves only the floor");
+                }
+                Op::Others { paths } => {
+                    others = paths
+                        .into_iter()
+                        .map(|(window, srtt_us, loss_interval)| CouplingInput {
+                            window,
+                            srtt: Duration::from_micros(srtt_us),
+                            loss_interval,
+                        })
+                        .collect();
                 }
             }
             prop_assert!(cc.window() >= cc.minimum_window());

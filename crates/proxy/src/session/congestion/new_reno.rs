@@ -56,6 +56,35 @@ impl NewReno {
     pub fn minimum_window(&self) -> u64 {
         self.params.minimum_window
     }
+
+    /// The datagram size the window grows in, bytes.
+    pub(crate) fn max_datagram_size(&self) -> u64 {
+        self.params.max_datagram_size
+    }
+
+    /// Slow start's part of an ACK of `bytes` (§7.3.1): the window grows by as many of them as
+    /// fit below `ssthresh`; returns the bytes left for congestion avoidance.
+    pub(crate) fn slow_start(&mut self, bytes: u64) -> u64 {
+        if self.window >= self.ssthresh {
+            return bytes;
+        }
+        let grown = bytes.min(self.ssthresh - self.window);
+        self.window += grown;
+        bytes - grown
+    }
+
+    /// Moves the window by `delta` bytes (a coupled controller's congestion avoidance), never
+    /// below the minimum window. A decrease takes `ssthresh` down with the window, so that the
+    /// path stays in congestion avoidance instead of slow-starting straight back.
+    pub(crate) fn adjust_window(&mut self, delta: i64) {
+        self.window = self
+            .window
+            .saturating_add_signed(delta)
+            .max(self.params.minimum_window);
+        if delta < 0 {
+            self.ssthresh = self.ssthresh.min(self.window);
+        }
+    }
 }
 
 impl Controller for NewReno {
@@ -70,12 +99,7 @@ impl Controller for NewReno {
         if app_limited || self.in_recovery(sent_time) {
             return;
         }
-        let mut bytes = bytes;
-        if self.window < self.ssthresh {
-            let slow_start = bytes.min(self.ssthresh - self.window);
-            self.window += slow_start;
-            bytes -= slow_start;
-        }
+        let bytes = self.slow_start(bytes);
         if bytes == 0 {
             return;
         }
