@@ -102,6 +102,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
     let server = start_server(
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_listen: None,
             state_dir: state_dir("server"),
             server_name: "braid".into(),
             users: vec![UserEntry {
@@ -131,6 +132,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
         state_dir: state_dir("client"),
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
+        metrics_listen: None,
         socks_users: Vec::new(),
         tun,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
@@ -827,6 +829,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
     let server = start_server(
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_listen: None,
             state_dir: state_dir("shaped-server"),
             server_name: "braid".into(),
             users: vec![UserEntry {
@@ -860,6 +863,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
         state_dir: state_dir("shaped-client"),
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
+        metrics_listen: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

@@ -107,6 +107,8 @@ pub struct ClientHandle {
     pub socks_addr: SocketAddr,
     /// Where the HTTP CONNECT inbound listens, if enabled.
     pub http_addr: Option<SocketAddr>,
+    /// Where the metrics endpoint listens, if enabled.
+    pub metrics_addr: Option<SocketAddr>,
     /// The control socket.
     pub control_path: PathBuf,
     /// The TUN inbound's device name and counters, if enabled.
@@ -190,6 +192,7 @@ impl ClientHandle {
             ("state_dir", new.state_dir != old.state_dir),
             ("socks_listen", new.socks_listen != old.socks_listen),
             ("http_listen", new.http_listen != old.http_listen),
+            ("metrics_listen", new.metrics_listen != old.metrics_listen),
             ("tun", new.tun != old.tun),
             ("session", new.session != old.session),
         ]
@@ -368,6 +371,29 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
         .map_err(|source| DaemonError::Bind { addr, source })
 }
 
+/// Binds the metrics endpoint at `addr`, if configured, warning when it listens beyond
+/// loopback (it has no authentication and names users and sessions); the listener and the
+/// address it took.
+async fn bind_metrics(
+    addr: Option<SocketAddr>,
+) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, DaemonError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = bind_tcp(addr).await?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DaemonError::Bind { addr, source })?;
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "the metrics endpoint listens beyond loopback: it has no authentication and names \
+             users and sessions (keep it on a management network)"
+        );
+    }
+    Ok(Some((listener, bound)))
+}
+
 /// The inbounds that listen beyond loopback with no users (`[socks] users` empty): anyone who
 /// can reach them can use the proxy. Named by inbound for the warning at start.
 fn open_inbounds(config: &ClientConfig) -> Vec<(&'static str, SocketAddr)> {
@@ -448,6 +474,8 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         None => None,
     };
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+    let metrics = bind_metrics(config.metrics_listen).await?;
+    let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let tun = match &config.tun {
         Some(t) => {
             let device =
@@ -510,6 +538,12 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             crate::inbound::http_server::serve_http_connect(l, ctx.clone()),
         ));
     }
+    if let Some((l, _)) = metrics {
+        tasks.push(tokio::spawn(crate::metrics::serve(
+            l,
+            StatusSource::Client(session.clone(), link_context.clone(), tun_status.clone()),
+        )));
+    }
     if let Some((device, limits, counters)) = tun {
         tasks.push(tokio::spawn(serve_tun(
             device,
@@ -521,6 +555,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     Ok(ClientHandle {
         socks_addr,
         http_addr,
+        metrics_addr,
         control_path,
         tun: tun_status,
         session,
@@ -540,6 +575,8 @@ pub struct ServerHandle {
     pub fingerprint: String,
     /// The control socket.
     pub control_path: PathBuf,
+    /// Where the metrics endpoint listens, if enabled.
+    pub metrics_addr: Option<SocketAddr>,
     shared: Arc<ServerShared>,
     endpoint: quinn::Endpoint,
     tasks: Vec<JoinHandle<()>>,
@@ -633,21 +670,30 @@ pub async fn start_server(
         addr: config.listen,
         source,
     })?;
+    let metrics = bind_metrics(config.metrics_listen).await?;
+    let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let control_path = control::socket_path(&config.state_dir, Role::Server);
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
     let shared = ServerShared::new(Arc::new(config));
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), shared.clone())),
         tokio::spawn(control::serve(
             control_listener,
             StatusSource::Server(shared.clone()),
         )),
     ];
+    if let Some((l, _)) = metrics {
+        tasks.push(tokio::spawn(crate::metrics::serve(
+            l,
+            StatusSource::Server(shared.clone()),
+        )));
+    }
     Ok(ServerHandle {
         addr,
         fingerprint: identity.fingerprint(),
         control_path,
+        metrics_addr,
         shared,
         endpoint,
         tasks,

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod demo;
 pub mod egress;
 pub mod inbound;
+pub mod metrics;
 pub mod session;
 pub mod sim_endpoint;
 pub mod tls;

@@ -114,6 +114,92 @@ async fn olia_sessions_move_data_both_ways_over_every_path() {
     }
 }
 
+/// Sends `request` (a request line and headers, without the blank line) to `addr`; the
+/// status line, the head and the body of the answer.
+async fn http(addr: std::net::SocketAddr, request: &str) -> (String, String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("{request}\r\nHost: braid\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let status = head.lines().next().unwrap().to_owned();
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// The value of the first sample of `name` whose labels contain every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(series, _)| {
+            series.split('{').next() == Some(name) && labels.iter().all(|l| series.contains(l))
+        })
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"))
+        .1
+        .parse()
+        .unwrap()
+}
+
+/// `metrics_listen` on both daemons: `GET /metrics` answers their status in the Prometheus
+/// text format (the paths' counters grow with the traffic), `HEAD` the same head, and other
+/// requests 404, 405 or 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoints_serve_the_status_as_prometheus_text() {
+    let (server, client) = pair("metrics", 2).await;
+    let target = test_server().await;
+    let got = download(client.socks_addr, target, (4 * MB) as u32).await;
+    assert_eq!(sha256(&got), sha256(&pattern(4 * MB, 7)));
+    let (client_addr, server_addr) = (client.metrics_addr.unwrap(), server.metrics_addr.unwrap());
+    let (status, head, text) = http(client_addr, "GET /metrics HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert_eq!(sample(&text, "braid_info", &["role=\"client\""]), 1.0);
+    assert_eq!(sample(&text, "braid_sessions", &[]), 1.0);
+    for path in ["path=\"0\"", "path=\"1\""] {
+        assert_eq!(sample(&text, "braid_path_up", &[path]), 1.0);
+        assert_eq!(sample(&text, "braid_link_joined", &[path]), 1.0);
+        assert!(sample(&text, "braid_path_srtt_seconds", &[path]) > 0.0);
+    }
+    let received: f64 = ["0", "1"]
+        .iter()
+        .map(|p| {
+            let label = format!("path=\"{p}\"");
+            sample(&text, "braid_path_packets_received_total", &[&label])
+        })
+        .sum();
+    // 4 MiB came down in packets of at most 1,452 bytes (the largest path MTU on loopback):
+    // at least 2,889 of them.
+    assert!(received >= 2_889.0, "{received}\n{text}");
+    assert!(sample(&text, "braid_session_read_bytes_total", &["user=\"alice\""]) >= 4e6);
+    let (_, _, text) = http(server_addr, "GET /metrics HTTP/1.0").await;
+    assert_eq!(sample(&text, "braid_info", &["role=\"server\""]), 1.0);
+    assert_eq!(sample(&text, "braid_joins_accepted_total", &[]), 2.0);
+    assert!(sample(&text, "braid_session_written_bytes_total", &[]) >= 4e6);
+    // HEAD: the same head, no body.
+    let (status, head, body) = http(server_addr, "HEAD /metrics HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        head.contains("Content-Length: ") && body.is_empty(),
+        "{head}"
+    );
+    for (request, answer) in [
+        ("GET / HTTP/1.1", "HTTP/1.1 404 Not Found"),
+        ("POST /metrics HTTP/1.1", "HTTP/1.1 405 Method Not Allowed"),
+        ("hello", "HTTP/1.1 400 Bad Request"),
+    ] {
+        assert_eq!(http(client_addr, request).await.0, answer, "{request}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn domain_names_are_resolved_at_the_server() {
     let (_server, client) = pair("domain", 2).await;

@@ -1,5 +1,5 @@
-//! `braid status [-c FILE | --socket PATH] [--json]`: the running daemon's paths, scheduler,
-//! model version and counters, read from its control socket.
+//! `braid status [-c FILE | --socket PATH] [--json | --prometheus]`: the running daemon's
+//! paths, scheduler, model version and counters, read from its control socket.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,8 +22,11 @@ pub struct StatusArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Print the JSON document instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
+    /// Print the Prometheus text exposition (the metrics endpoint's answer) instead of a table.
+    #[arg(long)]
+    pub prometheus: bool,
 }
 
 /// Runs `braid status`.
@@ -56,6 +59,8 @@ pub fn run(args: &StatusArgs) -> ExitCode {
                         return ExitCode::from(1);
                     }
                 }
+            } else if args.prometheus {
+                print!("{}", crate::metrics::render(&status));
             } else {
                 print!("{}", status.to_table());
             }

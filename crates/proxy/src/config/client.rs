@@ -67,6 +67,8 @@ pub struct ClientConfig {
     pub socks_listen: SocketAddr,
     /// The HTTP CONNECT listener, when enabled.
     pub http_listen: Option<SocketAddr>,
+    /// The Prometheus metrics listener (`GET /metrics`), when enabled.
+    pub metrics_listen: Option<SocketAddr>,
     /// SOCKS5 users; empty means no authentication.
     pub socks_users: Vec<SocksUser>,
     /// The TUN inbound (`[tun]`), when enabled.
@@ -161,6 +163,7 @@ struct RawClient {
     state_dir: Option<PathBuf>,
     socks_listen: Option<String>,
     http_listen: Option<String>,
+    metrics_listen: Option<String>,
     #[serde(default)]
     socks: RawSocks,
     tun: Option<RawTun>,
@@ -280,6 +283,10 @@ impl ClientConfig {
             Some(s) => Some(socket_addr(file, "http_listen", s)?),
             None => None,
         };
+        let metrics_listen = match &raw.metrics_listen {
+            Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
+            None => None,
+        };
         let socks_users = socks_users(file, &raw.socks)?;
         let tun = raw.tun.as_ref().map(|t| tun(file, t)).transpose()?;
         if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
@@ -316,6 +323,7 @@ impl ClientConfig {
                 .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),
             socks_listen,
             http_listen,
+            metrics_listen,
             socks_users,
             tun,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
@@ -560,6 +568,18 @@ mod tests {
         let c = ClientConfig::parse(Path::new("c.toml"), &base()).unwrap();
         assert_eq!(c.socks_listen, SocketAddr::from(([127, 0, 0, 1], 1080)));
         assert_eq!(c.http_listen, None);
+        assert_eq!(c.metrics_listen, None);
+        let metrics = |addr: &str| {
+            let text = format!("metrics_listen = \"{addr}\"\n{}", base());
+            ClientConfig::parse(Path::new("c.toml"), &text)
+        };
+        let on = metrics("[::1]:9464").unwrap().metrics_listen;
+        assert_eq!(on, Some("[::1]:9464".parse().unwrap()));
+        let e = metrics("9464").unwrap_err().to_string();
+        assert!(
+            e.starts_with("c.toml: metrics_listen: expected ip:port"),
+            "{e}"
+        );
         assert_eq!(c.links[0].tier, Tier::Primary);
         assert_eq!(c.links[0].weight, 1);
         assert_eq!(c.trust, ServerTrust::Fingerprint([0xab; 32]));

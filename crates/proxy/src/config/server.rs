@@ -56,6 +56,8 @@ impl Default for EgressPolicy {
 pub struct ServerConfig {
     /// The UDP address the QUIC endpoint listens on.
     pub listen: SocketAddr,
+    /// The Prometheus metrics listener (`GET /metrics`), when enabled.
+    pub metrics_listen: Option<SocketAddr>,
     /// Where the certificate, key and status socket live.
     pub state_dir: PathBuf,
     /// The name in the self-signed certificate.
@@ -78,6 +80,7 @@ pub struct ServerConfig {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     listen: String,
+    metrics_listen: Option<String>,
     state_dir: Option<PathBuf>,
     server_name: Option<String>,
     #[serde(default)]
@@ -159,6 +162,10 @@ impl ServerConfig {
 
     fn validate(file: &Path, raw: RawServer) -> Result<ServerConfig, ConfigFileError> {
         let listen = socket_addr(file, "listen", &raw.listen)?;
+        let metrics_listen = match &raw.metrics_listen {
+            Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
+            None => None,
+        };
         let mut users = Vec::with_capacity(raw.user.len());
         for (i, u) in raw.user.iter().enumerate() {
             if u.name.is_empty() || u.name.len() > 64 {
@@ -204,6 +211,7 @@ impl ServerConfig {
         };
         Ok(ServerConfig {
             listen,
+            metrics_listen,
             state_dir: raw
                 .state_dir
                 .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),
@@ -241,6 +249,13 @@ mod tests {
         assert_eq!(c.egress.connect_timeout, Duration::from_secs(10));
         assert_eq!(c.users[0].key, [0x22; 32]);
         assert!(!format!("{:?}", c.users[0]).contains("22"));
+        assert_eq!(c.metrics_listen, None);
+        let text = format!("metrics_listen = \"127.0.0.1:9464\"\n{}", base());
+        let c = ServerConfig::parse(Path::new("s.toml"), &text).unwrap();
+        assert_eq!(
+            c.metrics_listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9464)))
+        );
     }
 
     #[test]
@@ -249,6 +264,10 @@ mod tests {
             (
                 base().replace("0.0.0.0:4433", "nowhere"),
                 "listen: expected ip:port",
+            ),
+            (
+                format!("metrics_listen = \"localhost:9464\"\n{}", base()),
+                "metrics_listen: expected ip:port",
             ),
             (
                 base() + "[egress]\nconnect_timeout_s = 0.0\n",

@@ -366,6 +366,7 @@ impl Context {
             state_dir: state.to_path_buf(),
             socks_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_listen: None,
+            metrics_listen: None,
             socks_users: Vec::new(),
             tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
@@ -536,6 +537,7 @@ fn random_key() -> Result<[u8; 32], DemoError> {
 fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
     ServerConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        metrics_listen: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {

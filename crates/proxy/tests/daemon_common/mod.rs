@@ -28,6 +28,7 @@ pub fn state_dir(name: &str) -> PathBuf {
 pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         state_dir: state_dir(&format!("{name}-server")),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -60,6 +61,7 @@ pub fn client_config(
         state_dir: state_dir(&format!("{name}-client")),
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

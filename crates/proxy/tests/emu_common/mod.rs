@@ -34,6 +34,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 pub fn server_config(dir: &Path) -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -62,6 +63,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
         state_dir: dir.join("client"),
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
+        metrics_listen: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

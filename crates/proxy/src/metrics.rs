@@ -1,0 +1,886 @@
+//! The daemons' metrics in the Prometheus text exposition format (version 0.0.4): what
+//! `braid status` shows, as gauges and counters a Prometheus server scrapes from
+//! `metrics_listen` (`GET /metrics`) or a node exporter's textfile collector reads from
+//! `braid status --prometheus`. See `docs/cli.md` (the metric names) and `docs/config.md`
+//! (`metrics_listen`).
+//!
+//! The endpoint has no authentication: it names users and sessions, so it belongs on loopback
+//! or a management network (the daemons warn when it listens elsewhere). It answers `GET` and
+//! `HEAD` of `/metrics`, 404 for another path, 405 for another method and 400 for a request it
+//! cannot read; a request head must arrive whole within 5 s and 8 KiB, and at most
+//! [`MAX_CONNECTIONS`] connections are served at once (more are closed at once).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::debug;
+
+use crate::control::StatusSource;
+use crate::transport::status::{DaemonStatus, PathReport, SessionStatus};
+
+/// Connections served at once; more are closed unanswered.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Longest request head read, bytes.
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// How long a request head may take to arrive.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A sample's value: counters as exact integers, gauges as floats.
+#[derive(Clone, Copy, Debug)]
+enum Value {
+    Int(u64),
+    Float(f64),
+}
+
+impl From<u64> for Value {
+    fn from(v: u64) -> Self {
+        Value::Int(v)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Float(v)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// One sample: its labels and value.
+type Sample = (Vec<(&'static str, String)>, Value);
+/// A metric family read from each session or path: name, help, and the value of one.
+type Family<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
+/// The text being written, one metric family at a time (a family's samples must be together).
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    /// Writes family `name` with its samples; a family without samples is left out.
+    fn family(&mut self, name: &str, kind: Kind, help: &str, samples: Vec<Sample>) {
+        if samples.is_empty() {
+            return;
+        }
+        let kind = match kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            self.out.push_str(name);
+            if !labels.is_empty() {
+                self.out.push('{');
+                for (i, (label, text)) in labels.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    let _ = write!(self.out, "{label}=\"");
+                    escape_label(&mut self.out, text);
+                    self.out.push('"');
+                }
+                self.out.push('}');
+            }
+            self.out.push(' ');
+            match value {
+                Value::Int(v) => {
+                    let _ = write!(self.out, "{v}");
+                }
+                Value::Float(v) if v.is_nan() => self.out.push_str("NaN"),
+                Value::Float(v) if v.is_infinite() => {
+                    self.out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+                }
+                Value::Float(v) => {
+                    let _ = write!(self.out, "{v}");
+                }
+            }
+            self.out.push('\n');
+        }
+    }
+}
+
+/// A label value as the format wants it: backslash, double quote and line feed escaped.
+fn escape_label(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn session_labels(s: &SessionStatus) -> Vec<(&'static str, String)> {
+    vec![("session", s.session.clone()), ("user", s.user.clone())]
+}
+
+fn path_labels(s: &SessionStatus, p: &PathReport) -> Vec<(&'static str, String)> {
+    let mut labels = session_labels(s);
+    labels.push(("path", p.id.to_string()));
+    labels.push(("name", p.name.clone()));
+    labels
+}
+
+/// Per-session samples of `value`.
+fn per_session(status: &DaemonStatus, value: impl Fn(&SessionStatus) -> Value) -> Vec<Sample> {
+    status
+        .sessions
+        .iter()
+        .map(|s| (session_labels(s), value(s)))
+        .collect()
+}
+
+/// Per-path samples of `value` (paths for which it gives `None` are left out).
+fn per_path(status: &DaemonStatus, value: impl Fn(&PathReport) -> Option<Value>) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for s in &status.sessions {
+        for p in &s.paths {
+            if let Some(v) = value(p) {
+                samples.push((path_labels(s, p), v));
+            }
+        }
+    }
+    samples
+}
+
+fn mbps_to_bits(mbps: f64) -> Value {
+    Value::Float(mbps * 1e6)
+}
+
+fn ms_to_seconds(ms: f64) -> Value {
+    Value::Float(ms / 1e3)
+}
+
+/// `status` in the text exposition format.
+pub fn render(status: &DaemonStatus) -> String {
+    use Kind::{Counter, Gauge};
+    let mut e = Exposition { out: String::new() };
+    let info = vec![
+        ("role", status.role.clone()),
+        ("version", status.version.clone()),
+    ];
+    e.family(
+        "braid_info",
+        Gauge,
+        "This daemon: its role and braid's version (always 1).",
+        vec![(info, Value::Int(1))],
+    );
+    e.family(
+        "braid_sessions",
+        Gauge,
+        "Sessions running now.",
+        vec![(Vec::new(), Value::Int(status.sessions.len() as u64))],
+    );
+    if status.role == "server" {
+        e.family(
+            "braid_joins_accepted_total",
+            Counter,
+            "Path joins accepted since the server started.",
+            vec![(Vec::new(), status.joins_accepted.into())],
+        );
+        e.family(
+            "braid_joins_refused_total",
+            Counter,
+            "Path joins refused since the server started.",
+            vec![(Vec::new(), status.joins_refused.into())],
+        );
+    }
+    session_families(&mut e, status);
+    path_families(&mut e, status);
+    link_and_tun_families(&mut e, status);
+    e.out
+}
+
+fn session_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    let info = status
+        .sessions
+        .iter()
+        .map(|s| {
+            let mut labels = session_labels(s);
+            labels.push(("scheduler", s.scheduler.clone()));
+            labels.push(("congestion", s.congestion.clone()));
+            (labels, Value::Int(1))
+        })
+        .collect();
+    e.family(
+        "braid_session_info",
+        Gauge,
+        "A session: its scheduler and congestion controller (always 1).",
+        info,
+    );
+    e.family(
+        "braid_session_uptime_seconds",
+        Gauge,
+        "Seconds since the session started.",
+        per_session(status, |s| s.uptime_s.into()),
+    );
+    let models = status
+        .sessions
+        .iter()
+        .filter_map(|s| Some((session_labels(s), Value::Int(s.model_version?))))
+        .collect();
+    e.family(
+        "braid_session_model_version",
+        Gauge,
+        "Version of the learned model the scheduler runs (learned schedulers only).",
+        models,
+    );
+    e.family(
+        "braid_session_flows_open",
+        Gauge,
+        "Flows open now.",
+        per_session(status, |s| (s.counters.flows_open as u64).into()),
+    );
+    let counters: [Family<SessionStatus, u64>; 11] = [
+        (
+            "braid_session_flows_total",
+            "Flows opened (both ends).",
+            |s| s.counters.flows_total,
+        ),
+        (
+            "braid_session_written_bytes_total",
+            "Application bytes written into the session.",
+            |s| s.counters.bytes_written,
+        ),
+        (
+            "braid_session_read_bytes_total",
+            "Application bytes read out of the session.",
+            |s| s.counters.bytes_read,
+        ),
+        (
+            "braid_session_datagrams_too_large_total",
+            "Datagrams quinn refused as too large.",
+            |s| s.counters.datagrams_too_large,
+        ),
+        (
+            "braid_session_datagrams_dropped_total",
+            "Application datagrams dropped before sending.",
+            |s| s.counters.datagrams_dropped,
+        ),
+        (
+            "braid_session_datagrams_split_total",
+            "Application datagrams sent in DATAGRAM_FRAGMENT pieces.",
+            |s| s.counters.datagrams_split,
+        ),
+        (
+            "braid_session_datagrams_reassembled_total",
+            "Datagrams that arrived in pieces and were put back together.",
+            |s| s.counters.datagrams_reassembled,
+        ),
+        (
+            "braid_session_send_errors_total",
+            "Datagram send errors (connection gone).",
+            |s| s.counters.send_errors,
+        ),
+        (
+            "braid_session_bad_packets_total",
+            "Received packets the session rejected.",
+            |s| s.counters.bad_packets,
+        ),
+        (
+            "braid_session_packets_refused_total",
+            "Received packets refused whole for the reassembly limits.",
+            |s| s.counters.packets_refused,
+        ),
+        (
+            "braid_session_path_joins_total",
+            "Paths joined, rejoins included.",
+            |s| s.counters.path_joins,
+        ),
+    ];
+    for (name, help, value) in counters {
+        e.family(
+            name,
+            Counter,
+            help,
+            per_session(status, |s| value(s).into()),
+        );
+    }
+}
+
+fn path_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    let mut info = Vec::new();
+    for s in &status.sessions {
+        for p in &s.paths {
+            let mut labels = path_labels(s, p);
+            labels.push(("state", p.state.clone()));
+            labels.push(("remote", p.remote.clone()));
+            info.push((labels, Value::Int(1)));
+        }
+    }
+    e.family(
+        "braid_path_info",
+        Gauge,
+        "A path: its state (active, backup, failed) and peer address (always 1).",
+        info,
+    );
+    let up = per_path(status, |p| Some(Value::Int(u64::from(p.state != "failed"))));
+    e.family(
+        "braid_path_up",
+        Gauge,
+        "1 while the path is usable, 0 while it is failed.",
+        up,
+    );
+    let gauges: [Family<PathReport, Option<Value>>; 10] = [
+        ("braid_path_srtt_seconds", "Smoothed RTT.", |p| {
+            Some(ms_to_seconds(p.srtt_ms))
+        }),
+        ("braid_path_rttvar_seconds", "RTT variation.", |p| {
+            Some(ms_to_seconds(p.rttvar_ms))
+        }),
+        ("braid_path_min_rtt_seconds", "Smallest RTT seen.", |p| {
+            Some(ms_to_seconds(p.min_rtt_ms))
+        }),
+        ("braid_path_cwnd_bytes", "Congestion window.", |p| {
+            Some(p.cwnd.into())
+        }),
+        ("braid_path_in_flight_bytes", "Bytes in flight.", |p| {
+            Some(p.bytes_in_flight.into())
+        }),
+        ("braid_path_loss_ratio", "Smoothed loss fraction.", |p| {
+            Some(f64::from(p.loss_rate).into())
+        }),
+        (
+            "braid_path_delivery_bits_per_second",
+            "Delivery rate measured from ACKs.",
+            |p| Some(mbps_to_bits(p.delivery_mbps)),
+        ),
+        (
+            "braid_path_send_bits_per_second",
+            "Bits sent per second over the last second.",
+            |p| Some(mbps_to_bits(p.send_mbps)),
+        ),
+        (
+            "braid_path_receive_bits_per_second",
+            "Bits received per second over the last second.",
+            |p| Some(mbps_to_bits(p.recv_mbps)),
+        ),
+        (
+            "braid_path_max_datagram_bytes",
+            "Largest datagram payload the path carries.",
+            |p| Some(u64::from(p.max_datagram_size).into()),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        e.family(name, Gauge, help, per_path(status, value));
+    }
+    let counters: [Family<PathReport, u64>; 11] = [
+        ("braid_path_packets_sent_total", "Packets sent.", |p| {
+            p.packets_sent
+        }),
+        (
+            "braid_path_packets_received_total",
+            "Packets received.",
+            |p| p.packets_received,
+        ),
+        (
+            "braid_path_packets_lost_total",
+            "Packets declared lost.",
+            |p| p.packets_lost,
+        ),
+        (
+            "braid_path_failures_total",
+            "Times the path was declared failed.",
+            |p| u64::from(p.failures),
+        ),
+        (
+            "braid_path_udp_datagrams_sent_total",
+            "UDP datagrams the path's QUIC connection sent.",
+            |p| p.quic.udp_sent,
+        ),
+        (
+            "braid_path_udp_send_calls_total",
+            "UDP send system calls (fewer than datagrams with GSO).",
+            |p| p.quic.udp_send_calls,
+        ),
+        (
+            "braid_path_udp_datagrams_received_total",
+            "UDP datagrams the path's QUIC connection received.",
+            |p| p.quic.udp_received,
+        ),
+        (
+            "braid_path_quic_acks_sent_total",
+            "QUIC ACK frames sent.",
+            |p| p.quic.acks_sent,
+        ),
+        (
+            "braid_path_quic_acks_received_total",
+            "QUIC ACK frames received.",
+            |p| p.quic.acks_received,
+        ),
+        (
+            "braid_path_quic_datagrams_sent_total",
+            "QUIC DATAGRAM frames (session packets) sent.",
+            |p| p.quic.datagrams_sent,
+        ),
+        (
+            "braid_path_quic_datagrams_received_total",
+            "QUIC DATAGRAM frames received.",
+            |p| p.quic.datagrams_received,
+        ),
+    ];
+    for (name, help, value) in counters {
+        e.family(
+            name,
+            Counter,
+            help,
+            per_path(status, |p| Some(value(p).into())),
+        );
+    }
+    let bbr: [Family<PathReport, Option<Value>>; 3] = [
+        (
+            "braid_path_bbr_bottleneck_bits_per_second",
+            "BBR's bottleneck bandwidth (BBR paths only).",
+            |p| Some(mbps_to_bits(p.bbr.as_ref()?.btl_bw_mbps)),
+        ),
+        (
+            "braid_path_bbr_rtprop_seconds",
+            "BBR's propagation RTT (BBR paths only).",
+            |p| Some(ms_to_seconds(p.bbr.as_ref()?.rt_prop_ms?)),
+        ),
+        (
+            "braid_path_bbr_pacing_bits_per_second",
+            "BBR's pacing rate (BBR paths only).",
+            |p| Some(mbps_to_bits(p.bbr.as_ref()?.pacing_mbps?)),
+        ),
+    ];
+    for (name, help, value) in bbr {
+        e.family(name, Gauge, help, per_path(status, value));
+    }
+}
+
+fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    let link_labels = |l: &crate::transport::status::LinkStatus| {
+        vec![
+            ("link", l.name.clone()),
+            ("path", l.path.to_string()),
+            ("server", l.server.clone()),
+        ]
+    };
+    let joined = status
+        .links
+        .iter()
+        .map(|l| (link_labels(l), Value::Int(u64::from(l.state == "joined"))))
+        .collect();
+    e.family(
+        "braid_link_joined",
+        Gauge,
+        "1 while the client's link is joined to the session (client only).",
+        joined,
+    );
+    let joins = status
+        .links
+        .iter()
+        .map(|l| (link_labels(l), l.joins.into()))
+        .collect();
+    e.family(
+        "braid_link_joins_total",
+        Counter,
+        "Times the link joined the session (client only).",
+        joins,
+    );
+    let Some(tun) = &status.tun else {
+        return;
+    };
+    let counters: [(&str, &str, u64); 12] = [
+        (
+            "braid_tun_tcp_connections_total",
+            "TCP connections handed to a flow.",
+            tun.tcp_connections,
+        ),
+        (
+            "braid_tun_tcp_refused_total",
+            "SYNs dropped because too many connections were open.",
+            tun.tcp_refused,
+        ),
+        (
+            "braid_tun_udp_datagrams_total",
+            "UDP datagrams sent into a flow.",
+            tun.udp_datagrams,
+        ),
+        (
+            "braid_tun_udp_dropped_total",
+            "UDP datagrams dropped.",
+            tun.udp_dropped,
+        ),
+        (
+            "braid_tun_other_dropped_total",
+            "Other packets dropped (ICMP, other protocols).",
+            tun.other_dropped,
+        ),
+        (
+            "braid_tun_fragments_total",
+            "Fragments of UDP datagrams the application sent in pieces.",
+            tun.fragments,
+        ),
+        (
+            "braid_tun_reassembled_total",
+            "UDP datagrams put back together from fragments.",
+            tun.reassembled,
+        ),
+        (
+            "braid_tun_fragments_dropped_total",
+            "Fragments dropped.",
+            tun.fragments_dropped,
+        ),
+        (
+            "braid_tun_long_reads_total",
+            "Reads of more than one segment (offloads).",
+            tun.long_reads,
+        ),
+        (
+            "braid_tun_udp_cut_total",
+            "UDP datagrams cut from such reads.",
+            tun.udp_cut,
+        ),
+        (
+            "braid_tun_checksums_checked_total",
+            "TCP checksums braid checked.",
+            tun.checksums_checked,
+        ),
+        (
+            "braid_tun_checksums_wrong_total",
+            "Of those, wrong (the segment dropped).",
+            tun.checksums_wrong,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let labels = vec![("device", tun.device.clone())];
+        e.family(name, Counter, help, vec![(labels, value.into())]);
+    }
+}
+
+/// Serves the metrics of `source` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, source: StatusSource) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else {
+            continue;
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            debug!(%peer, "metrics: too many connections, closed");
+            continue;
+        };
+        let source = source.clone();
+        tokio::spawn(async move {
+            if let Err(e) = answer(stream, &source).await {
+                debug!(%peer, error = %e, "metrics request not answered");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// `GET /metrics` (`head`: `HEAD /metrics`).
+    Metrics { head: bool },
+    /// Another path.
+    NotFound,
+    /// Another method.
+    MethodNotAllowed,
+    /// Not an HTTP/1 request line.
+    Bad,
+}
+
+/// Reads the request line of `head` (the bytes up to the blank line).
+fn parse_request(head: &[u8]) -> Request {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return Request::Bad;
+    };
+    let line = text.split("\r\n").next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Request::Bad;
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return Request::Bad;
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    let head = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return Request::MethodNotAllowed,
+    };
+    if path == "/metrics" {
+        Request::Metrics { head }
+    } else {
+        Request::NotFound
+    }
+}
+
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            buf.truncate(end);
+            return Ok(Some(buf));
+        }
+        if buf.len() > MAX_REQUEST_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn answer(mut stream: TcpStream, source: &StatusSource) -> std::io::Result<()> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request head"))??;
+    let request = head.as_deref().map_or(Request::Bad, parse_request);
+    let (status, extra, body, head_only) = match request {
+        Request::Metrics { head } => {
+            let body = render(&source.collect().await);
+            (
+                "200 OK",
+                format!("Content-Type: {CONTENT_TYPE}\r\n"),
+                body,
+                head,
+            )
+        }
+        Request::NotFound => (
+            "404 Not Found",
+            String::new(),
+            "not found: the metrics are at /metrics\n".to_owned(),
+            false,
+        ),
+        Request::MethodNotAllowed => (
+            "405 Method Not Allowed",
+            "Allow: GET, HEAD\r\n".to_owned(),
+            String::new(),
+            false,
+        ),
+        Request::Bad => ("400 Bad Request", String::new(), String::new(), false),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    if !head_only {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::transport::status::{BbrReport, LinkStatus, SessionCounters, TunStatus};
+
+    fn status() -> DaemonStatus {
+        let path = |id: u8, name: &str, state: &str| PathReport {
+            id,
+            name: name.to_owned(),
+            remote: "127.0.0.1:4433".to_owned(),
+            state: state.to_owned(),
+            srtt_ms: 25.5,
+            min_rtt_ms: 20.0,
+            cwnd: 120_000,
+            packets_sent: u64::MAX,
+            send_mbps: 12.5,
+            ..PathReport::default()
+        };
+        let mut bbr = path(1, "lte \"2\"\\x", "failed");
+        bbr.bbr = Some(BbrReport {
+            mode: "ProbeBw".to_owned(),
+            btl_bw_mbps: 20.0,
+            rt_prop_ms: Some(40.0),
+            pacing_mbps: None,
+        });
+        DaemonStatus {
+            role: "client".to_owned(),
+            version: "0.1.0".to_owned(),
+            sessions: vec![SessionStatus {
+                session: "00ff".to_owned(),
+                user: "alice\nbob".to_owned(),
+                role: "client".to_owned(),
+                scheduler: "minrtt".to_owned(),
+                congestion: "olia".to_owned(),
+                model_version: None,
+                uptime_s: 3.25,
+                paths: vec![path(0, "wifi", "active"), bbr],
+                counters: SessionCounters {
+                    bytes_written: 1 << 60,
+                    ..SessionCounters::default()
+                },
+            }],
+            links: vec![LinkStatus {
+                path: 0,
+                name: "wifi".to_owned(),
+                server: "vps:4433".to_owned(),
+                state: "joined".to_owned(),
+                joins: 2,
+                last_error: None,
+            }],
+            tun: Some(TunStatus {
+                device: "braid0".to_owned(),
+                udp_dropped: 7,
+                ..TunStatus::default()
+            }),
+            ..DaemonStatus::default()
+        }
+    }
+
+    /// Checks the text against the format: every family's HELP and TYPE come once, before
+    /// its samples, which are together; every sample line is `name{labels} value` with a
+    /// number for value. Returns the samples as (name, labels text, value).
+    fn parse(text: &str) -> Vec<(String, String, String)> {
+        let mut typed: Vec<String> = Vec::new();
+        let mut samples = Vec::new();
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(["counter", "gauge"].contains(&kind), "{line}");
+                assert!(!typed.contains(&name.to_owned()), "{name} typed twice");
+                typed.push(name.to_owned());
+                current = name.to_owned();
+                continue;
+            }
+            if line.starts_with("# HELP ") {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(
+                value.parse::<f64>().is_ok() || ["NaN", "+Inf", "-Inf"].contains(&value),
+                "{line}"
+            );
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => {
+                    assert!(labels.ends_with('}'), "{line}");
+                    (name, labels.trim_end_matches('}'))
+                }
+                None => (series, ""),
+            };
+            assert_eq!(name, current, "a sample outside its family: {line}");
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{name}"
+            );
+            samples.push((name.to_owned(), labels.to_owned(), value.to_owned()));
+        }
+        samples
+    }
+
+    fn value(samples: &[(String, String, String)], name: &str, labels: &str) -> String {
+        samples
+            .iter()
+            .find(|(n, l, _)| n == name && l.contains(labels))
+            .unwrap_or_else(|| panic!("no {name} with {labels}"))
+            .2
+            .clone()
+    }
+
+    #[test]
+    fn the_status_renders_as_well_formed_families() {
+        let text = render(&status());
+        let samples = parse(&text);
+        assert_eq!(value(&samples, "braid_info", "role=\"client\""), "1");
+        assert_eq!(value(&samples, "braid_sessions", ""), "1");
+        // Counters keep every digit; times are seconds, rates bits per second.
+        assert_eq!(
+            value(&samples, "braid_path_packets_sent_total", "path=\"0\""),
+            u64::MAX.to_string()
+        );
+        assert_eq!(
+            value(&samples, "braid_session_written_bytes_total", ""),
+            (1u64 << 60).to_string()
+        );
+        assert_eq!(
+            value(&samples, "braid_path_srtt_seconds", "name=\"wifi\""),
+            "0.0255"
+        );
+        assert_eq!(
+            value(&samples, "braid_path_send_bits_per_second", "path=\"0\""),
+            "12500000"
+        );
+        assert_eq!(value(&samples, "braid_path_up", "path=\"0\""), "1");
+        assert_eq!(value(&samples, "braid_path_up", "path=\"1\""), "0");
+        assert_eq!(
+            value(&samples, "braid_session_info", "congestion=\"olia\""),
+            "1"
+        );
+        // BBR's families hold only the BBR path, and only the values it has.
+        assert_eq!(
+            value(&samples, "braid_path_bbr_rtprop_seconds", "path=\"1\""),
+            "0.04"
+        );
+        assert!(!text.contains("braid_path_bbr_pacing_bits_per_second"));
+        assert!(!text.contains("braid_session_model_version"));
+        // A client has no join counters; its links and TUN device do show.
+        assert!(!text.contains("braid_joins_accepted_total"));
+        assert_eq!(value(&samples, "braid_link_joined", "link=\"wifi\""), "1");
+        assert_eq!(
+            value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),
+            "7"
+        );
+        // Label values are escaped.
+        assert!(text.contains("user=\"alice\\nbob\""), "{text}");
+        assert!(text.contains("name=\"lte \\\"2\\\"\\\\x\""), "{text}");
+    }
+
+    #[test]
+    fn a_server_with_no_session_still_says_what_it_is() {
+        let status = DaemonStatus {
+            role: "server".to_owned(),
+            version: "0.1.0".to_owned(),
+            joins_accepted: 3,
+            ..DaemonStatus::default()
+        };
+        let samples = parse(&render(&status));
+        assert_eq!(value(&samples, "braid_sessions", ""), "0");
+        assert_eq!(value(&samples, "braid_joins_accepted_total", ""), "3");
+        assert!(samples.iter().all(|(n, _, _)| !n.starts_with("braid_path")));
+    }
+
+    #[test]
+    fn request_lines_are_read_strictly() {
+        let metrics = Request::Metrics { head: false };
+        assert_eq!(parse_request(b"GET /metrics HTTP/1.1\r\nHost: x"), metrics);
+        assert_eq!(parse_request(b"GET /metrics?x=1 HTTP/1.0"), metrics);
+        assert_eq!(
+            parse_request(b"HEAD /metrics HTTP/1.1"),
+            Request::Metrics { head: true }
+        );
+        assert_eq!(parse_request(b"GET / HTTP/1.1"), Request::NotFound);
+        assert_eq!(
+            parse_request(b"POST /metrics HTTP/1.1"),
+            Request::MethodNotAllowed
+        );
+        for bad in [
+            &b"GET /metrics"[..],
+            b"GET /metrics HTTP/1.1 extra",
+            b"GET metrics HTTP/1.1",
+            b"GET /metrics SPDY/3",
+            b"\xff\xfe",
+            b"",
+        ] {
+            assert_eq!(parse_request(bad), Request::Bad, "{bad:?}");
+        }
+    }
+}
