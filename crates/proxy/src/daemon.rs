@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{ClientConfig, LinkConfig, ServerConfig, TunConfig};
+use crate::config::{ClientConfig, LinkConfig, ServerConfig, SessionLimits, TunConfig};
 use crate::control::{self, ControlError, StatusSource};
 use crate::inbound::server::{InboundContext, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
@@ -136,11 +136,13 @@ impl ClientHandle {
     /// the SOCKS5 and HTTP CONNECT users (`[socks] users`) apply to every connection from now on
     /// (those already past their authentication keep going); the scheduler replaces the
     /// running session's at its next packet (see [`crate::session::Session::replace_scheduler`])
-    /// and is the next session's; the links, matched by name, are added to, removed from or
-    /// reconnected in the running session (see [`ClientReload::links`]) while the others keep
-    /// their connections and the flows carry on. Everything else (the server and the keys, the
-    /// listeners, `[tun]` and `[session]`) is named in [`ClientReload::needs_restart`] and keeps
-    /// its value: the session and its connections are not dropped for it.
+    /// and is the next session's; `[session] congestion` switches the running session's paths
+    /// (see [`crate::session::Session::set_congestion`]) and is the next session's; the links,
+    /// matched by name, are added to, removed from or reconnected in the running session (see
+    /// [`ClientReload::links`]) while the others keep their connections and the flows carry on.
+    /// Everything else (the server and the keys, the listeners, `[tun]` and the rest of
+    /// `[session]`) is named in [`ClientReload::needs_restart`] and keeps its value: the session
+    /// and its connections are not dropped for it.
     pub async fn reload(&self, new: ClientConfig) -> ClientReload {
         // What a reload changes lives where it is used (the inbounds' users, the links' table
         // and next scheduler); the rest is compared with the file the client started with.
@@ -166,6 +168,23 @@ impl ClientHandle {
             // A session that ends meanwhile is followed by one with the new scheduler.
             if let Some(session) = self.session() {
                 let _ = session.replace_scheduler(scheduler).await;
+            }
+        }
+        let congestion = {
+            let mut next = self
+                .links
+                .congestion
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            (new.session.congestion != *next).then(|| {
+                *next = new.session.congestion;
+                new.session.congestion
+            })
+        };
+        if let Some(algorithm) = congestion {
+            changed.push("session.congestion");
+            if let Some(session) = self.session() {
+                let _ = session.set_congestion(algorithm).await;
             }
         }
         let links = self.links.reload(&new.links).await;
@@ -194,7 +213,13 @@ impl ClientHandle {
             ("http_listen", new.http_listen != old.http_listen),
             ("metrics_listen", new.metrics_listen != old.metrics_listen),
             ("tun", new.tun != old.tun),
-            ("session", new.session != old.session),
+            (
+                "session",
+                SessionLimits {
+                    congestion: old.session.congestion,
+                    ..new.session
+                } != old.session,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
@@ -601,6 +626,12 @@ impl ServerHandle {
             let scheduler = self.shared.config().scheduler.clone();
             for session in self.shared.sessions() {
                 let _ = session.replace_scheduler(scheduler.build()).await;
+            }
+        }
+        if reload.changed.contains(&"session.congestion") {
+            let algorithm = self.shared.config().session.congestion;
+            for session in self.shared.sessions() {
+                let _ = session.set_congestion(algorithm).await;
             }
         }
         reload

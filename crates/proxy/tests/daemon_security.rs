@@ -294,10 +294,15 @@ async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
         key: bob_key,
     });
     second.listen = "127.0.0.1:1".parse().unwrap();
+    // And another congestion controller, which the running sessions take at once.
+    second.session.congestion = braid_proxy::session::congestion::CongestionAlgorithm::NewReno;
     let done = server.reload(second.clone()).await;
-    assert_eq!(done.changed, ["user"]);
+    assert_eq!(done.changed, ["user", "session.congestion"]);
     assert_eq!(done.needs_restart, ["listen"]);
     assert!(done.revoked.is_empty());
+    let running = server.status().await;
+    assert_eq!(running.sessions.len(), 1);
+    assert_eq!(running.sessions[0].congestion, "newreno", "{running:?}");
     let bob = start_client(bob_config()).await.unwrap();
     assert!(
         bob.wait_for_paths(2, Duration::from_secs(10)).await,
@@ -364,12 +369,20 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     next.socks_users = vec![socks_user("carol", "n3w")];
     next.scheduler = SchedulerConfig::new(SchedulerKind::RoundRobin);
     next.session.flow_receive_window *= 2;
+    next.session.congestion = braid_proxy::session::congestion::CongestionAlgorithm::Bbr;
+    let session = client.status().await.sessions[0].session.clone();
     let done = client.reload(next.clone()).await;
-    assert_eq!(done.changed, ["socks.users", "scheduler"]);
+    assert_eq!(
+        done.changed,
+        ["socks.users", "scheduler", "session.congestion"]
+    );
     assert_eq!(done.needs_restart, ["session"]);
-    // The running session took the new scheduler.
+    // The running session took the new scheduler and congestion controller.
     let status = client.status().await;
+    assert_eq!(status.sessions[0].session, session);
     assert_eq!(status.sessions[0].scheduler, "rr", "{status:?}");
+    assert_eq!(status.sessions[0].congestion, "bbr", "{status:?}");
+    assert!(status.sessions[0].paths.iter().all(|p| p.bbr.is_some()));
     // The connection that was relaying still is.
     relaying.write_all(b"two!").await.unwrap();
     relaying.read_exact(&mut echo).await.unwrap();

@@ -668,3 +668,59 @@ fn a_path_the_peer_abandons_fails_as_the_news_arrives() {
     assert!(failed_untold > failed_told);
     assert!(stall_told * 2 < stall_untold);
 }
+
+/// A reload's new congestion controller reaches a session mid-transfer: every path runs it from
+/// then on (and a path that joins later), the flow carries on whole, and the link is soon full
+/// again (the new controllers start from the initial window in slow start).
+#[test]
+fn a_congestion_controller_switched_mid_transfer_takes_over_every_path() {
+    use braid_proxy::session::congestion::CongestionAlgorithm;
+    let links = [LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)];
+    let mut h = harness(&links, session_common::bulk_config(), PathConfig::default());
+    let bytes = 20_000_000u64;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    let algorithm = |h: &mut Harness, path: u8| {
+        h.client()
+            .path_controller(PathId(path))
+            .map(|c| c.algorithm())
+    };
+    // Delivered bytes at 1, 2, 3 and 4 s; BBR from 2 s on.
+    let mut marks = Vec::new();
+    h.run_until(secs(12.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now().as_secs_f64();
+        if marks.len() < 4 && now >= [1.0, 2.0, 3.0, 4.0][marks.len()] {
+            marks.push(d.transfers[0].received);
+            if marks.len() == 2 {
+                assert_eq!(algorithm(h, 0), Some(CongestionAlgorithm::Cubic));
+                h.client().set_congestion(CongestionAlgorithm::Bbr);
+                // Again: nothing changes.
+                h.client().set_congestion(CongestionAlgorithm::Bbr);
+            }
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let t = &d.transfers[0];
+    assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    for path in [0, 1] {
+        assert_eq!(algorithm(&mut h, path), Some(CongestionAlgorithm::Bbr));
+    }
+    assert_eq!(h.client().congestion(), CongestionAlgorithm::Bbr);
+    let now = h.now();
+    h.client()
+        .add_path(PathId(2), PathConfig::default(), now)
+        .unwrap();
+    assert_eq!(algorithm(&mut h, 2), Some(CongestionAlgorithm::Bbr));
+    let mbps = |a: usize, b: usize| (marks[b] - marks[a]) as f64 * 8.0 / 1e6;
+    let (before, switch, after) = (mbps(0, 1), mbps(1, 2), mbps(2, 3));
+    println!(
+        "goodput {before:.1} Mbit/s before the switch, {switch:.1} the second it came in, \
+         {after:.1} the next"
+    );
+    assert!(
+        before > 24.0 && switch > 20.0 && after > 24.0,
+        "{before:.1} {switch:.1} {after:.1}"
+    );
+}

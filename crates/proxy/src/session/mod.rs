@@ -458,6 +458,26 @@ impl Session {
         self.paths.get(id.index())?.as_ref().map(|p| &p.cc)
     }
 
+    /// Switches every path's congestion controller to `algorithm` (a daemon's reload), and the
+    /// paths that join later. Each path's new controller starts as a joining path's does, from
+    /// the initial window in slow start, with the bytes already in flight counted against it;
+    /// its RTT estimates, packets in flight and delivery-rate state are kept, and so are the
+    /// flows. Nothing changes when the session already runs `algorithm`.
+    pub fn set_congestion(&mut self, algorithm: congestion::CongestionAlgorithm) {
+        if self.config.congestion.algorithm == algorithm {
+            return;
+        }
+        self.config.congestion.algorithm = algorithm;
+        for path in self.paths[..self.path_end].iter_mut().flatten() {
+            path.set_congestion(algorithm);
+        }
+    }
+
+    /// The congestion control algorithm the session's paths run.
+    pub fn congestion(&self) -> congestion::CongestionAlgorithm {
+        self.config.congestion.algorithm
+    }
+
     /// Changes a path's rate cap (bytes per second; `None` lifts it), from the next packet on.
     /// Local: the peer paces what it sends by its own settings. A zero cap is refused, as at
     /// [`Session::add_path`].

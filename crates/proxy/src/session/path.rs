@@ -16,8 +16,8 @@ use braid_sched_core::{PathId, PathState, PathView, Timestamp};
 
 use super::config::{PathConfig, SessionConfig, Tier};
 use super::congestion::{
-    AnyController, CongestionConfig, Controller, CouplingInput, DeliveryRate, GRANULARITY,
-    MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
+    AnyController, CongestionAlgorithm, CongestionConfig, Controller, CouplingInput, DeliveryRate,
+    GRANULARITY, MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer, RttEstimator, TokenBucket,
 };
 use super::error::SessionError;
 use super::frame::AckFrame;
@@ -708,6 +708,16 @@ impl Path {
         if let Some(bucket) = self.bucket.as_mut() {
             bucket.set_burst(mds * RATE_CAP_BURST_DATAGRAMS);
         }
+    }
+
+    /// Replaces the congestion controller with a new one running `algorithm`, built as at join
+    /// for the path's current datagram size (and again so after a failure).
+    pub fn set_congestion(&mut self, algorithm: CongestionAlgorithm) {
+        self.congestion_config.algorithm = algorithm;
+        self.cc = self
+            .congestion_config
+            .resized(u64::from(self.config.max_datagram_size))
+            .build();
     }
 
     /// Changes the rate cap (bytes per second; `None`: no cap). A new cap starts with a full

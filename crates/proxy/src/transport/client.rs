@@ -79,6 +79,8 @@ pub struct LinkContext {
     pub(crate) config: Arc<ClientConfig>,
     /// The scheduler of the next session (the file's, or a reload's).
     pub(crate) scheduler: std::sync::RwLock<SchedulerConfig>,
+    /// The congestion controller of the sessions' paths (the file's, or a reload's).
+    pub(crate) congestion: std::sync::RwLock<crate::session::congestion::CongestionAlgorithm>,
     pub(crate) crypto: quinn::ClientConfig,
     /// The kernel's news of the interfaces.
     interfaces: watch::Receiver<u64>,
@@ -244,6 +246,7 @@ impl LinkContext {
         table.slots = slots;
         LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
+            congestion: std::sync::RwLock::new(config.session.congestion),
             config,
             crypto,
             interfaces: ifwatch::watch(),
@@ -432,7 +435,13 @@ pub(crate) async fn session_loop(
         let session_id: SessionId = rand::random();
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
-            config: super::session_config(&ctx.config.session),
+            config: super::session_config(&crate::config::SessionLimits {
+                congestion: *ctx
+                    .congestion
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                ..ctx.config.session
+            }),
             scheduler: ctx
                 .scheduler
                 .read()

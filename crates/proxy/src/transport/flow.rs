@@ -96,6 +96,18 @@ impl SessionHandle {
             .map_err(|_| SessionGone)
     }
 
+    /// Switches the session's paths to `algorithm` (see
+    /// [`crate::session::Session::set_congestion`]).
+    pub async fn set_congestion(
+        &self,
+        algorithm: crate::session::congestion::CongestionAlgorithm,
+    ) -> Result<(), SessionGone> {
+        self.commands
+            .send(Command::Congestion(algorithm))
+            .await
+            .map_err(|_| SessionGone)
+    }
+
     /// Closes the session (CLOSE on every path).
     pub async fn close(&self) {
         let _ = self.commands.send(Command::Close).await;

@@ -80,9 +80,10 @@ impl ServerShared {
     }
 
     /// Puts `new` (a configuration file read again) in force, but for what only a restart can
-    /// change (the listening address, the state directory, the certificate's name and
-    /// `max_pending_joins`, which keep their values). The users, the scheduler (of new sessions;
-    /// [`crate::daemon::ServerHandle::reload`] gives it to running ones), `[session]` limits of
+    /// change (the listening address, the metrics endpoint, the state directory, the
+    /// certificate's name and `max_pending_joins`, which keep their values). The users, the
+    /// scheduler and congestion controller (of new sessions;
+    /// [`crate::daemon::ServerHandle::reload`] gives them to running ones), `[session]` limits of
     /// new sessions, `max_sessions` and the egress policy (of every new flow, in
     /// running sessions too) take the new values at once. The sessions of users the new file
     /// no longer lists, or lists with another key, are taken out of the table and returned
@@ -120,7 +121,17 @@ impl ServerShared {
             ("scheduler", new.scheduler != old.scheduler),
             ("egress", new.egress != old.egress),
             ("limits.max_sessions", new.max_sessions != old.max_sessions),
-            ("session", new.session != old.session),
+            (
+                "session.congestion",
+                new.session.congestion != old.session.congestion,
+            ),
+            (
+                "session",
+                crate::config::SessionLimits {
+                    congestion: old.session.congestion,
+                    ..new.session
+                } != old.session,
+            ),
         ] {
             if differs {
                 changed.push(name);
@@ -454,7 +465,7 @@ mod tests {
              [[user]]\nname = \"a\"\nkey = \"{key}\"\n\
              [scheduler]\nname = \"rr\"\n[egress]\nallow_private = true\n\
              [limits]\nmax_pending_joins = 8\nmax_sessions = 3\n\
-             [session]\nmax_udp_payload = 4000\n"
+             [session]\nmax_udp_payload = 4000\ncongestion = \"olia\"\n"
         );
         let new = ServerConfig::parse(std::path::Path::new("s.toml"), &text).unwrap();
         let done = s.reload(new.clone());
@@ -474,6 +485,7 @@ mod tests {
                 "scheduler",
                 "egress",
                 "limits.max_sessions",
+                "session.congestion",
                 "session"
             ]
         );

@@ -95,6 +95,9 @@ pub(crate) enum Command {
     },
     /// Put this scheduler in place of the session's (a reload).
     Scheduler(AnyScheduler),
+    /// Switch every path to another congestion controller (a reload; see
+    /// [`crate::session::Session::set_congestion`]).
+    Congestion(crate::session::congestion::CongestionAlgorithm),
     Close,
 }
 
@@ -484,6 +487,12 @@ impl Driver {
                 info!(session = %self.label, scheduler = scheduler.kind().name(), "scheduler replaced");
                 let now = self.now();
                 self.session.replace_scheduler(scheduler, now);
+            }
+            Command::Congestion(algorithm) => {
+                if self.session.congestion() != algorithm {
+                    info!(session = %self.label, congestion = algorithm.name(), "congestion controller replaced");
+                    self.session.set_congestion(algorithm);
+                }
             }
             Command::Close => {
                 let now = self.now();
