@@ -1,4 +1,4 @@
-//! `braid demo [--duration SECONDS] [--seed N]`: the whole system in one process on loopback
+//! `braid demo [--duration SECONDS] [--seed N] [--congestion NAME]`: the whole system in one process on loopback
 //! (server, client, emulated Wi-Fi and LTE with a handoff, a download through the SOCKS5
 //! inbound), a live per-path view and a closing summary against the best single link, measured
 //! (see [`crate::demo`]). Exit code 0 when every phase's download ran and verified, 1 when one
@@ -30,6 +30,10 @@ pub struct DemoArgs {
         allow_negative_numbers = true
     )]
     pub seed: u64,
+    /// The congestion controller of both daemons' paths: cubic (the default), newreno, bbr,
+    /// lia or olia.
+    #[arg(long, value_name = "NAME", default_value = "cubic")]
+    pub congestion: String,
 }
 
 /// Checks `--duration` (seconds in [`DURATION_RANGE_S`]).
@@ -53,7 +57,15 @@ pub fn run(args: &DemoArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let congestion = match args.congestion.parse() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("braid: --congestion: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let options = DemoOptions {
+        congestion,
         duration,
         seed: args.seed,
         tty: std::io::stdout().is_terminal(),
@@ -83,6 +95,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use crate::session::congestion::CongestionAlgorithm;
 
     fn parsed(args: &[&str]) -> DemoArgs {
         match Cli::try_parse_from(args).map(|c| c.command) {
@@ -104,6 +117,15 @@ mod tests {
         let a = parsed(&["braid", "demo", "--duration", "10"]);
         assert_eq!(duration(a.duration).unwrap(), Duration::from_secs(10));
         assert_eq!(parsed(&["braid", "demo"]).duration, 20.0);
+    }
+
+    #[test]
+    fn an_unknown_congestion_controller_exits_2_before_anything_starts() {
+        assert_eq!(parsed(&["braid", "demo"]).congestion, "cubic");
+        let a = parsed(&["braid", "demo", "--congestion", "vegas"]);
+        assert_eq!(run(&a), ExitCode::from(2));
+        let a = parsed(&["braid", "demo", "--congestion", "OLIA"]);
+        assert_eq!(a.congestion.parse(), Ok(CongestionAlgorithm::Olia));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct DemoOptions {
     pub seed: u64,
     /// Redraw the live view in place (stdout is a terminal).
     pub tty: bool,
+    /// The congestion controller of both daemons' paths.
+    pub congestion: crate::session::congestion::CongestionAlgorithm,
 }
 
 /// Why the demo failed.
@@ -161,13 +163,19 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<DemoSumma
         source,
         dir: dir.0.clone(),
         seed: options.seed,
+        session: crate::config::SessionLimits {
+            congestion: options.congestion,
+            ..crate::config::SessionLimits::default()
+        },
     };
     let (single, multi, handoff) = plan(options.duration);
     let mut view = LiveView::new(options.tty);
     let _ = writeln!(
         out,
         "braid demo: server, client and emulator on loopback; emulated wifi (30 Mbit/s, 10 ms \
-         one-way) and lte (20 Mbit/s, 25 ms one-way, 2 ms jitter); download source {source}"
+         one-way) and lte (20 Mbit/s, 25 ms one-way, 2 ms jitter); congestion control {}; \
+         download source {source}",
+        options.congestion
     );
     let mut phases = Vec::with_capacity(3);
     for (name, link) in [("wifi", WIFI), ("lte", LTE)] {
@@ -201,6 +209,8 @@ struct Context {
     source: SocketAddr,
     dir: PathBuf,
     seed: u64,
+    /// Both daemons' `[session]` (the congestion controller chosen).
+    session: crate::config::SessionLimits,
 }
 
 /// Samples taken during a phase: (phase seconds, verified bytes).
@@ -303,7 +313,7 @@ impl Context {
             what: "server",
             source: e.into(),
         })?;
-        start_server(server_config(state, self.key), identity)
+        start_server(server_config(state, self.key, self.session), identity)
             .await
             .map_err(|source| DemoError::Daemon {
                 what: "server",
@@ -371,7 +381,7 @@ impl Context {
             tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             links,
-            session: crate::config::SessionLimits::default(),
+            session: self.session,
         }
     }
 }
@@ -534,7 +544,7 @@ fn random_key() -> Result<[u8; 32], DemoError> {
     Ok(key)
 }
 
-fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
+fn server_config(dir: &Path, key: [u8; 32], session: crate::config::SessionLimits) -> ServerConfig {
     ServerConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         metrics_listen: None,
@@ -553,7 +563,7 @@ fn server_config(dir: &Path, key: [u8; 32]) -> ServerConfig {
         },
         max_sessions: 4,
         max_pending_joins: 4,
-        session: crate::config::SessionLimits::default(),
+        session,
     }
 }
 
