@@ -138,9 +138,11 @@ fn coupled_paths_leave_a_shared_link_to_its_other_user() {
     eprintln!("shared + own link: newreno {uncoupled:?}\n lia {lia:?}\n olia {olia:?}");
     // Uncoupled, braid halves the shared link with the competitor.
     assert!(uncoupled.competitor < 6.0, "{uncoupled:?}");
-    // Coupled, the competitor gets more of it, OLIA leaving more than LIA...
-    assert!(lia.competitor > uncoupled.competitor + 1.0, "{lia:?}");
-    assert!(olia.competitor > lia.competitor, "{olia:?} {lia:?}");
+    // Coupled, the competitor gets more of it (which of LIA and OLIA leaves more depends on
+    // the links: here OLIA, 8.71 against 7.06 Mbit/s; docs/congestion.md has other cases)...
+    for s in [&lia, &olia] {
+        assert!(s.competitor > uncoupled.competitor + 1.0, "{s:?}");
+    }
     // ... while braid still gets at least what its own link alone gives.
     for s in [&lia, &olia] {
         assert!(s.braid > 9.0, "{s:?}");

@@ -12,6 +12,6 @@ pub mod trace;
 
 pub use link::{Capacity, DropReason, JitterDistribution, Link, LinkConfig, LinkStats, Verdict};
 pub use scenario::{
-    App, Objective, ObjectiveKind, PathSpec, Scenario, ScenarioError, ScenarioFile,
+    App, CrossSpec, Objective, ObjectiveKind, PathSpec, Scenario, ScenarioError, ScenarioFile,
 };
 pub use trace::{Trace, TraceError};

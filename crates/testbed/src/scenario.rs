@@ -177,6 +177,20 @@ pub struct Scenario {
     pub app: App,
     /// The objective, when given.
     pub objective: Option<Objective>,
+    /// Competing single-path downloads (`[[cross]]`), none by default.
+    pub cross: Vec<CrossSpec>,
+}
+
+/// A competing download (`[[cross]]`): its own client and server, joined by one path over the
+/// links of one of the scenario's paths, downloading for the whole run. Its packets queue with
+/// braid's in that path's links, both directions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrossSpec {
+    /// The index of the path whose links it crosses.
+    pub path: usize,
+    /// Its congestion controller, by a name the endpoint implementation knows (`None`: the
+    /// endpoint's default).
+    pub congestion: Option<String>,
 }
 
 impl ScenarioFile {
@@ -270,6 +284,15 @@ impl ScenarioFile {
             paths,
             app,
             objective,
+            cross: raw
+                .cross
+                .iter()
+                .map(|c| CrossSpec {
+                    // Checked at load: the name is a path's.
+                    path: raw.paths.iter().position(|p| p.name == c.path).unwrap_or(0),
+                    congestion: c.congestion.clone(),
+                })
+                .collect(),
         })
     }
 
@@ -481,3 +504,5 @@ fn mix(mut z: u64) -> u64 {
 
 /// The largest number of paths a scenario may have (sched-core's limit).
 pub const MAX_SCENARIO_PATHS: usize = MAX_PATHS;
+/// Most `[[cross]]` flows a scenario may run.
+pub const MAX_CROSS: usize = 4;

@@ -53,10 +53,11 @@ fn every_shipped_scenario_parses_validates_and_resolves() {
         let scenario = ScenarioFile::load(&file).unwrap_or_else(|e| panic!("{e}"));
         let stem = file.file_stem().unwrap().to_str().unwrap();
         assert_eq!(scenario.name(), stem, "name must match the file name");
-        let paper = ["olms-", "damps-", "edar-", "falcon-"];
+        // A paper's experiment, or (`braid-`) one of braid's own, which cites what it tests.
+        let paper = ["olms-", "damps-", "edar-", "falcon-", "braid-"];
         assert!(
             paper.iter().any(|p| stem.starts_with(p)),
-            "{stem}: must start with a paper name"
+            "{stem}: must start with a paper name or braid-"
         );
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(
@@ -252,6 +253,33 @@ fn bad_values_are_refused_naming_the_field() {
     assert!(
         objective.contains("objective.paths_per_decision"),
         "{objective}"
+    );
+    // [[cross]] downloads: over a path the file has, at most four, with a named controller.
+    let cross = |tables: &str| error_text(&format!("{MINIMAL}\n{tables}"));
+    let unknown = cross("[[cross]]\npath = \"b\"\n");
+    assert!(
+        unknown.contains("`cross[0].path`") && unknown.contains("\"b\""),
+        "{unknown}"
+    );
+    let many = cross(&"[[cross]]\npath = \"a\"\n".repeat(5));
+    assert!(
+        many.contains("`cross`") && many.contains("at most 4"),
+        "{many}"
+    );
+    let unnamed = cross("[[cross]]\npath = \"a\"\ncongestion = \" \"\n");
+    assert!(unnamed.contains("`cross[0].congestion`"), "{unnamed}");
+    let stray = cross("[[cross]]\npath = \"a\"\nrate_mbps = 1.0\n");
+    assert!(stray.contains("rate_mbps"), "{stray}");
+    let ok = parse(&format!(
+        "{MINIMAL}\n[[cross]]\npath = \"a\"\ncongestion = \"newreno\"\n"
+    ))
+    .unwrap()
+    .resolve(1)
+    .unwrap();
+    assert_eq!(ok.cross.len(), 1);
+    assert_eq!(
+        (ok.cross[0].path, ok.cross[0].congestion.as_deref()),
+        (0, Some("newreno"))
     );
     let kind = error_text(&MINIMAL.replace("kind = \"bulk\"", "kind = \"video\""));
     assert!(kind.contains("video"), "{kind}");

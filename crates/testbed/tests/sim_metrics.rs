@@ -142,3 +142,43 @@ fn every_scenario_file_runs_one_virtual_second() {
         }
     }
 }
+
+/// A `[[cross]]` download shares the one link with braid's: the two goodputs add up to the
+/// link, each gets a share, and the table and JSON report the cross goodput; an unknown
+/// controller for it is refused naming the table.
+#[test]
+fn a_cross_download_shares_the_link_it_crosses() {
+    let text = |cross: &str| {
+        format!(
+            "name = \"x\"\nduration_s = 20.0\n[[path]]\nname = \"a\"\nrate_mbps = 20.0\ndelay_ms = 10.0\nqueue_packets = 100\n[app]\nkind = \"bulk\"\nbytes = 200_000_000\n{cross}"
+        )
+    };
+    let alone = run_text(&text(""), SchedulerKind::MinRtt);
+    let shared = run_text(
+        &text("[[cross]]\npath = \"a\"\ncongestion = \"cubic\"\n"),
+        SchedulerKind::MinRtt,
+    );
+    let (braid_alone, braid, cross) = (
+        alone.metrics.goodput_mbps.unwrap(),
+        shared.metrics.goodput_mbps.unwrap(),
+        shared.cross_goodput_mbps.unwrap(),
+    );
+    println!("alone {braid_alone:.2} Mbit/s; shared: braid {braid:.2}, cross {cross:.2}");
+    assert_eq!(alone.cross_goodput_mbps, None);
+    assert!(braid_alone > 18.5, "{braid_alone}");
+    assert!(braid + cross > 18.5, "{braid} + {cross}");
+    assert!(braid > 5.0 && cross > 5.0, "{braid} {cross}");
+    let s = ScenarioFile::parse(
+        &text("[[cross]]\npath = \"a\"\ncongestion = \"vegas\"\n"),
+        Path::new("inline.toml"),
+    )
+    .unwrap()
+    .resolve(1)
+    .unwrap();
+    let options = SimOptions::new(SchedulerConfig::new(SchedulerKind::MinRtt));
+    let err = sim::run::<Session>(&s, &options).unwrap_err().to_string();
+    assert!(
+        err.starts_with("cross[0]: ") && err.contains("vegas"),
+        "{err}"
+    );
+}

@@ -7,7 +7,7 @@ mod svg;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::sim::{SchedulerSummary, aggregate};
+use crate::sim::{Interval, SchedulerSummary, aggregate, cross_aggregate};
 pub use svg::{Series, line_chart};
 
 /// Why a report could not be written.
@@ -147,28 +147,39 @@ pub fn summary_markdown(
     let mut out = format!(
         "# {scenario}\n\n{runs} run(s) per scheduler; `-`: metric not applicable. Definitions: docs/metrics.md.\n\n"
     );
+    // `[[cross]]` downloads' goodput, after the design's metrics, when the scenario has them.
+    let cross = summaries
+        .iter()
+        .any(|s| s.runs.iter().any(|r| r.cross_goodput_mbps.is_some()));
     if let Some(first) = summaries.first() {
         let agg = aggregate(&first.runs);
         out.push_str("| scheduler |");
         for (name, _) in agg {
             let _ = write!(out, " {name} |");
         }
+        if cross {
+            out.push_str(" cross_goodput_mbps |");
+        }
         out.push_str("\n|---|");
-        out.push_str(&"---:|".repeat(agg.len()));
+        out.push_str(&"---:|".repeat(agg.len() + usize::from(cross)));
         out.push('\n');
     }
+    let cell = |out: &mut String, v: Option<Interval>| match v {
+        None => out.push_str(" - |"),
+        Some(iv) if runs <= 1 => {
+            let _ = write!(out, " {:.4} |", iv.mean);
+        }
+        Some(iv) => {
+            let _ = write!(out, " {:.4} ± {:.4} |", iv.mean, iv.ci95);
+        }
+    };
     for s in summaries {
         let _ = write!(out, "| {} |", s.scheduler);
         for (_, v) in aggregate(&s.runs) {
-            match v {
-                None => out.push_str(" - |"),
-                Some(iv) if runs <= 1 => {
-                    let _ = write!(out, " {:.4} |", iv.mean);
-                }
-                Some(iv) => {
-                    let _ = write!(out, " {:.4} ± {:.4} |", iv.mean, iv.ci95);
-                }
-            }
+            cell(&mut out, v);
+        }
+        if cross {
+            cell(&mut out, cross_aggregate(&s.runs));
         }
         out.push('\n');
     }

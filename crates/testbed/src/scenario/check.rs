@@ -8,7 +8,7 @@ use braid_sched_core::ParamError;
 use braid_sched_core::sched::olms::OlmsConfig;
 
 use super::raw::{Param, RawApp, RawChange, RawPath, RawReverse, RawScenario};
-use super::{MAX_SCENARIO_PATHS, ScenarioError};
+use super::{MAX_CROSS, MAX_SCENARIO_PATHS, ScenarioError};
 
 /// The domain a number must lie in.
 #[derive(Clone, Copy)]
@@ -119,6 +119,30 @@ impl Checker<'_> {
             self.path(i, path)?;
         }
         self.app(&raw.app)?;
+        if raw.cross.len() > MAX_CROSS {
+            let expected = format!("at most {MAX_CROSS} [[cross]] tables");
+            return Err(self.invalid("cross", &expected, raw.cross.len()));
+        }
+        for (i, cross) in raw.cross.iter().enumerate() {
+            if !raw.paths.iter().any(|p| p.name == cross.path) {
+                return Err(self.invalid(
+                    &format!("cross[{i}].path"),
+                    "the name of a [[path]]",
+                    format!("{:?}", cross.path),
+                ));
+            }
+            if cross
+                .congestion
+                .as_ref()
+                .is_some_and(|c| c.trim().is_empty())
+            {
+                return Err(self.invalid(
+                    &format!("cross[{i}].congestion"),
+                    "a congestion controller's name",
+                    "\"\"",
+                ));
+            }
+        }
         if let Some(o) = &raw.objective {
             if !(o.threshold > 0.0 && o.threshold <= 1.0) {
                 return Err(self.invalid(

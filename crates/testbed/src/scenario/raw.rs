@@ -110,6 +110,16 @@ pub struct RawScenario {
     pub app: RawApp,
     #[serde(default)]
     pub objective: Option<RawObjective>,
+    #[serde(default, rename = "cross")]
+    pub cross: Vec<RawCross>,
+}
+
+/// One `[[cross]]` table: a competing single-path download over a path's link.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCross {
+    pub path: String,
+    pub congestion: Option<String>,
 }
 
 /// One `[[path]]` table.

@@ -3,7 +3,7 @@
 //! application's next real-time packet). Packets arriving at the same microsecond are handled
 //! in the order they were sent. One run is a pure function of (scenario, scheduler, seed).
 
-use braid_sched_core::{PathId, SchedulerConfig, Timestamp};
+use braid_sched_core::{PathId, SchedulerConfig, SchedulerKind, Timestamp};
 
 use super::app::AppModel;
 use super::metrics::{Metrics, Recorder, TimeSeries};
@@ -11,7 +11,7 @@ use super::queue::EventQueue;
 use super::truth;
 use super::{APP_SEED_SALT, Endpoint, EndpointError, EndpointSetup, Side};
 use crate::link::{Link, LinkConfigError, Verdict};
-use crate::scenario::{App, Scenario};
+use crate::scenario::{App, CrossSpec, Scenario};
 
 const CLIENT: usize = 0;
 const SERVER: usize = 1;
@@ -19,6 +19,10 @@ const SERVER: usize = 1;
 const MAX_PACKET: usize = 65_536;
 /// Timer firings at one instant after which time is nudged forward by 1 µs.
 const MAX_STALLS: u32 = 1_000;
+/// What a cross download asks for: more than any run moves (it downloads for the whole run).
+const CROSS_BYTES: u64 = 1 << 50;
+/// Mixed into the run's seed for each cross download's endpoints and application.
+const CROSS_SEED_SALT: u64 = 0xc055_7a1f_0000_0001;
 
 /// Why a run could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +34,15 @@ pub enum SimError {
         path: String,
         /// What was wrong.
         source: LinkConfigError,
+    },
+    /// A cross download's endpoint refused to be built (e.g. an unknown congestion
+    /// controller) or refused an application operation.
+    #[error("cross[{index}]: {source}")]
+    Cross {
+        /// Which `[[cross]]` table.
+        index: usize,
+        /// What the endpoint said.
+        source: EndpointError,
     },
     /// An endpoint refused to be built or refused an application operation.
     #[error("scheduler {scheduler}: {source}")]
@@ -80,6 +93,59 @@ pub struct RunResult {
     pub packet_events: u64,
     /// Datagrams an endpoint rejected as malformed (a correct run has none).
     pub protocol_errors: u64,
+    /// Goodput of the scenario's `[[cross]]` downloads together over the run, Mbit/s (`None`
+    /// when it has none).
+    pub cross_goodput_mbps: Option<f64>,
+}
+
+/// A `[[cross]]` download running beside braid's session (see [`CrossSpec`]): its own client
+/// and server with one path over the links of one of the scenario's paths.
+struct CrossRun<E> {
+    eps: [E; 2],
+    /// The scenario path whose links it uses.
+    link: usize,
+    app: AppModel,
+    rec: Recorder,
+    timers: [Option<Timestamp>; 2],
+}
+
+impl<E: Endpoint> CrossRun<E> {
+    fn start(
+        index: usize,
+        spec: &CrossSpec,
+        scenario: &Scenario,
+        duration_s: f64,
+    ) -> Result<Self, SimError> {
+        let err = |source| SimError::Cross { index, source };
+        let seed = scenario.seed ^ CROSS_SEED_SALT.wrapping_mul(index as u64 + 1);
+        let setup = |side: Side| EndpointSetup {
+            side,
+            scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
+            paths: 1,
+            receive_buffer_bytes: None,
+            window_hint_bytes: window_hint(scenario),
+            congestion: spec.congestion.clone(),
+            now: Timestamp::ZERO,
+        };
+        let eps = [
+            E::create(&setup(Side::Client)).map_err(err)?,
+            E::create(&setup(Side::Server)).map_err(err)?,
+        ];
+        let path = std::slice::from_ref(&scenario.paths[spec.path]);
+        Ok(CrossRun {
+            eps,
+            link: spec.path,
+            app: AppModel::new(&App::Bulk { bytes: CROSS_BYTES }, seed),
+            rec: Recorder::new(path, None, duration_s),
+            timers: [None; 2],
+        })
+    }
+}
+
+/// The queue's destination code of `side` of cross download `index` (0 and 1 are braid's
+/// client and server).
+fn cross_destination(index: usize, side: usize) -> u8 {
+    (2 + 2 * index + side) as u8
 }
 
 fn seeded(config: &SchedulerConfig, seed: u64) -> SchedulerConfig {
@@ -174,6 +240,12 @@ fn run_seeding<E: Endpoint>(
     let end = Timestamp::from_secs_f64(duration_s);
     let mut rec = Recorder::new(&scenario.paths, scenario.objective, duration_s);
     let mut app = AppModel::new(&scenario.app, s ^ APP_SEED_SALT);
+    let mut crosses = scenario
+        .cross
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| CrossRun::<E>::start(i, spec, scenario, duration_s))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut sim = Loop {
         queue: EventQueue::new(),
         buf: vec![0; MAX_PACKET],
@@ -190,8 +262,14 @@ fn run_seeding<E: Endpoint>(
         if app.done_at().is_some() {
             break;
         }
+        for (index, c) in crosses.iter_mut().enumerate() {
+            c.app
+                .step(&mut c.eps, &mut c.rec, sim.now, end)
+                .map_err(|source| SimError::Cross { index, source })?;
+        }
         sim.flush(&mut eps, &mut forward, &mut reverse, &mut rec);
-        if !sim.advance(&mut eps, &mut rec, app.next_wakeup(end), end) {
+        sim.flush_crosses(&mut crosses, &mut forward, &mut reverse);
+        if !sim.advance(&mut eps, &mut crosses, &mut rec, app.next_wakeup(end), end) {
             break;
         }
     }
@@ -207,6 +285,12 @@ fn run_seeding<E: Endpoint>(
         fct_s,
         matches!(scenario.app, App::Realtime { .. }),
     );
+    let cross_goodput_mbps = (!crosses.is_empty()).then(|| {
+        crosses
+            .into_iter()
+            .filter_map(|c| c.rec.finish(active_s, None, false).0.goodput_mbps)
+            .sum()
+    });
     Ok(RunResult {
         scheduler: name,
         seed: s,
@@ -216,6 +300,7 @@ fn run_seeding<E: Endpoint>(
         virtual_s: stop.as_secs_f64(),
         packet_events: sim.events,
         protocol_errors: sim.errors,
+        cross_goodput_mbps,
     })
 }
 
@@ -270,17 +355,55 @@ impl Loop {
         }
     }
 
+    /// Hands everything the cross downloads want to send now to the links of the paths they
+    /// cross (the server's packets forward, the client's in reverse, as braid's).
+    fn flush_crosses<E: Endpoint>(
+        &mut self,
+        crosses: &mut [CrossRun<E>],
+        forward: &mut [Link],
+        reverse: &mut [Link],
+    ) {
+        for (index, c) in crosses.iter_mut().enumerate() {
+            for side in [SERVER, CLIENT] {
+                while let Some((_, len)) = c.eps[side].poll_transmit(self.now, &mut self.buf) {
+                    self.events += 1;
+                    let links = if side == SERVER {
+                        &mut *forward
+                    } else {
+                        &mut *reverse
+                    };
+                    let Some(link) = links.get_mut(c.link) else {
+                        continue;
+                    };
+                    if let Verdict::Deliver { at } = link.enqueue(self.now, len as u32) {
+                        let to = cross_destination(index, 1 - side);
+                        self.queue.push(at, to, 0, self.now, &self.buf[..len]);
+                    }
+                }
+                c.timers[side] = c.eps[side].poll_timeout();
+            }
+        }
+    }
+
     /// Moves to the next event no later than `end` and processes it; false when there is none.
     fn advance<E: Endpoint>(
         &mut self,
         eps: &mut [E; 2],
+        crosses: &mut [CrossRun<E>],
         rec: &mut Recorder,
         app_wakeup: Option<Timestamp>,
         end: Timestamp,
     ) -> bool {
         let timers = self.timers;
         let candidates = [self.queue.next_at(), timers[0], timers[1], app_wakeup];
-        let Some(next) = candidates.into_iter().flatten().min().filter(|&t| t <= end) else {
+        let cross_timers = crosses.iter().flat_map(|c| c.timers);
+        let Some(next) = candidates
+            .into_iter()
+            .chain(cross_timers)
+            .flatten()
+            .min()
+            .filter(|&t| t <= end)
+        else {
             return false;
         };
         if next > self.now {
@@ -292,6 +415,18 @@ impl Loop {
         while let Some(p) = self.queue.pop_due(self.now) {
             self.events += 1;
             let data = self.queue.bytes(&p);
+            if usize::from(p.to) >= 2 {
+                let (index, side) = ((usize::from(p.to) - 2) / 2, (usize::from(p.to) - 2) % 2);
+                if let Some(c) = crosses.get_mut(index)
+                    && c.eps[side]
+                        .handle_datagram(PathId(p.path), data, self.now)
+                        .is_err()
+                {
+                    self.errors += 1;
+                }
+                self.queue.release(&p);
+                continue;
+            }
             let path = usize::from(p.path);
             if usize::from(p.to) == CLIENT {
                 rec.on_arrival(self.now, path, data.len());
@@ -315,6 +450,13 @@ impl Loop {
         for (side, ep) in eps.iter_mut().enumerate() {
             if timers[side].is_some_and(|t| t <= self.now) {
                 ep.handle_timeout(self.now);
+            }
+        }
+        for c in crosses.iter_mut() {
+            for (side, ep) in c.eps.iter_mut().enumerate() {
+                if c.timers[side].is_some_and(|t| t <= self.now) {
+                    ep.handle_timeout(self.now);
+                }
             }
         }
         true

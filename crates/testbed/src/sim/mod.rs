@@ -32,7 +32,9 @@ use braid_sched_core::{FlowId, PathId, SchedulerConfig, Timestamp};
 
 pub use engine::{RunResult, SimError, SimOptions, run, run_keeping_scheduler_seed};
 pub use metrics::{Metrics, TimeSeries};
-pub use summary::{Aggregate, Interval, SchedulerSummary, aggregate, format_json, format_table};
+pub use summary::{
+    Aggregate, Interval, SchedulerSummary, aggregate, cross_aggregate, format_json, format_table,
+};
 
 /// Salt mixed into the run seed for the application model's own draws.
 pub const APP_SEED_SALT: u64 = 0x5eed_a99e_0000_0001;

@@ -2,7 +2,9 @@
 //! metric's mean and 95% confidence half-width (Student's t with n − 1 degrees of freedom:
 //! `ci95 = t(0.975, n−1) · s / √n`, `s` the sample standard deviation). A metric that is `null`
 //! in any run is `null` in the aggregate. JSON is written by hand in the design's field order
-//! so the same results always give the same bytes.
+//! so the same results always give the same bytes. A scenario with `[[cross]]` downloads adds
+//! their goodput after the design's metrics (`cross_goodput_mbps`, column `cross_mbps`); the
+//! output of every other scenario is unchanged.
 
 use std::fmt::Write as _;
 
@@ -41,26 +43,62 @@ fn t95(dof: usize) -> f64 {
     T95.get(dof.wrapping_sub(1)).copied().unwrap_or(1.96)
 }
 
+/// Mean and 95% interval of the values one metric took in every run; `None` when a run had
+/// none (or there is no run).
+fn interval(values: Option<Vec<f64>>) -> Option<Interval> {
+    let values = values.filter(|v| !v.is_empty())?;
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let ci95 = if values.len() > 1 {
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        t95(values.len() - 1) * var.sqrt() / n.sqrt()
+    } else {
+        0.0
+    };
+    Some(Interval { mean, ci95 })
+}
+
 /// Mean and 95% interval of each metric over `runs`.
 pub fn aggregate(runs: &[RunResult]) -> Aggregate {
     let names = Metrics::default().fields().map(|(n, _)| n);
     let mut out: Aggregate = names.map(|n| (n, None));
     for (k, slot) in out.iter_mut().enumerate() {
-        let values: Option<Vec<f64>> = runs.iter().map(|r| r.metrics.fields()[k].1).collect();
-        let Some(values) = values.filter(|v| !v.is_empty()) else {
-            continue;
-        };
-        let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        let ci95 = if values.len() > 1 {
-            let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
-            t95(values.len() - 1) * var.sqrt() / n.sqrt()
-        } else {
-            0.0
-        };
-        slot.1 = Some(Interval { mean, ci95 });
+        slot.1 = interval(runs.iter().map(|r| r.metrics.fields()[k].1).collect());
     }
     out
+}
+
+/// Mean and 95% interval of the `[[cross]]` downloads' goodput over `runs` (`None` for a
+/// scenario without them).
+pub fn cross_aggregate(runs: &[RunResult]) -> Option<Interval> {
+    interval(runs.iter().map(|r| r.cross_goodput_mbps).collect())
+}
+
+/// Whether the runs had `[[cross]]` downloads (their goodput is then reported).
+fn has_cross(summaries: &[SchedulerSummary]) -> bool {
+    summaries
+        .iter()
+        .any(|s| s.runs.iter().any(|r| r.cross_goodput_mbps.is_some()))
+}
+
+/// `,"name":value` for one run, or `,"name":{"mean":…,"ci95":…}` over several.
+fn write_metric(out: &mut String, name: &str, runs: usize, v: Option<Interval>) {
+    match v {
+        Some(iv) if runs <= 1 => {
+            let _ = write!(out, ",\"{name}\":{}", number(iv.mean));
+        }
+        Some(iv) => {
+            let _ = write!(
+                out,
+                ",\"{name}\":{{\"mean\":{},\"ci95\":{}}}",
+                number(iv.mean),
+                number(iv.ci95)
+            );
+        }
+        None => {
+            let _ = write!(out, ",\"{name}\":null");
+        }
+    }
 }
 
 fn number(v: f64) -> String {
@@ -107,27 +145,24 @@ pub fn format_json(
             out.push(',');
         }
         let _ = write!(out, "{{\"scheduler\":{}", json_string(s.scheduler));
+        let one = |v: Option<f64>| v.map(|mean| Interval { mean, ci95: 0.0 });
         if runs <= 1 {
             let metrics = s.runs.first().map(|r| r.metrics).unwrap_or_default();
             for (name, v) in metrics.fields() {
-                let _ = write!(out, ",\"{name}\":{}", v.map_or("null".into(), number));
+                write_metric(&mut out, name, runs, one(v));
             }
         } else {
             for (name, v) in aggregate(&s.runs) {
-                match v {
-                    Some(iv) => {
-                        let _ = write!(
-                            out,
-                            ",\"{name}\":{{\"mean\":{},\"ci95\":{}}}",
-                            number(iv.mean),
-                            number(iv.ci95)
-                        );
-                    }
-                    None => {
-                        let _ = write!(out, ",\"{name}\":null");
-                    }
-                }
+                write_metric(&mut out, name, runs, v);
             }
+        }
+        if has_cross(summaries) {
+            let v = if runs <= 1 {
+                one(s.runs.first().and_then(|r| r.cross_goodput_mbps))
+            } else {
+                cross_aggregate(&s.runs)
+            };
+            write_metric(&mut out, "cross_goodput_mbps", runs, v);
         }
         out.push('}');
     }
@@ -171,10 +206,17 @@ pub fn format_table(scenario: &str, runs: usize, summaries: &[SchedulerSummary])
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(summaries.len() + 1);
     let mut head = vec!["scheduler".to_string()];
     head.extend(TITLES.iter().map(|t| t.to_string()));
+    let cross = has_cross(summaries);
+    if cross {
+        head.push("cross_mbps".to_string());
+    }
     rows.push(head);
     for s in summaries {
         let mut row = vec![s.scheduler.to_string()];
         row.extend(aggregate(&s.runs).iter().map(|(_, v)| cell(*v, runs)));
+        if cross {
+            row.push(cell(cross_aggregate(&s.runs), runs));
+        }
         rows.push(row);
     }
     let columns = rows[0].len();
@@ -220,6 +262,7 @@ mod tests {
             virtual_s: 1.0,
             packet_events: 0,
             protocol_errors: 0,
+            cross_goodput_mbps: None,
         }
     }
 
@@ -255,5 +298,37 @@ mod tests {
         assert!(many.contains("\"fct_s\":null"));
         let table = format_table("x", 1, &s);
         assert!(table.lines().nth(1).unwrap().starts_with("scheduler"));
+        // No cross traffic: neither the JSON nor the table mention it.
+        assert!(!json.contains("cross") && !many.contains("cross") && !table.contains("cross"));
+    }
+
+    #[test]
+    fn cross_traffic_goodput_comes_after_the_design_metrics() {
+        let with_cross = |goodput: f64, cross: f64| RunResult {
+            cross_goodput_mbps: Some(cross),
+            ..run(goodput, None)
+        };
+        let one = [SchedulerSummary {
+            scheduler: "rr",
+            runs: vec![with_cross(5.0, 7.25)],
+        }];
+        let json = format_json("x", 1, 1, &one);
+        assert!(
+            json.ends_with("\"handoff_goodput_mbps\":null,\"cross_goodput_mbps\":7.25}]}\n"),
+            "{json}"
+        );
+        let table = format_table("x", 1, &one);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].ends_with("handoff_mbps  cross_mbps"), "{table}");
+        assert!(lines[2].ends_with("7.25"), "{table}");
+        let two = [SchedulerSummary {
+            scheduler: "rr",
+            runs: vec![with_cross(5.0, 7.0), with_cross(5.0, 9.0)],
+        }];
+        let json = format_json("x", 1, 2, &two);
+        assert!(
+            json.contains("\"cross_goodput_mbps\":{\"mean\":8,\"ci95\":"),
+            "{json}"
+        );
     }
 }
