@@ -135,8 +135,14 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 /// Answers every connection with the current status.
 pub async fn serve(listener: UnixListener, source: StatusSource) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
+                debug!(error = %e, "control socket: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let source = source.clone();
         tokio::spawn(async move {
