@@ -7,8 +7,9 @@
 //! The endpoint has no authentication: it names users and sessions, so it belongs on loopback
 //! or a management network (the daemons warn when it listens elsewhere). It answers `GET` and
 //! `HEAD` of `/metrics`, 404 for another path, 405 for another method and 400 for a request it
-//! cannot read; a request head must arrive whole within 5 s and 8 KiB, and at most
-//! [`MAX_CONNECTIONS`] connections are served at once (more are closed at once).
+//! cannot read; a request head must arrive whole within 5 s and 8 KiB, a connection is closed
+//! after 30 s whatever it does, and at most [`MAX_CONNECTIONS`] connections are served at once
+//! (more are closed at once).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub const MAX_CONNECTIONS: usize = 16;
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// How long a request head may take to arrive.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may take in all, its answer read by the client included.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -584,8 +587,11 @@ pub async fn serve(listener: TcpListener, source: StatusSource) {
         };
         let source = source.clone();
         tokio::spawn(async move {
-            if let Err(e) = answer(stream, &source).await {
-                debug!(%peer, error = %e, "metrics request not answered");
+            // A client that stops reading must not hold its slot for ever either.
+            match tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &source)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(%peer, error = %e, "metrics request not answered"),
+                Err(_) => debug!(%peer, "metrics connection timed out"),
             }
             drop(permit);
         });
