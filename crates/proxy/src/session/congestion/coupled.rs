@@ -286,14 +286,7 @@ mod tests {
     const MDS: u64 = 1200;
 
     fn coupled(kind: CoupledKind) -> Coupled {
-        Coupled::new(
-            kind,
-            WindowParams {
-                initial_window: 10 * MDS,
-                minimum_window: 2 * MDS,
-                max_datagram_size: MDS,
-            },
-        )
+        Coupled::new(kind, WindowParams::of_datagrams(MDS))
     }
 
     fn ms(v: u64) -> Timestamp {

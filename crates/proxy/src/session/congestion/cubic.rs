@@ -245,11 +245,7 @@ mod tests {
     const MDS: u64 = 1200;
 
     fn cubic() -> Cubic {
-        Cubic::new(WindowParams {
-            initial_window: 10 * MDS,
-            minimum_window: 2 * MDS,
-            max_datagram_size: MDS,
-        })
+        Cubic::new(WindowParams::of_datagrams(MDS))
     }
 
     fn at(secs: f64) -> Timestamp {

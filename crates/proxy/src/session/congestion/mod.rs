@@ -321,6 +321,16 @@ pub(crate) struct WindowParams {
 }
 
 impl WindowParams {
+    /// Ten datagrams of `mds` bytes to start with and two at least (the tests' usual set-up).
+    #[cfg(test)]
+    pub(crate) fn of_datagrams(mds: u64) -> Self {
+        WindowParams {
+            initial_window: 10 * mds,
+            minimum_window: 2 * mds,
+            max_datagram_size: mds,
+        }
+    }
+
     /// The parameters for a new datagram size and window floor (sanitised like a config's).
     pub(crate) fn resized(self, max_datagram_size: u64, minimum_window: u64) -> Self {
         WindowParams {

@@ -154,11 +154,7 @@ mod tests {
     const MDS: u64 = 1200;
 
     fn reno() -> NewReno {
-        NewReno::new(WindowParams {
-            initial_window: 10 * MDS,
-            minimum_window: 2 * MDS,
-            max_datagram_size: MDS,
-        })
+        NewReno::new(WindowParams::of_datagrams(MDS))
     }
 
     fn ms(v: u64) -> Timestamp {
