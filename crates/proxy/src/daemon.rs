@@ -113,6 +113,8 @@ pub struct ClientHandle {
     pub control_path: PathBuf,
     /// The TUN inbound's device name and counters, if enabled.
     pub tun: Option<(String, Arc<TunCounters>)>,
+    /// The routes braid has set on the TUN device now (`[tun] routes`, as reloads changed them).
+    tun_routes: std::sync::Mutex<Vec<crate::inbound::tun::netconf::IpNet>>,
     session: watch::Receiver<Option<SessionHandle>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
@@ -140,9 +142,10 @@ impl ClientHandle {
     /// (see [`crate::session::Session::set_congestion`]) and is the next session's; the links,
     /// matched by name, are added to, removed from or reconnected in the running session (see
     /// [`ClientReload::links`]) while the others keep their connections and the flows carry on.
-    /// Everything else (the server and the keys, the listeners, `[tun]` and the rest of
-    /// `[session]`) is named in [`ClientReload::needs_restart`] and keeps its value: the session
-    /// and its connections are not dropped for it.
+    /// `[tun] routes` are put on the running device (see `reload_tun_routes`). Everything else
+    /// (the server and the keys, the listeners, the rest of `[tun]` and of `[session]`) is named
+    /// in [`ClientReload::needs_restart`] and keeps its value: the session and its connections
+    /// are not dropped for it.
     pub async fn reload(&self, new: ClientConfig) -> ClientReload {
         // What a reload changes lives where it is used (the inbounds' users, the links' table
         // and next scheduler); the rest is compared with the file the client started with.
@@ -202,6 +205,12 @@ impl ClientHandle {
                 );
             }
         }
+        if self.reload_tun_routes(new.tun.as_ref()) {
+            changed.push("tun.routes");
+            if let Some((device, _)) = &self.tun {
+                warn_links_under_a_default_tun_route(new.tun.as_ref(), device, &new.links);
+            }
+        }
         let old = &self.links.config;
         let needs_restart = [
             ("user", new.user != old.user),
@@ -212,7 +221,16 @@ impl ClientHandle {
             ("socks_listen", new.socks_listen != old.socks_listen),
             ("http_listen", new.http_listen != old.http_listen),
             ("metrics_listen", new.metrics_listen != old.metrics_listen),
-            ("tun", new.tun != old.tun),
+            (
+                "tun",
+                new.tun.as_ref().map(|t| TunConfig {
+                    routes: Vec::new(),
+                    ..t.clone()
+                }) != old.tun.as_ref().map(|t| TunConfig {
+                    routes: Vec::new(),
+                    ..t.clone()
+                }),
+            ),
             (
                 "session",
                 SessionLimits {
@@ -229,6 +247,69 @@ impl ClientHandle {
             needs_restart,
             links,
         }
+    }
+
+    /// Puts the routes of `new` (`[tun] routes` of the file read again) on the running TUN
+    /// device: those no longer listed are removed, the new ones added (the device brought up
+    /// first, as at start). A route the kernel refuses is logged and left as it was. True when
+    /// a route changed. Nothing is done without a TUN inbound, or when the file names another
+    /// device or none (that waits for a restart, named as `tun`).
+    fn reload_tun_routes(&self, new: Option<&TunConfig>) -> bool {
+        use crate::inbound::tun::netconf;
+        let (Some((device, _)), Some(new)) = (&self.tun, new) else {
+            return false;
+        };
+        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
+            return false;
+        }
+        let mut routes = self
+            .tun_routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut changed = false;
+        let gone: Vec<_> = routes
+            .iter()
+            .filter(|r| !new.routes.contains(r))
+            .copied()
+            .collect();
+        for net in gone {
+            match netconf::del_route(device, net) {
+                Ok(()) => {
+                    routes.retain(|r| *r != net);
+                    tracing::info!(device = %device, route = %net, "reload: TUN route removed");
+                    changed = true;
+                }
+                Err(e) => tracing::warn!(
+                    device = %device, route = %net, error = %e,
+                    "reload: TUN route not removed"
+                ),
+            }
+        }
+        let added: Vec<_> = new
+            .routes
+            .iter()
+            .filter(|r| !routes.contains(r))
+            .copied()
+            .collect();
+        if !added.is_empty()
+            && let Err(e) = netconf::set_up(device)
+        {
+            tracing::warn!(device = %device, error = %e, "reload: TUN device not brought up");
+        }
+        for net in added {
+            match netconf::add_route(device, net) {
+                Ok(()) => {
+                    routes.push(net);
+                    tracing::info!(device = %device, route = %net, "reload: TUN route added");
+                    changed = true;
+                }
+                Err(e) => tracing::warn!(
+                    device = %device, route = %net, error = %e,
+                    "reload: TUN route not added"
+                ),
+            }
+        }
+        changed
     }
 
     /// The current session, if any.
@@ -583,6 +664,13 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         metrics_addr,
         control_path,
         tun: tun_status,
+        tun_routes: std::sync::Mutex::new(
+            config
+                .tun
+                .as_ref()
+                .map(|t| t.routes.clone())
+                .unwrap_or_default(),
+        ),
         session,
         tasks,
         created_dir,

@@ -1740,3 +1740,100 @@ async fn garbage_from_the_application_never_stops_the_inbound() {
         assert_eq!(answer, sha256(b"after the garbage"), "offloads {offloads}");
     }
 }
+
+/// A reload (SIGHUP) puts the file's `[tun] routes` on the running device: routes no longer
+/// listed are removed, new ones added, IPv4 and IPv6, without a restart; another change to
+/// `[tun]` (its MTU) waits for one and is named. In a network namespace of the test's own with
+/// a kernel TUN device: needs root (or `CAP_NET_ADMIN` in a user namespace) and `ip`; says
+/// "skipped" and passes without them.
+#[test]
+fn a_reload_changes_the_tun_devices_routes_in_place() {
+    let run = std::thread::spawn(|| -> Result<(), String> {
+        // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!(
+                "no network namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if !sh("ip link set lo up") {
+            return Err("`ip` is missing or not permitted".into());
+        }
+        let routes = |device: &str| {
+            let show = |family: &str| {
+                let out = std::process::Command::new("ip")
+                    .args([family, "route", "show", "dev", device])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            show("-4") + &show("-6")
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let server = braid_proxy::daemon::start_server(
+                server_config("tun-routes", true),
+                braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+            )
+            .await
+            .unwrap();
+            let device = "braidrt0";
+            let mut config = client_config("tun-routes", &server, 1, KEY);
+            let tun = braid_proxy::config::TunConfig {
+                routes: vec!["198.18.0.0/15".parse().unwrap()],
+                ..braid_proxy::config::TunConfig::named(device)
+            };
+            config.tun = Some(tun.clone());
+            let client = match braid_proxy::daemon::start_client(config.clone()).await {
+                Ok(c) => c,
+                Err(e @ braid_proxy::daemon::DaemonError::Tun { .. }) => {
+                    return Err(format!("no TUN device: {e}"));
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+            let before = routes(device);
+            assert!(before.contains("198.18.0.0/15"), "{before}");
+            let session = client.status().await.sessions[0].session.clone();
+            // One route replaced by two, one of them IPv6.
+            let mut next = config.clone();
+            next.tun = Some(braid_proxy::config::TunConfig {
+                routes: vec![
+                    "203.0.113.0/24".parse().unwrap(),
+                    "2001:db8:7::/48".parse().unwrap(),
+                ],
+                ..tun.clone()
+            });
+            let done = client.reload(next.clone()).await;
+            assert_eq!(done.changed, ["tun.routes"]);
+            assert!(done.needs_restart.is_empty(), "{done:?}");
+            let after = routes(device);
+            assert!(!after.contains("198.18.0.0/15"), "{after}");
+            assert!(after.contains("203.0.113.0/24"), "{after}");
+            assert!(after.contains("2001:db8:7::/48"), "{after}");
+            // The same file again changes nothing; the session is the one it was.
+            assert!(client.reload(next.clone()).await.changed.is_empty());
+            assert_eq!(client.status().await.sessions[0].session, session);
+            // The MTU waits for a restart (and is named); the routes still follow the file.
+            let mut mtu = next.clone();
+            mtu.tun = Some(braid_proxy::config::TunConfig {
+                mtu: 1400,
+                routes: Vec::new(),
+                ..tun
+            });
+            let done = client.reload(mtu).await;
+            assert_eq!(done.changed, ["tun.routes"]);
+            assert_eq!(done.needs_restart, ["tun"]);
+            let none = routes(device);
+            assert!(!none.contains("203.0.113.0/24") && !none.contains("2001:db8:7::/48"));
+            Ok(())
+        })
+    });
+    match run.join().unwrap() {
+        Ok(()) => {}
+        Err(why) => eprintln!("skipped: {why}"),
+    }
+}

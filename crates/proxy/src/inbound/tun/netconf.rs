@@ -247,7 +247,22 @@ pub fn set_up(name: &str) -> io::Result<()> {
 }
 
 /// Routes the network `net` (host bits zero) through the interface `name`, which must be up.
+/// A route already there is no error.
 pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
+    already_there(route(name, net, libc::SIOCADDRT))
+}
+
+/// Removes the route of `net` through the interface `name` (as [`add_route`] made it). A route
+/// already gone is no error.
+pub fn del_route(name: &str, net: IpNet) -> io::Result<()> {
+    match route(name, net, libc::SIOCDELRT) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other,
+    }
+}
+
+/// `SIOCADDRT` or `SIOCDELRT` (`request`) of the route of `net` through `name`.
+fn route(name: &str, net: IpNet, request: libc::c_ulong) -> io::Result<()> {
     check_name(name)?;
     if !net.is_network() {
         return Err(io::Error::new(
@@ -276,9 +291,9 @@ pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
                 window: 0,
                 irtt: 0,
             };
-            // SAFETY: on an IPv4 socket `SIOCADDRT` reads a `struct rtentry`; `rt_dev` points
-            // at `dev`, NUL-terminated, which lives across the call.
-            already_there(unsafe { ioctl(&socket, libc::SIOCADDRT, &mut entry) })
+            // SAFETY: on an IPv4 socket `SIOCADDRT` and `SIOCDELRT` read a `struct rtentry`;
+            // `rt_dev` points at `dev`, NUL-terminated, which lives across the call.
+            unsafe { ioctl(&socket, request, &mut entry) }
         }
         IpAddr::V6(a) => {
             let socket = control_socket(libc::AF_INET6)?;
@@ -294,8 +309,8 @@ pub fn add_route(name: &str, net: IpNet) -> io::Result<()> {
                 flags: u32::from(libc::RTF_UP),
                 ifindex: ifindex(name)?,
             };
-            // SAFETY: on an IPv6 socket `SIOCADDRT` reads a `struct in6_rtmsg`.
-            already_there(unsafe { ioctl(&socket, libc::SIOCADDRT, &mut msg) })
+            // SAFETY: on an IPv6 socket `SIOCADDRT` and `SIOCDELRT` read a `struct in6_rtmsg`.
+            unsafe { ioctl(&socket, request, &mut msg) }
         }
     }
 }
@@ -364,6 +379,20 @@ mod tests {
             app.send_to(b"routed", remote).unwrap();
             let (_, dst, payload) = next_udp(rt, &device);
             assert_eq!((dst, payload), (remote, b"routed".to_vec()));
+            // Removed (twice: a route already gone is no error), and only those two.
+            for _ in 0..2 {
+                del_route(name, route4).unwrap();
+                del_route(name, route6).unwrap();
+            }
+            let routes = ip(&["route", "show", "dev", name]);
+            assert!(!routes.contains("198.18.0.0/15"), "{routes}");
+            assert!(routes.contains("10.9.0.0/24"), "{routes}");
+            let routes6 = ip(&["-6", "route", "show", "dev", name]);
+            assert!(!routes6.contains("2001:db8:9::/48"), "{routes6}");
+            assert_eq!(
+                del_route(name, host).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
             Ok(())
         });
     }
