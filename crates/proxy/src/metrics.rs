@@ -464,6 +464,21 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
     for (name, help, value) in bbr {
         e.family(name, Gauge, help, per_path(status, value));
     }
+    let coupled: [Family<PathReport, Option<Value>>; 2] = [
+        (
+            "braid_path_coupled_alpha",
+            "LIA's alpha or OLIA's alpha_r (LIA and OLIA paths only).",
+            |p| Some(p.coupled.as_ref()?.alpha.into()),
+        ),
+        (
+            "braid_path_coupled_loss_interval_bytes",
+            "Bytes acknowledged between congestion events, OLIA's l (LIA and OLIA paths only).",
+            |p| Some(p.coupled.as_ref()?.loss_interval_bytes.into()),
+        ),
+    ];
+    for (name, help, value) in coupled {
+        e.family(name, Gauge, help, per_path(status, value));
+    }
 }
 
 fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
@@ -702,7 +717,9 @@ async fn answer(mut stream: TcpStream, source: &StatusSource) -> std::io::Result
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::transport::status::{BbrReport, LinkStatus, SessionCounters, TunStatus};
+    use crate::transport::status::{
+        BbrReport, CoupledReport, LinkStatus, SessionCounters, TunStatus,
+    };
 
     fn status() -> DaemonStatus {
         let path = |id: u8, name: &str, state: &str| PathReport {
@@ -717,6 +734,13 @@ mod tests {
             send_mbps: 12.5,
             ..PathReport::default()
         };
+        let mut wifi = path(0, "wifi", "active");
+        wifi.coupled = Some(CoupledReport {
+            kind: "olia".to_owned(),
+            alpha: -0.25,
+            paths: 2,
+            loss_interval_bytes: 1_200_000,
+        });
         let mut bbr = path(1, "lte \"2\"\\x", "failed");
         bbr.bbr = Some(BbrReport {
             mode: "ProbeBw".to_owned(),
@@ -735,7 +759,7 @@ mod tests {
                 congestion: "olia".to_owned(),
                 model_version: None,
                 uptime_s: 3.25,
-                paths: vec![path(0, "wifi", "active"), bbr],
+                paths: vec![wifi, bbr],
                 counters: SessionCounters {
                     bytes_written: 1 << 60,
                     ..SessionCounters::default()
@@ -843,6 +867,23 @@ mod tests {
             "0.04"
         );
         assert!(!text.contains("braid_path_bbr_pacing_bits_per_second"));
+        assert_eq!(
+            value(&samples, "braid_path_coupled_alpha", "path=\"0\""),
+            "-0.25"
+        );
+        assert_eq!(
+            value(
+                &samples,
+                "braid_path_coupled_loss_interval_bytes",
+                "path=\"0\""
+            ),
+            "1200000"
+        );
+        assert!(
+            !text.contains(
+                "braid_path_coupled_alpha{session=\"00ff\",user=\"alice\\nbob\",path=\"1\""
+            )
+        );
         assert!(!text.contains("braid_session_model_version"));
         // A client has no join counters; its links and TUN device do show.
         assert!(!text.contains("braid_joins_accepted_total"));

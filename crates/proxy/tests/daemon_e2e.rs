@@ -109,8 +109,16 @@ async fn olia_sessions_move_data_both_ways_over_every_path() {
             // 20 MB is some 17,000 packets each way: both paths carried a share.
             assert!(p.packets_sent > 500, "{p:?}");
             assert!(p.cwnd >= 2_400 && p.bbr.is_none(), "{p:?}");
+            // Each path's controller was coupled with the other's.
+            let coupled = p.coupled.as_ref().expect("an OLIA path shows its coupling");
+            assert_eq!((coupled.kind.as_str(), coupled.paths), ("olia", 2), "{p:?}");
+            assert!(
+                coupled.loss_interval_bytes > 0 && coupled.alpha.abs() <= 0.5,
+                "{p:?}"
+            );
         }
-        assert!(status.to_table().contains("olia"), "{}", status.to_table());
+        let table = status.to_table();
+        assert!(table.contains("      olia: alpha "), "{table}");
     }
 }
 

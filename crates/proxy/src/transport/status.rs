@@ -48,6 +48,38 @@ pub struct PathReport {
     /// The BBR model of a path whose controller is BBR (`[session] congestion = "bbr"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bbr: Option<BbrReport>,
+    /// The coupling of a path whose controller is LIA or OLIA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coupled: Option<CoupledReport>,
+}
+
+/// A coupled controller's view of its path (LIA, OLIA).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoupledReport {
+    /// `lia` or `olia`.
+    pub kind: String,
+    /// LIA's `α` (1 for a path alone) or OLIA's `α_r` (negative: window moved off this path).
+    pub alpha: f64,
+    /// The coupled paths the last coupling counted (this one included).
+    pub paths: u32,
+    /// OLIA's `ℓ`: bytes acknowledged between the last two congestion events, or since the
+    /// last one when that is more.
+    pub loss_interval_bytes: u64,
+}
+
+impl CoupledReport {
+    /// The report of `cc`, when it is LIA or OLIA.
+    pub fn of(cc: &crate::session::congestion::AnyController) -> Option<CoupledReport> {
+        let crate::session::congestion::AnyController::Coupled(c) = cc else {
+            return None;
+        };
+        Some(CoupledReport {
+            kind: cc.algorithm().name().to_owned(),
+            alpha: c.alpha(),
+            paths: c.coupling().paths,
+            loss_interval_bytes: c.loss_interval(),
+        })
+    }
 }
 
 /// A path connection's own counters, from quinn's connection statistics.
@@ -366,6 +398,13 @@ impl DaemonStatus {
                         b.btl_bw_mbps,
                         ms(b.rt_prop_ms),
                         ms(b.pacing_mbps)
+                    );
+                }
+                if let Some(c) = &p.coupled {
+                    let _ = writeln!(
+                        out,
+                        "      {}: alpha {:.3} over {} path(s), loss interval {} B",
+                        c.kind, c.alpha, c.paths, c.loss_interval_bytes
                     );
                 }
             }

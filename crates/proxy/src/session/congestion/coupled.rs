@@ -194,6 +194,19 @@ impl Coupled {
         &self.coupling
     }
 
+    /// The `α` in force for this path: LIA's, RFC 6356's session-wide aggressiveness (1 for a
+    /// path alone), or OLIA's `α_r` (0 alone), from the last coupling reported.
+    pub fn alpha(&self) -> f64 {
+        let c = &self.coupling;
+        match self.kind {
+            CoupledKind::Lia if c.paths > 1 && c.total_rate > 0.0 => {
+                c.total_window * c.max_rate_per_rtt / (c.total_rate * c.total_rate)
+            }
+            CoupledKind::Lia => 1.0,
+            CoupledKind::Olia => c.olia_alpha,
+        }
+    }
+
     /// The congestion-avoidance increase for `bytes` newly acknowledged on a path whose
     /// smoothed RTT is `srtt`, bytes (negative when OLIA moves window off this path).
     fn increase(&self, bytes: u64, srtt: Duration) -> f64 {
@@ -366,10 +379,10 @@ mod tests {
         let w = 20 * MDS;
         let c = Coupling::compute([(true, input(w, 40, 0)), (false, input(w, 40, 0))]);
         assert_eq!(c.paths, 2);
-        let alpha = c.total_window * c.max_rate_per_rtt / (c.total_rate * c.total_rate);
-        assert!((alpha - 0.5).abs() < 1e-12, "{alpha}");
         let mut cc = in_avoidance(CoupledKind::Lia, w);
+        assert_eq!(cc.alpha(), 1.0, "alone");
         cc.on_coupling(&c);
+        assert!((cc.alpha() - 0.5).abs() < 1e-12, "{}", cc.alpha());
         ack(&mut cc, w, &rtt(40));
         assert!(cc.window().abs_diff(w + MDS / 4) <= 1, "{}", cc.window());
     }

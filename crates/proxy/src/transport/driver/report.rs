@@ -5,7 +5,7 @@ use braid_sched_core::PathState;
 
 use super::Driver;
 use crate::session::Role;
-use crate::transport::status::{BbrReport, PathReport, QuicCounters, SessionStatus};
+use crate::transport::status::{BbrReport, CoupledReport, PathReport, QuicCounters, SessionStatus};
 
 impl Driver {
     pub(super) fn update_rates(&mut self) {
@@ -60,6 +60,10 @@ impl Driver {
                 max_datagram_size: v.max_datagram_size,
                 quic: QuicCounters::of(&p.conn),
                 bbr: self.session.path_controller(v.id).and_then(BbrReport::of),
+                coupled: self
+                    .session
+                    .path_controller(v.id)
+                    .and_then(CoupledReport::of),
             });
         }
         let mut counters = self.counters.clone();
