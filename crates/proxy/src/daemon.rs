@@ -221,16 +221,8 @@ impl ClientHandle {
             ("socks_listen", new.socks_listen != old.socks_listen),
             ("http_listen", new.http_listen != old.http_listen),
             ("metrics_listen", new.metrics_listen != old.metrics_listen),
-            (
-                "tun",
-                new.tun.as_ref().map(|t| TunConfig {
-                    routes: Vec::new(),
-                    ..t.clone()
-                }) != old.tun.as_ref().map(|t| TunConfig {
-                    routes: Vec::new(),
-                    ..t.clone()
-                }),
-            ),
+            // The routes are reloaded in place (above); the rest waits.
+            ("tun", without_routes(&new.tun) != without_routes(&old.tun)),
             (
                 "session",
                 SessionLimits {
@@ -475,6 +467,14 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| DaemonError::Bind { addr, source })
+}
+
+/// `tun` with its routes left out: what of `[tun]` a reload cannot change.
+fn without_routes(tun: &Option<TunConfig>) -> Option<TunConfig> {
+    tun.as_ref().map(|t| TunConfig {
+        routes: Vec::new(),
+        ..t.clone()
+    })
 }
 
 /// Binds the metrics endpoint at `addr`, if configured, warning when it listens beyond

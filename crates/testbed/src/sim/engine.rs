@@ -148,6 +148,12 @@ fn cross_destination(index: usize, side: usize) -> u8 {
     (2 + 2 * index + side) as u8
 }
 
+/// The cross download and side a destination code names (`None`: braid's own endpoints).
+fn cross_of(to: u8) -> Option<(usize, usize)> {
+    let code = usize::from(to).checked_sub(2)?;
+    Some((code / 2, code % 2))
+}
+
 fn seeded(config: &SchedulerConfig, seed: u64) -> SchedulerConfig {
     let mut c = config.clone();
     if c.kind().info().params.iter().any(|p| p.name == "seed") {
@@ -415,8 +421,7 @@ impl Loop {
         while let Some(p) = self.queue.pop_due(self.now) {
             self.events += 1;
             let data = self.queue.bytes(&p);
-            if usize::from(p.to) >= 2 {
-                let (index, side) = ((usize::from(p.to) - 2) / 2, (usize::from(p.to) - 2) % 2);
+            if let Some((index, side)) = cross_of(p.to) {
                 if let Some(c) = crosses.get_mut(index)
                     && c.eps[side]
                         .handle_datagram(PathId(p.path), data, self.now)

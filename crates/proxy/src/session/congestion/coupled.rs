@@ -219,14 +219,11 @@ impl Coupled {
             return reno;
         }
         let increase = match self.kind {
-            CoupledKind::Lia => {
-                let alpha = c.total_window * c.max_rate_per_rtt / (c.total_rate * c.total_rate);
-                (alpha * n * mss / c.total_window).min(reno)
-            }
+            CoupledKind::Lia => (self.alpha() * n * mss / c.total_window).min(reno),
             CoupledKind::Olia => {
                 let rtt = srtt.as_secs_f64().max(MIN_RTT_SECS);
                 let own = w / (rtt * rtt) / (c.total_rate * c.total_rate);
-                n * mss * (own + c.olia_alpha / w)
+                n * mss * (own + self.alpha() / w)
             }
         };
         if increase.is_finite() { increase } else { 0.0 }
