@@ -102,6 +102,7 @@ impl StatusSource {
                 StatusSource::Client(_, links, _) => links.status(),
                 StatusSource::Server(_) => Vec::new(),
             },
+            process: crate::process::ProcessReport::now(),
         }
     }
 }

@@ -638,6 +638,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             control_listener,
             StatusSource::Client(session.clone(), link_context.clone(), tun_status.clone()),
         )),
+        tokio::spawn(crate::process::trim_loop()),
     ];
     if let Some(l) = http {
         tasks.push(tokio::spawn(
@@ -801,6 +802,7 @@ pub async fn start_server(
             control_listener,
             StatusSource::Server(shared.clone()),
         )),
+        tokio::spawn(crate::process::trim_loop()),
     ];
     if let Some((l, _)) = metrics {
         tasks.push(tokio::spawn(crate::metrics::serve(

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod egress;
 pub mod inbound;
 pub mod metrics;
+pub mod process;
 pub mod session;
 pub mod sim_endpoint;
 pub mod tls;

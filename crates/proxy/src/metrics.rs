@@ -200,10 +200,87 @@ pub fn render(status: &DaemonStatus) -> String {
             vec![(Vec::new(), status.joins_refused.into())],
         );
     }
+    process_families(&mut e, status);
     session_families(&mut e, status);
     path_families(&mut e, status);
     link_and_tun_families(&mut e, status);
     e.out
+}
+
+/// The process: the standard `process_*` names of Prometheus's client libraries, and the
+/// heap's trims (`crate::process`).
+fn process_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    let Some(p) = &status.process else {
+        return;
+    };
+    let families: [(&str, Kind, &str, Value); 7] = [
+        (
+            "process_cpu_seconds_total",
+            Counter,
+            "Total user and system CPU time spent in seconds.",
+            p.cpu_seconds.into(),
+        ),
+        (
+            "process_resident_memory_bytes",
+            Gauge,
+            "Resident memory size in bytes.",
+            p.resident_bytes.into(),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            Gauge,
+            "Virtual memory size in bytes.",
+            p.virtual_bytes.into(),
+        ),
+        (
+            "process_start_time_seconds",
+            Gauge,
+            "Start time of the process since unix epoch in seconds.",
+            p.start_time_seconds.into(),
+        ),
+        (
+            "process_open_fds",
+            Gauge,
+            "Number of open file descriptors.",
+            p.open_fds.into(),
+        ),
+        (
+            "process_max_fds",
+            Gauge,
+            "Maximum number of open file descriptors.",
+            p.max_fds.into(),
+        ),
+        (
+            "process_threads",
+            Gauge,
+            "Number of OS threads in the process.",
+            p.threads.into(),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        e.family(name, kind, help, vec![(Vec::new(), value)]);
+    }
+    if let Some(free) = p.heap_free_bytes {
+        e.family(
+            "braid_heap_free_bytes",
+            Gauge,
+            "Heap memory the allocator holds free (glibc).",
+            vec![(Vec::new(), free.into())],
+        );
+    }
+    e.family(
+        "braid_heap_trims_total",
+        Counter,
+        "Times free heap memory was given back to the system.",
+        vec![(Vec::new(), p.heap_trims.into())],
+    );
+    e.family(
+        "braid_heap_returned_bytes_total",
+        Counter,
+        "Resident bytes those trims gave back.",
+        vec![(Vec::new(), p.heap_returned_bytes.into())],
+    );
 }
 
 fn session_families(e: &mut Exposition, status: &DaemonStatus) {
@@ -717,6 +794,7 @@ async fn answer(mut stream: TcpStream, source: &StatusSource) -> std::io::Result
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::process::ProcessReport;
     use crate::transport::status::{
         BbrReport, CoupledReport, LinkStatus, SessionCounters, TunStatus,
     };
@@ -777,6 +855,17 @@ mod tests {
                 device: "braid0".to_owned(),
                 udp_dropped: 7,
                 ..TunStatus::default()
+            }),
+            process: Some(ProcessReport {
+                resident_bytes: 47 << 20,
+                cpu_seconds: 12.5,
+                start_time_seconds: 1.8e9,
+                open_fds: 14,
+                max_fds: 1024,
+                heap_free_bytes: Some(3 << 20),
+                heap_trims: 2,
+                heap_returned_bytes: 120 << 20,
+                ..ProcessReport::default()
             }),
             ..DaemonStatus::default()
         }
@@ -892,6 +981,27 @@ mod tests {
             value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),
             "7"
         );
+        // The process, under the names Prometheus's client libraries use.
+        assert_eq!(value(&samples, "process_cpu_seconds_total", ""), "12.5");
+        assert_eq!(
+            value(&samples, "process_resident_memory_bytes", ""),
+            (47u64 << 20).to_string()
+        );
+        assert_eq!(
+            value(&samples, "process_start_time_seconds", ""),
+            "1800000000"
+        );
+        assert_eq!(value(&samples, "process_open_fds", ""), "14");
+        assert_eq!(value(&samples, "process_max_fds", ""), "1024");
+        assert_eq!(
+            value(&samples, "braid_heap_free_bytes", ""),
+            (3u64 << 20).to_string()
+        );
+        assert_eq!(value(&samples, "braid_heap_trims_total", ""), "2");
+        assert_eq!(
+            value(&samples, "braid_heap_returned_bytes_total", ""),
+            (120u64 << 20).to_string()
+        );
         // Label values are escaped.
         assert!(text.contains("user=\"alice\\nbob\""), "{text}");
         assert!(text.contains("name=\"lte \\\"2\\\"\\\\x\""), "{text}");
@@ -909,6 +1019,8 @@ mod tests {
         assert_eq!(value(&samples, "braid_sessions", ""), "0");
         assert_eq!(value(&samples, "braid_joins_accepted_total", ""), "3");
         assert!(samples.iter().all(|(n, _, _)| !n.starts_with("braid_path")));
+        // Without a process report (no /proc), no process families.
+        assert!(samples.iter().all(|(n, _, _)| !n.starts_with("process_")));
     }
 
     #[test]

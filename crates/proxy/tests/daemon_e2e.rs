@@ -192,6 +192,10 @@ async fn the_metrics_endpoints_serve_the_status_as_prometheus_text() {
     assert_eq!(sample(&text, "braid_info", &["role=\"server\""]), 1.0);
     assert_eq!(sample(&text, "braid_joins_accepted_total", &[]), 2.0);
     assert!(sample(&text, "braid_session_written_bytes_total", &[]) >= 4e6);
+    // The process (the test binary, which runs both daemons).
+    assert!(sample(&text, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(sample(&text, "process_open_fds", &[]) >= 3.0);
+    assert!(sample(&text, "process_cpu_seconds_total", &[]) > 0.0);
     // HEAD: the same head, no body.
     let (status, head, body) = http(server_addr, "HEAD /metrics HTTP/1.1").await;
     assert_eq!(status, "HTTP/1.1 200 OK");

@@ -227,6 +227,10 @@ pub struct DaemonStatus {
     /// The client's links, joined or not (a link that cannot join shows why here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStatus>,
+    /// The daemon's process: memory, CPU time, open files (absent where `/proc` is not
+    /// readable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<crate::process::ProcessReport>,
 }
 
 /// One of the client's links.
@@ -298,6 +302,27 @@ impl DaemonStatus {
             self.joins_accepted,
             self.joins_refused
         );
+        if let Some(p) = &self.process {
+            let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+            let _ = write!(
+                out,
+                "process: resident {:.1} MiB, CPU {:.1} s, {} threads, {} of {} files open",
+                mib(p.resident_bytes),
+                p.cpu_seconds,
+                p.threads,
+                p.open_fds,
+                p.max_fds
+            );
+            if let Some(free) = p.heap_free_bytes {
+                let _ = write!(out, "; heap free {:.1} MiB", mib(free));
+            }
+            let _ = writeln!(
+                out,
+                ", {:.1} MiB given back in {} trims",
+                mib(p.heap_returned_bytes),
+                p.heap_trims
+            );
+        }
         if let Some(t) = &self.tun {
             let _ = writeln!(
                 out,
@@ -431,6 +456,7 @@ mod tests {
             "{plain}"
         );
         assert!(!status.to_table().contains("TUN"));
+        assert!(!plain.contains("process") && !status.to_table().contains("process"));
         // A status without the field (from an older daemon) still parses.
         assert_eq!(
             serde_json::from_str::<DaemonStatus>(&plain).unwrap(),
@@ -461,6 +487,48 @@ mod tests {
             ),
             "{}",
             status.to_table()
+        );
+    }
+
+    #[test]
+    fn the_process_line_shows_memory_cpu_files_and_trims() {
+        let mut status = DaemonStatus {
+            role: "server".into(),
+            version: "0".into(),
+            process: Some(crate::process::ProcessReport {
+                resident_bytes: 47 << 20,
+                cpu_seconds: 12.25,
+                threads: 3,
+                open_fds: 14,
+                max_fds: 1024,
+                heap_free_bytes: Some(3 << 19),
+                heap_trims: 2,
+                heap_returned_bytes: 115 << 20,
+                ..Default::default()
+            }),
+            ..DaemonStatus::default()
+        };
+        let table = status.to_table();
+        assert!(
+            table.contains(
+                "process: resident 47.0 MiB, CPU 12.2 s, 3 threads, 14 of 1024 files open; \
+                 heap free 1.5 MiB, 115.0 MiB given back in 2 trims\n"
+            ),
+            "{table}"
+        );
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<DaemonStatus>(&json).unwrap(), status);
+        // Without glibc's figures the heap's free memory is left out.
+        status.process.as_mut().unwrap().heap_free_bytes = None;
+        assert!(
+            status
+                .to_table()
+                .contains("files open, 115.0 MiB given back")
+        );
+        assert!(
+            !serde_json::to_string(&status)
+                .unwrap()
+                .contains("heap_free")
         );
     }
 }
