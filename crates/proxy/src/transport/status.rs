@@ -293,15 +293,22 @@ impl DaemonStatus {
     pub fn to_table(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "braid {} {} — {} session(s), joins accepted {}, refused {}",
+            "braid {} {} — {} session(s)",
             self.role,
             self.version,
-            self.sessions.len(),
-            self.joins_accepted,
-            self.joins_refused
+            self.sessions.len()
         );
+        // Joins are the server's to count.
+        let _ = match self.role.as_str() {
+            "server" => writeln!(
+                out,
+                ", joins accepted {}, refused {}",
+                self.joins_accepted, self.joins_refused
+            ),
+            _ => writeln!(out),
+        };
         if let Some(p) = &self.process {
             let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
             let _ = write!(
@@ -456,6 +463,12 @@ mod tests {
             "{plain}"
         );
         assert!(!status.to_table().contains("TUN"));
+        // A client counts no joins.
+        assert!(
+            status
+                .to_table()
+                .starts_with("braid client 0 — 0 session(s)\n")
+        );
         assert!(!plain.contains("process") && !status.to_table().contains("process"));
         // A status without the field (from an older daemon) still parses.
         assert_eq!(
@@ -509,6 +522,10 @@ mod tests {
             ..DaemonStatus::default()
         };
         let table = status.to_table();
+        assert!(
+            table.starts_with("braid server 0 — 0 session(s), joins accepted 0, refused 0\n"),
+            "{table}"
+        );
         assert!(
             table.contains(
                 "process: resident 47.0 MiB, CPU 12.2 s, 3 threads, 14 of 1024 files open; \
