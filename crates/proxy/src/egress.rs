@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use tokio::net::{TcpStream, UdpSocket};
@@ -80,12 +80,28 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
-/// True when `policy` lets the server send to `ip`.
-pub fn allowed(policy: &EgressPolicy, ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => embedded_v4(v6).map_or(IpAddr::V6(v6), IpAddr::V4),
+/// True when `policy` lets the server send to `addr`. In order: a port in `deny_ports` is
+/// refused; an address in `deny_networks` is refused; one in `allow_networks` is allowed;
+/// otherwise `allow_loopback` and `allow_private` decide for their ranges and the rest is
+/// allowed. An IPv6 address that stands for an IPv4 one is matched against the networks in
+/// both forms, and its ranges are the IPv4 address's.
+pub fn allowed(policy: &EgressPolicy, addr: SocketAddr) -> bool {
+    if policy.deny_ports.iter().any(|r| r.contains(addr.port())) {
+        return false;
+    }
+    let raw = addr.ip();
+    let ip = match raw {
+        IpAddr::V6(v6) => embedded_v4(v6).map_or(raw, IpAddr::V4),
         v4 => v4,
     };
+    let listed =
+        |nets: &[crate::config::IpNet]| nets.iter().any(|n| n.contains(ip) || n.contains(raw));
+    if listed(&policy.deny_networks) {
+        return false;
+    }
+    if listed(&policy.allow_networks) {
+        return true;
+    }
     let (loopback, private) = match ip {
         IpAddr::V4(v4) => (
             v4.is_loopback() || v4.is_unspecified() || v4.octets()[0] == 0,
@@ -117,10 +133,7 @@ pub async fn resolve(target: &Target, policy: &EgressPolicy) -> Result<Vec<Socke
     if all.is_empty() {
         return Err(Reply::HostUnreachable);
     }
-    let ok: Vec<SocketAddr> = all
-        .into_iter()
-        .filter(|a| allowed(policy, a.ip()))
-        .collect();
+    let ok: Vec<SocketAddr> = all.into_iter().filter(|a| allowed(policy, *a)).collect();
     if ok.is_empty() {
         Err(Reply::NotAllowed)
     } else {
@@ -155,12 +168,21 @@ async fn connect(target: &Target, policy: &EgressPolicy) -> Result<TcpStream, Re
         .unwrap_or(Err(Reply::TtlExpired))
 }
 
+/// The server's egress policy as the last reload left it: a stream flow reads it once, when it
+/// connects; a UDP association at every datagram it sends (so a reload that refuses a
+/// destination stops the datagrams of associations already open) and for its idle timeout.
+pub type PolicySlot = Arc<RwLock<Arc<EgressPolicy>>>;
+
+fn current(slot: &PolicySlot) -> Arc<EgressPolicy> {
+    slot.read().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
 /// Serves a flow the client opened (called by the session driver; spawns a task).
-pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: Arc<EgressPolicy>) {
+pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: PolicySlot) {
     tokio::spawn(async move {
         match kind {
-            FlowKind::Stream => stream_flow(flow, target, &policy).await,
-            FlowKind::Datagram => udp_flow(flow, &policy).await,
+            FlowKind::Stream => stream_flow(flow, target, &current(&policy)).await,
+            FlowKind::Datagram => udp_flow(flow, policy).await,
         }
     });
 }
@@ -188,8 +210,8 @@ async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy) {
     }
 }
 
-struct UdpEgress<'a> {
-    policy: &'a EgressPolicy,
+struct UdpEgress {
+    policy: PolicySlot,
     v4: UdpSocket,
     v6: Option<UdpSocket>,
     names: HashMap<(String, u16), SocketAddr>,
@@ -197,16 +219,21 @@ struct UdpEgress<'a> {
     refusal_logged: bool,
 }
 
-impl UdpEgress<'_> {
+impl UdpEgress {
     async fn send(&mut self, datagram: &[u8]) {
         let Ok((target, offset)) = socks5::parse_udp_datagram(datagram) else {
             return;
         };
+        let policy = current(&self.policy);
         let addr = match &target {
+            // A name resolved before: its address checked again (a reload may refuse it now).
             Target::Domain { name, port } if self.names.contains_key(&(name.clone(), *port)) => {
-                self.names.get(&(name.clone(), *port)).copied()
+                self.names
+                    .get(&(name.clone(), *port))
+                    .copied()
+                    .filter(|a| allowed(&policy, *a))
             }
-            _ => match resolve(&target, self.policy).await {
+            _ => match resolve(&target, &policy).await {
                 Ok(addrs) => {
                     let a = addrs.first().copied();
                     if let (Target::Domain { name, port }, Some(a)) = (&target, a)
@@ -249,7 +276,7 @@ async fn forward_back(writer: &FlowWriter, buf: &mut [u8], n: usize, from: Socke
     let _ = writer.send_datagram(Bytes::from(out)).await;
 }
 
-async fn udp_flow(flow: FlowHandle, policy: &EgressPolicy) {
+async fn udp_flow(flow: FlowHandle, policy: PolicySlot) {
     let (writer, mut reader) = flow.split();
     let Ok(v4) = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).await else {
         let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
@@ -265,8 +292,8 @@ async fn udp_flow(flow: FlowHandle, policy: &EgressPolicy) {
     };
     let mut buf4 = vec![0u8; MAX_UDP];
     let mut buf6 = vec![0u8; MAX_UDP];
-    let idle = policy.udp_idle_timeout;
     loop {
+        let idle = current(&egress.policy).udp_idle_timeout;
         let v6_recv = async {
             match &egress.v6 {
                 Some(s) => s.recv_from(&mut buf6).await,
@@ -301,6 +328,10 @@ async fn udp_flow(flow: FlowHandle, policy: &EgressPolicy) {
 mod tests {
     use super::*;
 
+    fn at(ip: &str) -> SocketAddr {
+        SocketAddr::new(ip.parse().unwrap(), 443)
+    }
+
     #[test]
     fn default_policy_refuses_local_ranges() {
         let p = EgressPolicy::default();
@@ -328,7 +359,7 @@ mod tests {
             "64:ff9b::192.168.1.1",
             "64:ff9b:1::8.8.8.8",
         ] {
-            assert!(!allowed(&p, ip.parse().unwrap()), "{ip}");
+            assert!(!allowed(&p, at(ip)), "{ip}");
         }
         for ip in [
             "8.8.8.8",
@@ -338,7 +369,7 @@ mod tests {
             "64:ff9b::8.8.8.8",
             "::8.8.8.8",
         ] {
-            assert!(allowed(&p, ip.parse().unwrap()), "{ip}");
+            assert!(allowed(&p, at(ip)), "{ip}");
         }
     }
 
@@ -348,14 +379,83 @@ mod tests {
             allow_loopback: true,
             ..EgressPolicy::default()
         };
-        assert!(allowed(&lo, "127.0.0.1".parse().unwrap()));
-        assert!(!allowed(&lo, "10.0.0.1".parse().unwrap()));
+        assert!(allowed(&lo, at("127.0.0.1")));
+        assert!(!allowed(&lo, at("10.0.0.1")));
         let private = EgressPolicy {
             allow_private: true,
             ..EgressPolicy::default()
         };
-        assert!(allowed(&private, "10.0.0.1".parse().unwrap()));
-        assert!(!allowed(&private, "::1".parse().unwrap()));
+        assert!(allowed(&private, at("10.0.0.1")));
+        assert!(!allowed(&private, at("::1")));
+    }
+
+    #[test]
+    fn listed_networks_and_ports_come_before_the_ranges() {
+        let net = |s: &str| s.parse::<crate::config::IpNet>().unwrap();
+        let p = EgressPolicy {
+            allow_networks: vec![
+                net("192.168.1.0/24"),
+                net("127.0.0.53/32"),
+                net("fd00:1::/64"),
+            ],
+            deny_networks: vec![
+                net("192.168.1.1/32"),
+                net("203.0.113.0/24"),
+                net("64:ff9b::/96"),
+            ],
+            deny_ports: vec![
+                crate::config::PortRange {
+                    first: 25,
+                    last: 25,
+                },
+                crate::config::PortRange {
+                    first: 6881,
+                    last: 6889,
+                },
+            ],
+            ..EgressPolicy::default()
+        };
+        // Allowed by the list, though private or loopback.
+        for ip in [
+            "192.168.1.10",
+            "127.0.0.53",
+            "fd00:1::7",
+            "::ffff:192.168.1.10",
+        ] {
+            assert!(allowed(&p, at(ip)), "{ip}");
+        }
+        // The ranges still hold outside the list.
+        for ip in ["192.168.2.1", "127.0.0.1", "fd00:2::1", "10.0.0.1"] {
+            assert!(!allowed(&p, at(ip)), "{ip}");
+        }
+        // Denied: a deny wins over an allow, matches the IPv4 form of a mapped address, and
+        // an IPv6 prefix in its own form (NAT64's, whatever IPv4 address it carries).
+        for ip in [
+            "192.168.1.1",
+            "203.0.113.9",
+            "::ffff:203.0.113.9",
+            "64:ff9b::8.8.8.8",
+        ] {
+            assert!(!allowed(&p, at(ip)), "{ip}");
+        }
+        assert!(allowed(&p, at("8.8.8.8")));
+        // Ports: refused wherever they go, an allowed network included.
+        for port in [25, 6881, 6885, 6889] {
+            assert!(
+                !allowed(&p, SocketAddr::new([8, 8, 8, 8].into(), port)),
+                "{port}"
+            );
+            assert!(
+                !allowed(&p, SocketAddr::new([192, 168, 1, 10].into(), port)),
+                "{port}"
+            );
+        }
+        for port in [24, 26, 6880, 6890, 443] {
+            assert!(
+                allowed(&p, SocketAddr::new([8, 8, 8, 8].into(), port)),
+                "{port}"
+            );
+        }
     }
 
     #[test]

@@ -111,7 +111,8 @@ fn check_validates_without_starting_anything() {
         "server.toml",
         &format!(
             "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n[[user]]\nname = \"a\"\nkey = \"{}\"\n\
-             [[user]]\nname = \"b\"\nkey = \"{}\"\n[egress]\nallow_private = true\n",
+             [[user]]\nname = \"b\"\nkey = \"{}\"\n[egress]\nallow_private = true\n\
+             deny_networks = [\"203.0.113.0/24\"]\ndeny_ports = [25, \"6881-6889\"]\n",
             state.display(),
             "cd".repeat(32),
             "ef".repeat(32)
@@ -123,7 +124,8 @@ fn check_validates_without_starting_anything() {
         String::from_utf8(out.stdout).unwrap(),
         format!(
             "{server}: a valid server configuration: listen 127.0.0.1:{port}, 2 users, scheduler \
-             minrtt, egress private addresses allowed\n"
+             minrtt, egress private addresses allowed, 1 network denied, ports 25, 6881-6889 \
+             denied\n"
         )
     );
     let client = write(

@@ -148,6 +148,79 @@ async fn default_policy_refuses_loopback_egress() {
     }
 }
 
+/// `[egress] allow_networks`, `deny_networks` and `deny_ports`: a listed network opens
+/// loopback, a denied one wins over it, a denied port is refused everywhere; a reload that
+/// denies a port stops the datagrams of a UDP association already open, and one that lifts it
+/// lets them through again, on the same association.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_lists_refuse_ports_and_networks_and_reach_open_udp_associations() {
+    use braid_proxy::config::{IpNet, PortRange};
+    let net = |s: &str| s.parse::<IpNet>().unwrap();
+    let target = test_server().await;
+    let echo = udp_echo().await;
+    let mut config = server_config("egresslists", false);
+    config.egress.allow_networks = vec![net("127.0.0.0/8")];
+    config.egress.deny_networks = vec![net("127.0.0.2/32")];
+    let server = start_server(config.clone(), ServerIdentity::generate("braid").unwrap())
+        .await
+        .unwrap();
+    let client = start_client(client_config("egresslists", &server, 2, KEY))
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    // Loopback through the allowed network; ::1 is not in it.
+    assert_eq!(
+        download(client.socks_addr, target, 1000).await,
+        pattern(1000, 7)
+    );
+    assert_eq!(
+        socks_connect(client.socks_addr, "::1", target.port())
+            .await
+            .0,
+        0x02
+    );
+    // 127.0.0.2 is in both lists: refused (not "connection refused", 0x05, as a connect to it
+    // would answer).
+    assert_eq!(
+        socks_connect(client.socks_addr, "127.0.0.2", target.port())
+            .await
+            .0,
+        0x02
+    );
+    let udp = UdpAssociation::open(client.socks_addr).await;
+    assert_eq!(
+        udp.ask(echo, b"before", 5).await.as_deref(),
+        Some(&b"before"[..])
+    );
+    // The echo's port denied by a reload: the open association's next datagrams are dropped,
+    // and a TCP connect to a denied port is refused.
+    let mut denied = config.clone();
+    denied.egress.deny_ports = vec![
+        PortRange {
+            first: echo.port(),
+            last: echo.port(),
+        },
+        PortRange {
+            first: target.port(),
+            last: target.port(),
+        },
+    ];
+    assert_eq!(server.reload(denied).await.changed, ["egress"]);
+    assert_eq!(udp.ask(echo, b"denied", 3).await, None);
+    assert_eq!(
+        socks_connect(client.socks_addr, "127.0.0.1", target.port())
+            .await
+            .0,
+        0x02
+    );
+    // Lifted again: the same association carries datagrams again.
+    assert_eq!(server.reload(config).await.changed, ["egress"]);
+    assert_eq!(
+        udp.ask(echo, b"after", 5).await.as_deref(),
+        Some(&b"after"[..])
+    );
+}
+
 /// A server and a client whose inbounds have one user, bob (password "s3cret"); the client's
 /// configuration.
 async fn pair_with_user_bob(name: &str) -> (ServerHandle, ClientHandle, ClientConfig) {

@@ -33,8 +33,21 @@ fn summary(config: &ServerConfig) -> String {
         (false, true) => "loopback allowed",
         (true, true) => "private and loopback addresses allowed",
     };
+    let e = &config.egress;
+    let mut lists = String::new();
+    let networks = |n: usize| format!("{n} network{}", if n == 1 { "" } else { "s" });
+    if !e.allow_networks.is_empty() {
+        lists += &format!(", {} allowed", networks(e.allow_networks.len()));
+    }
+    if !e.deny_networks.is_empty() {
+        lists += &format!(", {} denied", networks(e.deny_networks.len()));
+    }
+    if !e.deny_ports.is_empty() {
+        let ports: Vec<String> = e.deny_ports.iter().map(ToString::to_string).collect();
+        lists += &format!(", ports {} denied", ports.join(", "));
+    }
     format!(
-        "a valid server configuration: listen {}, {} user{}, scheduler {}, egress {egress}",
+        "a valid server configuration: listen {}, {} user{}, scheduler {}, egress {egress}{lists}",
         config.listen,
         config.users.len(),
         if config.users.len() == 1 { "" } else { "s" },

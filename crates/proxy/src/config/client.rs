@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
 
+use super::IpNet;
 use super::{ConfigFileError, RawScheduler, RawSession, host_port, invalid, key_hex, socket_addr};
-use crate::inbound::tun::netconf::IpNet;
 use crate::session::Tier;
 
 /// How the client checks the server's certificate.

@@ -4,6 +4,7 @@
 //! command line turns them into exit code 2.
 
 pub(crate) mod client;
+pub(crate) mod ipnet;
 mod server;
 
 use std::collections::BTreeMap;
@@ -16,7 +17,8 @@ use serde::Deserialize;
 pub use client::{
     ClientConfig, DEFAULT_TUN_MTU, LinkConfig, ServerTrust, SocksUser, TunConfig, parse_fingerprint,
 };
-pub use server::{EgressPolicy, ServerConfig, UserEntry};
+pub use ipnet::IpNet;
+pub use server::{EgressPolicy, PortRange, ServerConfig, UserEntry};
 
 /// A configuration file that cannot be used.
 #[derive(Debug, thiserror::Error)]

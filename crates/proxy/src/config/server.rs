@@ -7,7 +7,7 @@ use std::time::Duration;
 use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
 
-use super::{ConfigFileError, RawScheduler, RawSession, invalid, key_hex, socket_addr};
+use super::{ConfigFileError, IpNet, RawScheduler, RawSession, invalid, key_hex, socket_addr};
 
 /// A user allowed to join.
 #[derive(Clone, PartialEq, Eq)]
@@ -34,6 +34,13 @@ pub struct EgressPolicy {
     pub allow_private: bool,
     /// Allow loopback (and unspecified, which reaches loopback) destinations.
     pub allow_loopback: bool,
+    /// Networks allowed even where `allow_private` or `allow_loopback` would refuse them (at
+    /// most [`MAX_EGRESS_NETWORKS`]).
+    pub allow_networks: Vec<IpNet>,
+    /// Networks refused whatever else allows them (at most [`MAX_EGRESS_NETWORKS`]).
+    pub deny_networks: Vec<IpNet>,
+    /// Destination ports refused, TCP and UDP (at most [`MAX_EGRESS_PORTS`] ranges).
+    pub deny_ports: Vec<PortRange>,
     /// How long a TCP connect (with name resolution) may take.
     pub connect_timeout: Duration,
     /// A UDP association with no traffic for this long is closed.
@@ -45,8 +52,41 @@ impl Default for EgressPolicy {
         EgressPolicy {
             allow_private: false,
             allow_loopback: false,
+            allow_networks: Vec::new(),
+            deny_networks: Vec::new(),
+            deny_ports: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             udp_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Most networks `[egress] allow_networks` and `deny_networks` may each list.
+pub const MAX_EGRESS_NETWORKS: usize = 256;
+/// Most entries `[egress] deny_ports` may list.
+pub const MAX_EGRESS_PORTS: usize = 64;
+
+/// Destination ports `first..=last` (one port: `first == last`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    /// The first port, at least 1.
+    pub first: u16,
+    /// The last port, at least `first`.
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Whether `port` is in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.first == self.last {
+            true => write!(f, "{}", self.first),
+            false => write!(f, "{}-{}", self.first, self.last),
         }
     }
 }
@@ -108,8 +148,92 @@ struct RawEgress {
     allow_private: bool,
     #[serde(default)]
     allow_loopback: bool,
+    #[serde(default)]
+    allow_networks: Vec<String>,
+    #[serde(default)]
+    deny_networks: Vec<String>,
+    /// Numbers and `"FIRST-LAST"` strings, checked one by one so that an error names its entry.
+    #[serde(default)]
+    deny_ports: Vec<toml::Value>,
     connect_timeout_s: Option<f64>,
     udp_idle_timeout_s: Option<f64>,
+}
+
+/// `[egress] allow_networks` or `deny_networks` (`field`): networks `NETWORK/PREFIX` with no
+/// host bits set, or single addresses.
+fn networks(file: &Path, field: &str, raw: &[String]) -> Result<Vec<IpNet>, ConfigFileError> {
+    if raw.len() > MAX_EGRESS_NETWORKS {
+        return Err(invalid(
+            file,
+            field,
+            format!("at most {MAX_EGRESS_NETWORKS} networks"),
+            raw.len(),
+        ));
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let net = match text.parse::<std::net::IpAddr>() {
+                Ok(addr) => Some(IpNet {
+                    addr,
+                    prefix: if addr.is_ipv4() { 32 } else { 128 },
+                }),
+                Err(_) => text.parse::<IpNet>().ok().filter(IpNet::is_network),
+            };
+            net.ok_or_else(|| {
+                invalid(
+                    file,
+                    format!("{field}[{i}]"),
+                    "a network NETWORK/PREFIX with no host bits set (e.g. \"203.0.113.0/24\") \
+                     or an address",
+                    text,
+                )
+            })
+        })
+        .collect()
+}
+
+/// `[egress] deny_ports`: ports 1..=65535 and ranges `"FIRST-LAST"`.
+fn port_ranges(file: &Path, raw: &[toml::Value]) -> Result<Vec<PortRange>, ConfigFileError> {
+    const FIELD: &str = "egress.deny_ports";
+    if raw.len() > MAX_EGRESS_PORTS {
+        return Err(invalid(
+            file,
+            FIELD,
+            format!("at most {MAX_EGRESS_PORTS} ports or ranges"),
+            raw.len(),
+        ));
+    }
+    let port = |text: &str| {
+        text.parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0 && text.bytes().all(|b| b.is_ascii_digit()))
+    };
+    raw.iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let range = match value {
+                toml::Value::Integer(n) => u16::try_from(*n)
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .map(|p| PortRange { first: p, last: p }),
+                toml::Value::String(text) => text
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((port(a)?, port(b)?)))
+                    .filter(|(a, b)| a <= b)
+                    .map(|(first, last)| PortRange { first, last }),
+                _ => None,
+            };
+            range.ok_or_else(|| {
+                invalid(
+                    file,
+                    format!("{FIELD}[{i}]"),
+                    "a port 1..=65535 or a range \"FIRST-LAST\" (e.g. 25 or \"6881-6889\")",
+                    value,
+                )
+            })
+        })
+        .collect()
 }
 
 /// Signed, so that a negative value is refused by name with its range.
@@ -196,6 +320,9 @@ impl ServerConfig {
         let egress = EgressPolicy {
             allow_private: raw.egress.allow_private,
             allow_loopback: raw.egress.allow_loopback,
+            allow_networks: networks(file, "egress.allow_networks", &raw.egress.allow_networks)?,
+            deny_networks: networks(file, "egress.deny_networks", &raw.egress.deny_networks)?,
+            deny_ports: port_ranges(file, &raw.egress.deny_ports)?,
             connect_timeout: seconds(
                 file,
                 "egress.connect_timeout_s",
@@ -259,6 +386,26 @@ mod tests {
     }
 
     #[test]
+    fn egress_lists_parse_networks_addresses_ports_and_ranges() {
+        let text = base()
+            + "[egress]\nallow_networks = [\"192.168.1.0/24\", \"fd00::7\"]\n\
+               deny_networks = [\"192.168.1.1\"]\ndeny_ports = [25, \"6881-6889\", \"465-465\"]\n";
+        let c = ServerConfig::parse(Path::new("s.toml"), &text).unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(
+            c.egress.allow_networks,
+            [net("192.168.1.0/24"), net("fd00::7/128")]
+        );
+        assert_eq!(c.egress.deny_networks, [net("192.168.1.1/32")]);
+        let ranges: Vec<String> = c.egress.deny_ports.iter().map(|r| r.to_string()).collect();
+        assert_eq!(ranges, ["25", "6881-6889", "465"]);
+        assert!(c.egress.deny_ports[1].contains(6885) && !c.egress.deny_ports[1].contains(6890));
+        // None by default.
+        let c = ServerConfig::parse(Path::new("s.toml"), &base()).unwrap();
+        assert!(c.egress.allow_networks.is_empty() && c.egress.deny_ports.is_empty());
+    }
+
+    #[test]
     fn errors_name_file_and_field() {
         let cases = [
             (
@@ -276,6 +423,45 @@ mod tests {
             (
                 base() + "[scheduler]\nname = \"fastest\"\n",
                 "scheduler.name",
+            ),
+            (
+                base() + "[egress]\ndeny_networks = [\"10.0.0.0/8\", \"10.0.0.1/8\"]\n",
+                "egress.deny_networks[1]: expected a network NETWORK/PREFIX with no host bits \
+                 set (e.g. \"203.0.113.0/24\") or an address, got \"10.0.0.1/8\"",
+            ),
+            (
+                base() + "[egress]\nallow_networks = [\"nas.local\"]\n",
+                "egress.allow_networks[0]: expected a network",
+            ),
+            (
+                base() + "[egress]\ndeny_ports = [25, 0]\n",
+                "egress.deny_ports[1]: expected a port 1..=65535 or a range \"FIRST-LAST\" \
+                 (e.g. 25 or \"6881-6889\"), got \"0\"",
+            ),
+            (
+                base() + "[egress]\ndeny_ports = [\"6889-6881\"]\n",
+                "egress.deny_ports[0]: expected a port",
+            ),
+            (
+                base() + "[egress]\ndeny_ports = [\"25\", 70000]\n",
+                "egress.deny_ports[0]: expected a port",
+            ),
+            (
+                base() + "[egress]\ndeny_ports = [25, 70000]\n",
+                "egress.deny_ports[1]: expected a port 1..=65535 or a range \"FIRST-LAST\" \
+                 (e.g. 25 or \"6881-6889\"), got \"70000\"",
+            ),
+            (
+                base() + "[egress]\ndeny_ports = [true]\n",
+                "egress.deny_ports[0]: expected a port",
+            ),
+            (
+                base()
+                    + &format!(
+                        "[egress]\ndeny_ports = [{}]\n",
+                        vec!["1"; MAX_EGRESS_PORTS + 1].join(", ")
+                    ),
+                "egress.deny_ports: expected at most 64 ports or ranges, got \"65\"",
             ),
             (
                 base() + "[[user]]\nname = \"alice\"\nkey = \"\"\n",

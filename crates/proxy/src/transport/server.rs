@@ -27,7 +27,7 @@ use super::join::{
     EXPORTER_LABEL, JOIN_REFUSED, Join, MAX_JOIN, REFUSED_CLOSE_CODE, SessionId, verify_mac,
 };
 use super::quic::datagram_size;
-use crate::config::{EgressPolicy, ServerConfig};
+use crate::config::ServerConfig;
 use crate::session::{PathConfig, Role};
 
 /// How long a client has from the first packet to a complete JOIN.
@@ -41,9 +41,9 @@ const PER_SOURCE_FLOOR: usize = 8;
 pub struct ServerShared {
     /// The configuration in force: the file's at start, replaced by [`ServerShared::reload`].
     config: RwLock<Arc<ServerConfig>>,
-    /// Its egress policy, read by every session's acceptor at each new flow (so a reload
-    /// reaches the flows of sessions already running).
-    egress: Arc<RwLock<Arc<EgressPolicy>>>,
+    /// Its egress policy, read by every flow of every session (so a reload reaches the flows
+    /// of sessions already running; see [`crate::egress::PolicySlot`]).
+    egress: crate::egress::PolicySlot,
     sessions: Mutex<HashMap<(String, SessionId), SessionHandle>>,
     pending: Arc<Semaphore>,
     /// Pending joins by source address (entries with none are removed).
@@ -425,11 +425,7 @@ fn session_for(
         label: hex(&join.session_id),
         user: join.user.clone(),
         acceptor: Some(Box::new(move |flow, kind, target| {
-            let policy = policy
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            crate::egress::spawn_flow(flow, kind, target, policy);
+            crate::egress::spawn_flow(flow, kind, target, policy.clone());
         })),
     });
     map.insert(key, handle.clone());

@@ -6,65 +6,14 @@
 //! error, so a restarted daemon sets up a persistent device again.
 
 use std::ffi::CString;
-use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::str::FromStr;
 
 use super::device::{IfReq, valid_name};
 
-/// An address or a network with its prefix length: `10.7.0.1/24`, `fd07::/64`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpNet {
-    /// The address (for a route, the network: host bits zero).
-    pub addr: IpAddr,
-    /// The prefix length: 0..=32 for IPv4, 0..=128 for IPv6.
-    pub prefix: u8,
-}
-
-impl IpNet {
-    /// Whether the bits past the prefix are all zero (a network, as a route needs).
-    pub fn is_network(&self) -> bool {
-        match self.addr {
-            IpAddr::V4(a) => u32::from(a) & !mask32(self.prefix) == 0,
-            IpAddr::V6(a) => u128::from(a) & !mask128(self.prefix) == 0,
-        }
-    }
-}
-
-fn mask32(prefix: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-}
-
-fn mask128(prefix: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
-}
-
-impl FromStr for IpNet {
-    type Err = ();
-
-    /// `ADDRESS/PREFIX`, the prefix in range for the address family.
-    fn from_str(s: &str) -> Result<IpNet, ()> {
-        let (addr, prefix) = s.split_once('/').ok_or(())?;
-        let addr: IpAddr = addr.parse().map_err(|_| ())?;
-        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(());
-        }
-        let prefix: u8 = prefix.parse().map_err(|_| ())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(());
-        }
-        Ok(IpNet { addr, prefix })
-    }
-}
-
-impl fmt::Display for IpNet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
+pub use crate::config::IpNet;
+use crate::config::ipnet::mask32;
 
 /// `struct rtentry` of `<linux/route.h>` (the kernel's layout; glibc's differs only in how it
 /// names the padding).
@@ -395,42 +344,5 @@ mod tests {
             );
             Ok(())
         });
-    }
-
-    #[test]
-    fn networks_parse_with_prefixes_in_range() {
-        let n: IpNet = "10.7.0.1/24".parse().unwrap();
-        assert_eq!((n.addr, n.prefix), (IpAddr::from([10, 7, 0, 1]), 24));
-        assert!(!n.is_network());
-        assert!("10.7.0.0/24".parse::<IpNet>().unwrap().is_network());
-        assert!("0.0.0.0/0".parse::<IpNet>().unwrap().is_network());
-        assert!("10.7.0.1/32".parse::<IpNet>().unwrap().is_network());
-        assert!("fd07::/64".parse::<IpNet>().unwrap().is_network());
-        assert!(!"fd07::1/64".parse::<IpNet>().unwrap().is_network());
-        assert!("::/0".parse::<IpNet>().unwrap().is_network());
-        assert_eq!(
-            "2001:db8::1/128".parse::<IpNet>().unwrap().to_string(),
-            "2001:db8::1/128"
-        );
-        for bad in [
-            "10.7.0.1",
-            "10.7.0.1/",
-            "10.7.0.1/33",
-            "10.7.0.1/+8",
-            "10.7.0.1/-1",
-            "fd07::/129",
-            "braid/24",
-            "/24",
-            "10.7.0.1/24/1",
-            "10.7.0.1/ 24",
-            "10.7.0.1/256",
-        ] {
-            assert!(bad.parse::<IpNet>().is_err(), "{bad}");
-        }
-        assert_eq!(mask32(0), 0);
-        assert_eq!(mask32(24), 0xffff_ff00);
-        assert_eq!(mask32(32), u32::MAX);
-        assert_eq!(mask128(0), 0);
-        assert_eq!(mask128(128), u128::MAX);
     }
 }
