@@ -55,6 +55,7 @@ pub use config::{PathConfig, Role, SessionConfig, Tier};
 pub use error::{ConfigError, FlowError, FrameError, PathError, SessionError};
 pub use frame::{FlowKind, Target};
 pub use path::PathStats;
+pub use stream::release_spare_rings;
 
 use datagram::DatagramQueue;
 use flow::Flow;

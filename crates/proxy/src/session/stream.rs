@@ -5,13 +5,14 @@
 //! ([`RING_GROWTH`]-fold) up to their configured size when more must be held: a flow that
 //! carries a few kilobytes never touches a window-sized buffer, and a ring stops growing once it
 //! holds what the flow keeps outstanding, so nothing here allocates per packet. A ring given up
-//! (outgrown, or its flow dropped) goes to a small per-thread pool ([`POOL_MAX_BYTES`]) that the
+//! (outgrown, or its flow dropped) goes to a small pool ([`POOL_MAX_BYTES`]) that the
 //! next ring of a fitting size takes instead of fresh memory, so short flows and back-to-back
 //! sessions (the simulator's runs) do not fault in and zero new pages every time. A reused ring
 //! holds stale bytes; only offsets written into the ring are ever read back.
 
-use std::cell::RefCell;
 use std::ops::Range;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::ranges::RangeSet;
 
@@ -60,60 +61,76 @@ const MIN_RING: u64 = 4096;
 /// steps, few bytes moved).
 const RING_GROWTH: u64 = 4;
 
-/// Most bytes of spare rings one thread keeps for reuse (memory outside every session's
+/// Most bytes of spare rings the process keeps for reuse (memory outside every session's
 /// [`memory_bound`](super::SessionConfig::memory_bound): kept small for a daemon on a router).
 pub(crate) const POOL_MAX_BYTES: usize = 16 << 20;
-/// Most spare rings one thread keeps.
+/// Most spare rings the process keeps.
 const POOL_MAX_RINGS: usize = 16;
 
-thread_local! {
-    /// Spare ring buffers of this thread (see the module docs).
-    static SPARE_RINGS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+/// Spare ring buffers (see the module docs), each with the time it was given back. One pool for
+/// every thread, so that [`release_spare_rings`] can empty it from any thread once the flows
+/// that might reuse its rings are gone; it is taken once per ring allocated or given up, never
+/// per packet.
+static SPARE_RINGS: Mutex<Vec<(Vec<u8>, Instant)>> = Mutex::new(Vec::new());
+
+fn spare_rings() -> std::sync::MutexGuard<'static, Vec<(Vec<u8>, Instant)>> {
+    SPARE_RINGS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A buffer of `size` bytes, or a spare one of at least `need` and at most `size` bytes (the
 /// largest such); its contents are unspecified.
 fn take_ring(need: usize, size: usize) -> Vec<u8> {
-    let spare = SPARE_RINGS.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let best = pool
-            .iter()
+    let spare = {
+        let mut pool = spare_rings();
+        pool.iter()
             .enumerate()
-            .filter(|(_, b)| (need..=size).contains(&b.len()))
-            .max_by_key(|(_, b)| b.len())
-            .map(|(i, _)| i)?;
-        Some(pool.swap_remove(best))
-    });
+            .filter(|(_, (b, _))| (need..=size).contains(&b.len()))
+            .max_by_key(|(_, (b, _))| b.len())
+            .map(|(i, _)| i)
+            .map(|best| pool.swap_remove(best).0)
+    };
     spare.unwrap_or_else(|| vec![0u8; size])
 }
 
-/// Hands a buffer to this thread's pool; the smallest spares go when it is over its bounds.
+/// Hands a buffer to the pool; the smallest spares go when it is over its bounds.
 fn give_back_ring(buf: Vec<u8>) {
     if buf.len() < MIN_RING as usize {
         return;
     }
-    // A thread being torn down drops the buffer instead.
-    let _ = SPARE_RINGS.try_with(|pool| {
-        let Ok(mut pool) = pool.try_borrow_mut() else {
-            return;
+    let now = Instant::now();
+    let mut pool = spare_rings();
+    if pool.capacity() == 0 {
+        pool.reserve_exact(POOL_MAX_RINGS + 1);
+    }
+    pool.push((buf, now));
+    let mut total: usize = pool.iter().map(|(b, _)| b.len()).sum();
+    while pool.len() > POOL_MAX_RINGS || total > POOL_MAX_BYTES {
+        let Some(smallest) = pool
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (b, _))| b.len())
+            .map(|(i, _)| i)
+        else {
+            break;
         };
-        if pool.capacity() == 0 {
-            pool.reserve_exact(POOL_MAX_RINGS + 1);
+        total -= pool.swap_remove(smallest).0.len();
+    }
+}
+
+/// Frees the spare rings given back at least `max_age` ago (none is reused after a pause that
+/// long: the daemons call this from their heap trim, so that an idle daemon does not keep up
+/// to [`POOL_MAX_BYTES`]); returns the bytes freed.
+pub fn release_spare_rings(max_age: Duration) -> usize {
+    let now = Instant::now();
+    let mut freed = 0;
+    spare_rings().retain(|(b, given)| {
+        let keep = now.saturating_duration_since(*given) < max_age;
+        if !keep {
+            freed += b.len();
         }
-        pool.push(buf);
-        let mut total: usize = pool.iter().map(Vec::len).sum();
-        while pool.len() > POOL_MAX_RINGS || total > POOL_MAX_BYTES {
-            let Some(smallest) = pool
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, b)| b.len())
-                .map(|(i, _)| i)
-            else {
-                break;
-            };
-            total -= pool.swap_remove(smallest).len();
-        }
+        keep
     });
+    freed
 }
 
 /// A byte ring indexed by stream offset (the byte at offset `o` lives at `o % len`), holding

@@ -132,3 +132,26 @@ fn rings_start_small_and_grow_without_losing_bytes() {
     assert_eq!(&all[..], &data[..100_000]);
     assert!(f.is_finished());
 }
+
+/// A spare ring is reused until it has sat in the pool for `max_age`, then freed. (Other tests
+/// share the pool; the ring's odd size keeps theirs from being taken for it.)
+#[test]
+fn spare_rings_are_freed_once_idle_for_the_age_given() {
+    const SIZE: usize = 77_777;
+    give_back_ring(vec![0xab; SIZE]);
+    // Not idle for a minute yet: kept.
+    release_spare_rings(Duration::from_secs(60));
+    let reused = take_ring(SIZE, SIZE);
+    assert_eq!(reused.len(), SIZE);
+    assert!(
+        reused.iter().all(|&b| b == 0xab),
+        "the spare ring was not reused"
+    );
+    give_back_ring(reused);
+    assert!(release_spare_rings(Duration::ZERO) >= SIZE);
+    let fresh = take_ring(SIZE, SIZE);
+    assert!(
+        fresh.iter().all(|&b| b == 0),
+        "a freed ring was handed out again"
+    );
+}
