@@ -209,17 +209,35 @@ where
 }
 
 /// Accepts connections on `listener` and serves each with `serve`, at most
-/// [`MAX_CONNECTIONS`] at once.
+/// [`MAX_CONNECTIONS`] at once (see [`accept_loop_limited`]).
 pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, ctx: Arc<InboundContext>, serve: F)
 where
     F: Fn(TcpStream, Arc<InboundContext>) -> Fut,
     Fut: std::future::Future<Output = Result<(), InboundError>> + Send + 'static,
 {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    accept_loop_limited(listener, ctx, MAX_CONNECTIONS, serve).await;
+}
+
+/// How often, at most, the refusals of a full inbound are logged.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Accepts connections on `listener` and serves each with `serve`, at most `limit` at once. A
+/// connection beyond is closed at once, so that its application fails now rather than wait
+/// unanswered in the listen backlog until its own timeout; the refusals are logged at `warn`,
+/// at most once a minute, with their count.
+pub(crate) async fn accept_loop_limited<F, Fut>(
+    listener: TcpListener,
+    ctx: Arc<InboundContext>,
+    limit: usize,
+    serve: F,
+) where
+    F: Fn(TcpStream, Arc<InboundContext>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), InboundError>> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(limit));
+    let mut refused: u64 = 0;
+    let mut last_log: Option<tokio::time::Instant> = None;
     loop {
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -227,6 +245,21 @@ where
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            refused += 1;
+            if last_log.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
+                tracing::warn!(
+                    limit,
+                    refused,
+                    "inbound connection limit reached: new connections are closed at once \
+                     (refused since the last such line)"
+                );
+                last_log = Some(tokio::time::Instant::now());
+                refused = 0;
+            }
+            continue;
         };
         let fut = serve(stream, ctx.clone());
         tokio::spawn(async move {
@@ -252,6 +285,43 @@ mod tests {
             socks_users: SocksUsers::default(),
             handshake_timeout,
         })
+    }
+
+    /// Past the limit a connection is closed at once (not left unanswered in the backlog), and
+    /// one closing frees its slot for the next.
+    #[tokio::test]
+    async fn a_connection_past_the_limit_is_closed_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ctx = context(Duration::from_secs(30));
+        let server = tokio::spawn(accept_loop_limited(
+            listener,
+            ctx,
+            2,
+            super::super::socks5_server::serve_connection,
+        ));
+        // Two clients hold the slots: connected, greeting not sent.
+        let first = TcpStream::connect(addr).await.unwrap();
+        let _second = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        let mut answer = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut answer))
+            .await
+            .expect("the third connection is closed at once");
+        assert!(closed.is_err() || answer.is_empty(), "{answer:?}");
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A slot is free again: a greeting is answered.
+        let mut fourth = TcpStream::connect(addr).await.unwrap();
+        fourth.write_all(&[5, 1, 0]).await.unwrap();
+        let mut choice = [0u8; 2];
+        tokio::time::timeout(Duration::from_secs(5), fourth.read_exact(&mut choice))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(choice, [5, 0]);
+        server.abort();
     }
 
     /// A SOCKS5 greeting offering no methods is answered "no acceptable methods" (05 FF).

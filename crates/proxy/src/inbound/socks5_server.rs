@@ -93,7 +93,7 @@ async fn authenticate(
     }
 }
 
-async fn serve_connection(
+pub(super) async fn serve_connection(
     mut stream: TcpStream,
     ctx: Arc<InboundContext>,
 ) -> Result<(), InboundError> {
