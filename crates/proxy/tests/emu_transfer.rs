@@ -120,3 +120,152 @@ async fn paths_start_from_their_handshake_rtt_and_a_first_request_takes_the_fast
         );
     }
 }
+
+/// Coupled congestion control through the daemons, on a link that two clients share: client A
+/// uploads over two emulated links (Wi-Fi and LTE, 20 Mbit/s each, 10 and 20 ms one way,
+/// 100-packet queues) while client B, another device on the same Wi-Fi, uploads over the Wi-Fi
+/// link alone with NewReno. A runs CUBIC, NewReno, LIA and OLIA in turn; each pair of uploads
+/// lasts 20 s and goodput is counted at the receiver from 5 s to 19 s. Coupled, A leaves B more
+/// of the shared link (RFC 6356's "balance congestion") and still moves more than the best
+/// single link. Real time, about two minutes, so not run by default:
+/// `cargo test --release -p braid-proxy --test emu_transfer -- --ignored coupled --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real time, about two minutes: run by hand for the figures"]
+async fn coupled_controllers_leave_a_competitor_on_a_shared_link_more() {
+    use braid_proxy::session::congestion::CongestionAlgorithm as Cc;
+    const SECONDS: f64 = 20.0;
+    const LINK: &str = "rate_mbps = 20.0\nqueue_packets = 100\ndelay_ms = ";
+    let mut results = Vec::new();
+    for cc in [Cc::Cubic, Cc::NewReno, Cc::Lia, Cc::Olia] {
+        let dir = temp_dir(&format!("coupled-{}", cc.name()));
+        let server = start_server_at(&dir).await;
+        let emu = braid_testbed::emu::Emulator::start(&emu_config(
+            server.addr,
+            &[&format!("{LINK}10.0"), &format!("{LINK}20.0")],
+        ))
+        .await
+        .unwrap();
+        let links = emu.listen_addrs();
+        let client = |name: &str, links: &[std::net::SocketAddr], cc: Cc| {
+            let mut config = client_config(&dir.join(name), &server.fingerprint, links);
+            config.session.congestion = cc;
+            braid_proxy::daemon::start_client(config)
+        };
+        let a = client("a", &links, cc).await.unwrap();
+        let b = client("b", &links[..1], Cc::NewReno).await.unwrap();
+        assert!(a.wait_for_paths(2, Duration::from_secs(15)).await);
+        assert!(b.wait_for_paths(1, Duration::from_secs(15)).await);
+        let (sink, counts) = byte_sink().await;
+        let started = Instant::now();
+        let until = started + Duration::from_secs_f64(SECONDS);
+        tokio::join!(
+            push_through_socks(a.socks_addr, sink, 0, until),
+            push_through_socks(b.socks_addr, sink, 1, until)
+        );
+        let window = (
+            Duration::from_secs(5),
+            Duration::from_secs_f64(SECONDS - 1.0),
+        );
+        let goodput = |tag: usize| {
+            let counts = counts.lock().unwrap();
+            let bytes: usize = counts[tag]
+                .iter()
+                .filter(|(at, _)| *at >= started + window.0 && *at < started + window.1)
+                .map(|(_, n)| n)
+                .sum();
+            mbps(bytes, window.1 - window.0)
+        };
+        let (ga, gb) = (goodput(0), goodput(1));
+        println!(
+            "A {}: A {ga:.2} Mbit/s over Wi-Fi and LTE, B {gb:.2} Mbit/s over the shared Wi-Fi",
+            cc.name()
+        );
+        results.push((cc, ga, gb));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let b_of = |want: Cc| results.iter().find(|(cc, ..)| *cc == want).unwrap().2;
+    for coupled in [Cc::Lia, Cc::Olia] {
+        assert!(
+            b_of(coupled) > b_of(Cc::Cubic),
+            "{}: {results:?}",
+            coupled.name()
+        );
+    }
+    // Every controller moves more than the best single link would (20 Mbit/s) for A.
+    for (cc, ga, _) in &results {
+        assert!(*ga > 20.0, "{}: {results:?}", cc.name());
+    }
+}
+
+async fn start_server_at(dir: &std::path::Path) -> braid_proxy::daemon::ServerHandle {
+    braid_proxy::daemon::start_server(
+        server_config(dir),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Bytes received per connection, with their arrival times: a TCP server on 127.0.0.1 whose
+/// connections each start with one tag byte (the index into the counts, 0 or 1).
+type Arrivals = Arc<std::sync::Mutex<[Vec<(Instant, usize)>; 2]>>;
+
+async fn byte_sink() -> (std::net::SocketAddr, Arrivals) {
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counts: Arrivals = Arc::default();
+    let shared = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counts = shared.clone();
+            tokio::spawn(async move {
+                let tag = usize::from(conn.read_u8().await.unwrap()).min(1);
+                let mut buf = vec![0u8; 64 << 10];
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    counts.lock().unwrap()[tag].push((Instant::now(), n));
+                }
+            });
+        }
+    });
+    (addr, counts)
+}
+
+/// Connects to `target` through the SOCKS5 inbound at `socks`, sends `tag`, then writes as fast
+/// as the flow takes until `until`.
+async fn push_through_socks(
+    socks: std::net::SocketAddr,
+    target: std::net::SocketAddr,
+    tag: u8,
+    until: Instant,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(socks).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).await.unwrap();
+    let std::net::IpAddr::V4(ip) = target.ip() else {
+        panic!("an IPv4 sink");
+    };
+    let mut request = vec![5, 1, 0, 1];
+    request.extend_from_slice(&ip.octets());
+    request.extend_from_slice(&target.port().to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 0, "SOCKS5 connect refused");
+    s.write_all(&[tag]).await.unwrap();
+    let chunk = vec![0x5a; 64 << 10];
+    while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, s.write_all(&chunk))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+}
