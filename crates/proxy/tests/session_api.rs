@@ -724,3 +724,65 @@ fn a_congestion_controller_switched_mid_transfer_takes_over_every_path() {
         "{before:.1} {switch:.1} {after:.1}"
     );
 }
+
+/// A window-based controller switched in mid-transfer continues from the old one's window and
+/// slow-start threshold (`AnyController::take_over`), not from the initial window: CUBIC to
+/// NewReno at 2 s, then NewReno to OLIA at 3 s; BBR, switched to at 4 s, starts afresh.
+#[test]
+fn a_switched_controller_continues_from_the_old_window() {
+    use braid_proxy::session::congestion::{CongestionAlgorithm as Cc, Controller as _};
+    let links = [LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)];
+    let mut h = harness(&links, session_common::bulk_config(), PathConfig::default());
+    let bytes = 20_000_000u64;
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, bytes)]);
+    let windows = |h: &mut Harness| -> Vec<(u64, u64)> {
+        (0..2)
+            .map(|p| {
+                let c = h.client().path_controller(PathId(p)).unwrap();
+                (c.window(), c.ssthresh())
+            })
+            .collect()
+    };
+    let mut marks = Vec::new();
+    let mut seen = Vec::new();
+    h.run_until(secs(8.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now().as_secs_f64();
+        if marks.len() < 4 && now >= [1.0, 2.0, 3.0, 4.0][marks.len()] {
+            marks.push(d.transfers[0].received);
+            let next = [Cc::Cubic, Cc::NewReno, Cc::Olia, Cc::Bbr][marks.len() - 1];
+            let before = windows(h);
+            h.client().set_congestion(next);
+            seen.push((next, before, windows(h)));
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let t = &d.transfers[0];
+    assert!(t.eof && !t.corrupt && t.received == bytes, "{t:?}");
+    let initial = 12_000;
+    for (cc, before, after) in &seen[1..3] {
+        // Past slow start, with windows well above the initial one: carried over unchanged.
+        assert!(
+            before
+                .iter()
+                .all(|(w, s)| *w > 2 * initial && *s < u64::MAX),
+            "{seen:?}"
+        );
+        assert_eq!(before, after, "{}", cc.name());
+    }
+    // BBR's window is its own model's from the initial window.
+    let (_, before, after) = &seen[3];
+    assert!(after.iter().zip(before).all(|(a, b)| a.0 < b.0), "{seen:?}");
+    let mbps = |a: usize, b: usize| (marks[b] - marks[a]) as f64 * 8.0 / 1e6;
+    let (before, first, second) = (mbps(0, 1), mbps(1, 2), mbps(2, 3));
+    println!(
+        "goodput {before:.1} Mbit/s under CUBIC, {first:.1} the second after the switch to \
+         NewReno, {second:.1} the second after the switch to OLIA"
+    );
+    assert!(
+        before > 24.0 && first > 24.0 && second > 24.0,
+        "{before:.1} {first:.1} {second:.1}"
+    );
+}

@@ -460,9 +460,10 @@ impl Session {
     }
 
     /// Switches every path's congestion controller to `algorithm` (a daemon's reload), and the
-    /// paths that join later. Each path's new controller starts as a joining path's does, from
-    /// the initial window in slow start, with the bytes already in flight counted against it;
-    /// its RTT estimates, packets in flight and delivery-rate state are kept, and so are the
+    /// paths that join later. Each path's new controller continues from the old one's window
+    /// and slow-start threshold (`AnyController::take_over`; BBR alone starts from the initial
+    /// window and measures its model afresh), with the bytes already in flight counted against
+    /// it; its RTT estimates, packets in flight and delivery-rate state are kept, and so are the
     /// flows. Nothing changes when the session already runs `algorithm`.
     pub fn set_congestion(&mut self, algorithm: congestion::CongestionAlgorithm) {
         if self.config.congestion.algorithm == algorithm {

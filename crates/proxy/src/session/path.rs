@@ -711,13 +711,16 @@ impl Path {
     }
 
     /// Replaces the congestion controller with a new one running `algorithm`, built as at join
-    /// for the path's current datagram size (and again so after a failure).
+    /// for the path's current datagram size (and again so after a failure), which continues
+    /// from the old one's window ([`AnyController::take_over`]).
     pub fn set_congestion(&mut self, algorithm: CongestionAlgorithm) {
         self.congestion_config.algorithm = algorithm;
-        self.cc = self
+        let mut cc = self
             .congestion_config
             .resized(u64::from(self.config.max_datagram_size))
             .build();
+        cc.take_over(&self.cc);
+        self.cc = cc;
     }
 
     /// Changes the rate cap (bytes per second; `None`: no cap). A new cap starts with a full

@@ -174,6 +174,13 @@ impl Coupled {
         self.reno.ssthresh()
     }
 
+    /// Continues from another controller's `window` and slow-start threshold (see
+    /// [`super::AnyController::take_over`]).
+    pub(crate) fn resume(&mut self, window: u64, ssthresh: u64) {
+        self.reno.resume(window, ssthresh);
+        self.carry = 0.0;
+    }
+
     /// Whether a packet sent at `sent_time` belongs to the current recovery period.
     pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
         self.reno.in_recovery(sent_time)

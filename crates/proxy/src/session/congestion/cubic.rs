@@ -106,6 +106,18 @@ impl Cubic {
         self.ssthresh
     }
 
+    /// Continues from another controller's `window` and slow-start threshold (see
+    /// [`super::AnyController::take_over`]): past slow start, the window is the plateau of a
+    /// new curve (`W_max` = `cwnd`, so `K` = 0), as when slow start ends (RFC 9438 §4.10).
+    pub(crate) fn resume(&mut self, window: u64, ssthresh: u64) {
+        self.cwnd = (window.max(self.params.minimum_window) as f64).min(MAX_WINDOW);
+        self.ssthresh = ssthresh;
+        self.recovery_start = None;
+        self.last_reduction = (ssthresh != u64::MAX).then_some((self.cwnd, self.cwnd));
+        self.epoch = None;
+        self.app_limited_since = None;
+    }
+
     /// Whether a packet sent at `sent_time` belongs to the current recovery period.
     pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
         self.recovery_start.is_some_and(|start| sent_time <= start)

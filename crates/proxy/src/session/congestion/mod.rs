@@ -402,6 +402,25 @@ impl AnyController {
         }
     }
 
+    /// Continues where `from`, the path's previous controller, left off: a window-based
+    /// controller takes its window (at least its own floor) and its slow-start threshold (BBR's
+    /// window counts as one: congestion avoidance from there, not slow start above two BDPs);
+    /// BBR starts afresh (its model is measured, not inherited). So a controller switched
+    /// mid-transfer neither drops the path to the initial window nor slow-starts again.
+    pub fn take_over(&mut self, from: &AnyController) {
+        let window = from.window();
+        let ssthresh = match from {
+            AnyController::Bbr(_) => window,
+            other => other.ssthresh(),
+        };
+        match self {
+            AnyController::NewReno(c) => c.resume(window, ssthresh),
+            AnyController::Cubic(c) => c.resume(window, ssthresh),
+            AnyController::Coupled(c) => c.resume(window, ssthresh),
+            AnyController::Bbr(_) => {}
+        }
+    }
+
     /// Whether an ACK for a packet sent at `sent_time` falls in the current recovery period
     /// (and so neither grows nor shrinks the window).
     pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
@@ -515,6 +534,58 @@ impl Controller for AnyController {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `take_over`: window and slow-start threshold carried into every window-based controller;
+    /// BBR's window counts as a threshold; BBR itself starts afresh; the floor holds.
+    #[test]
+    fn a_controller_takes_over_the_window_and_threshold_of_the_one_before() {
+        let of = |a: CongestionAlgorithm| CongestionConfig::with_datagram_size(a, 1200).build();
+        let mut reno = of(CongestionAlgorithm::NewReno);
+        let AnyController::NewReno(r) = &mut reno else {
+            unreachable!()
+        };
+        r.resume(60_000, 48_000);
+        for to in [
+            CongestionAlgorithm::Cubic,
+            CongestionAlgorithm::NewReno,
+            CongestionAlgorithm::Lia,
+            CongestionAlgorithm::Olia,
+        ] {
+            let mut cc = of(to);
+            cc.take_over(&reno);
+            assert_eq!((cc.window(), cc.ssthresh()), (60_000, 48_000), "{to}");
+        }
+        let mut cubic = of(CongestionAlgorithm::Cubic);
+        cubic.take_over(&reno);
+        let AnyController::Cubic(c) = &cubic else {
+            unreachable!()
+        };
+        // CUBIC's new curve has its plateau at the window taken over.
+        assert_eq!(c.w_max(), Some(60_000));
+        // In slow start still: it stays there, with no plateau.
+        let fresh = of(CongestionAlgorithm::NewReno);
+        let mut cubic = of(CongestionAlgorithm::Cubic);
+        cubic.take_over(&fresh);
+        let AnyController::Cubic(c) = &cubic else {
+            unreachable!()
+        };
+        assert_eq!((c.ssthresh(), c.w_max()), (u64::MAX, None));
+        // From BBR: its window, as the threshold too.
+        let bbr = of(CongestionAlgorithm::Bbr);
+        let mut cc = of(CongestionAlgorithm::NewReno);
+        cc.take_over(&bbr);
+        assert_eq!((cc.window(), cc.ssthresh()), (bbr.window(), bbr.window()));
+        // Into BBR: nothing taken.
+        let mut into = of(CongestionAlgorithm::Bbr);
+        into.take_over(&reno);
+        assert_eq!(into.window(), bbr.window());
+        // The floor holds.
+        let AnyController::NewReno(r) = &mut reno else {
+            unreachable!()
+        };
+        r.resume(1, 1);
+        assert_eq!(reno.window(), 2400);
+    }
 
     #[test]
     fn algorithm_names_parse_case_insensitively_and_round_trip() {

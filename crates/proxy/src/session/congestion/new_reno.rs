@@ -46,6 +46,15 @@ impl NewReno {
         self.ssthresh
     }
 
+    /// Continues from another controller's `window` and slow-start threshold (see
+    /// [`super::AnyController::take_over`]); the window is kept at least the floor.
+    pub(crate) fn resume(&mut self, window: u64, ssthresh: u64) {
+        self.window = window.max(self.params.minimum_window);
+        self.ssthresh = ssthresh;
+        self.acked_in_avoidance = 0;
+        self.recovery_start = None;
+    }
+
     /// Whether a packet sent at `sent_time` belongs to the current recovery period
     /// (`InCongestionRecovery` of RFC 9002 B.5).
     pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
