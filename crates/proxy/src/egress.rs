@@ -211,7 +211,6 @@ async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy) {
 }
 
 struct UdpEgress {
-    policy: PolicySlot,
     v4: UdpSocket,
     v6: Option<UdpSocket>,
     names: HashMap<(String, u16), SocketAddr>,
@@ -220,20 +219,20 @@ struct UdpEgress {
 }
 
 impl UdpEgress {
-    async fn send(&mut self, datagram: &[u8]) {
+    /// Sends `datagram` under `policy` (the slot's as the datagram came).
+    async fn send(&mut self, datagram: &[u8], policy: &EgressPolicy) {
         let Ok((target, offset)) = socks5::parse_udp_datagram(datagram) else {
             return;
         };
-        let policy = current(&self.policy);
         let addr = match &target {
             // A name resolved before: its address checked again (a reload may refuse it now).
             Target::Domain { name, port } if self.names.contains_key(&(name.clone(), *port)) => {
                 self.names
                     .get(&(name.clone(), *port))
                     .copied()
-                    .filter(|a| allowed(&policy, *a))
+                    .filter(|a| allowed(policy, *a))
             }
-            _ => match resolve(&target, &policy).await {
+            _ => match resolve(&target, policy).await {
                 Ok(addrs) => {
                     let a = addrs.first().copied();
                     if let (Target::Domain { name, port }, Some(a)) = (&target, a)
@@ -276,7 +275,7 @@ async fn forward_back(writer: &FlowWriter, buf: &mut [u8], n: usize, from: Socke
     let _ = writer.send_datagram(Bytes::from(out)).await;
 }
 
-async fn udp_flow(flow: FlowHandle, policy: PolicySlot) {
+async fn udp_flow(flow: FlowHandle, slot: PolicySlot) {
     let (writer, mut reader) = flow.split();
     let Ok(v4) = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).await else {
         let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
@@ -284,7 +283,6 @@ async fn udp_flow(flow: FlowHandle, policy: PolicySlot) {
     };
     let v6 = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).await.ok();
     let mut egress = UdpEgress {
-        policy,
         v4,
         v6,
         names: HashMap::new(),
@@ -293,7 +291,9 @@ async fn udp_flow(flow: FlowHandle, policy: PolicySlot) {
     let mut buf4 = vec![0u8; MAX_UDP];
     let mut buf6 = vec![0u8; MAX_UDP];
     loop {
-        let idle = current(&egress.policy).udp_idle_timeout;
+        // The idle timeout before the wait; the policy when a datagram has come (a reload may
+        // have happened during the wait).
+        let idle = current(&slot).udp_idle_timeout;
         let v6_recv = async {
             match &egress.v6 {
                 Some(s) => s.recv_from(&mut buf6).await,
@@ -302,7 +302,7 @@ async fn udp_flow(flow: FlowHandle, policy: PolicySlot) {
         };
         tokio::select! {
             msg = tokio::time::timeout(idle, reader.recv()) => match msg {
-                Ok(Some(FlowMsg::Datagram(d))) => egress.send(&d).await,
+                Ok(Some(FlowMsg::Datagram(d))) => egress.send(&d, &current(&slot)).await,
                 Ok(Some(FlowMsg::Data(_))) => {}
                 Ok(Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None) => return,
                 Err(_) => {

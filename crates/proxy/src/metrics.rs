@@ -664,17 +664,11 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
 pub async fn serve(listener: TcpListener, source: StatusSource) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                // Out of descriptors, say: wait rather than spin.
-                debug!(error = %e, "metrics: accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let (stream, peer, slot) =
+            crate::inbound::server::accept_with_slot(&listener, &permits).await;
+        let Some(permit) = slot else {
             debug!(%peer, "metrics: too many connections, closed");
+            drop(stream);
             continue;
         };
         let source = source.clone();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
@@ -218,6 +218,27 @@ where
     accept_loop_limited(listener, ctx, MAX_CONNECTIONS, serve).await;
 }
 
+/// The next connection on `listener`, with one of `slots` when one is free (`None`: the caller
+/// closes it). A failed accept (out of descriptors, say) waits 50 ms rather than spin.
+pub(crate) async fn accept_with_slot(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> (
+    TcpStream,
+    std::net::SocketAddr,
+    Option<OwnedSemaphorePermit>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => return (stream, peer, slots.clone().try_acquire_owned().ok()),
+            Err(e) => {
+                debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// How often, at most, the refusals of a full inbound are logged.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -238,15 +259,8 @@ pub(crate) async fn accept_loop_limited<F, Fut>(
     let mut refused: u64 = 0;
     let mut last_log: Option<tokio::time::Instant> = None;
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                debug!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let (stream, peer, slot) = accept_with_slot(&listener, &slots).await;
+        let Some(permit) = slot else {
             drop(stream);
             refused += 1;
             if last_log.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
