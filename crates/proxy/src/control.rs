@@ -11,6 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 use tracing::debug;
 
+use crate::inbound::server::InboundCounters;
 use crate::inbound::tun::TunCounters;
 use crate::session::Role;
 use crate::transport::client::LinkContext;
@@ -55,27 +56,38 @@ pub fn socket_path(state_dir: &Path, role: Role) -> PathBuf {
 /// Where a status comes from.
 #[derive(Debug, Clone)]
 pub enum StatusSource {
-    /// The client's current session, its links, and its TUN inbound's device name and
-    /// counters.
-    Client(
-        watch::Receiver<Option<SessionHandle>>,
-        Arc<LinkContext>,
-        Option<(String, Arc<TunCounters>)>,
-    ),
+    /// The client's.
+    Client(ClientSources),
     /// The server's sessions.
     Server(Arc<ServerShared>),
+}
+
+/// What a client's status is collected from.
+#[derive(Debug, Clone)]
+pub struct ClientSources {
+    /// The current session.
+    pub session: watch::Receiver<Option<SessionHandle>>,
+    /// The links.
+    pub links: Arc<LinkContext>,
+    /// The TUN inbound's device name and counters.
+    pub tun: Option<(String, Arc<TunCounters>)>,
+    /// The SOCKS5 and HTTP CONNECT inbounds' counters.
+    pub inbounds: Vec<Arc<InboundCounters>>,
 }
 
 impl StatusSource {
     /// Collects the status now.
     pub async fn collect(&self) -> DaemonStatus {
         let tun = match self {
-            StatusSource::Client(_, _, Some((device, counters))) => Some(counters.status(device)),
+            StatusSource::Client(ClientSources {
+                tun: Some((device, counters)),
+                ..
+            }) => Some(counters.status(device)),
             _ => None,
         };
         let (role, handles, refused, accepted) = match self {
-            StatusSource::Client(slot, _, _) => {
-                let handle = slot.borrow().clone();
+            StatusSource::Client(client) => {
+                let handle = client.session.borrow().clone();
                 ("client", handle.into_iter().collect::<Vec<_>>(), 0, 0)
             }
             StatusSource::Server(shared) => (
@@ -99,7 +111,13 @@ impl StatusSource {
             sessions,
             tun,
             links: match self {
-                StatusSource::Client(_, links, _) => links.status(),
+                StatusSource::Client(client) => client.links.status(),
+                StatusSource::Server(_) => Vec::new(),
+            },
+            inbounds: match self {
+                StatusSource::Client(client) => {
+                    client.inbounds.iter().map(|c| c.status()).collect()
+                }
                 StatusSource::Server(_) => Vec::new(),
             },
             process: crate::process::ProcessReport::now(),

@@ -13,8 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{ClientConfig, LinkConfig, ServerConfig, SessionLimits, TunConfig};
-use crate::control::{self, ControlError, StatusSource};
-use crate::inbound::server::{InboundContext, SocksUsers};
+use crate::control::{self, ClientSources, ControlError, StatusSource};
+use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
 use crate::session::Role;
@@ -119,6 +119,7 @@ pub struct ClientHandle {
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
     inbound: Arc<InboundContext>,
+    inbound_counters: Vec<Arc<InboundCounters>>,
     links: Arc<LinkContext>,
 }
 
@@ -311,9 +312,14 @@ impl ClientHandle {
 
     /// The status as `braid status` would show it.
     pub async fn status(&self) -> DaemonStatus {
-        StatusSource::Client(self.session.clone(), self.links.clone(), self.tun.clone())
-            .collect()
-            .await
+        StatusSource::Client(ClientSources {
+            session: self.session.clone(),
+            links: self.links.clone(),
+            tun: self.tun.clone(),
+            inbounds: self.inbound_counters.clone(),
+        })
+        .collect()
+        .await
     }
 
     /// Waits until at least `paths` paths have joined; false on timeout.
@@ -576,10 +582,16 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         source,
     })?;
     let http = match config.http_listen {
-        Some(addr) => Some(bind_tcp(addr).await?),
+        Some(addr) => {
+            let listener = bind_tcp(addr).await?;
+            let bound = listener
+                .local_addr()
+                .map_err(|source| DaemonError::Bind { addr, source })?;
+            Some((listener, bound))
+        }
         None => None,
     };
-    let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+    let http_addr = http.as_ref().map(|(_, addr)| *addr);
     let metrics = bind_metrics(config.metrics_listen).await?;
     let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let tun = match &config.tun {
@@ -628,27 +640,41 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
     });
+    let socks_counters = InboundCounters::new("socks5", socks_addr, MAX_CONNECTIONS);
+    let http_counters = http
+        .as_ref()
+        .map(|(_, addr)| InboundCounters::new("http", *addr, MAX_CONNECTIONS));
+    let inbound_counters: Vec<_> = std::iter::once(socks_counters.clone())
+        .chain(http_counters.clone())
+        .collect();
+    let sources = ClientSources {
+        session: session.clone(),
+        links: link_context.clone(),
+        tun: tun_status.clone(),
+        inbounds: inbound_counters.clone(),
+    };
     let mut tasks = vec![
         tokio::spawn(session_loop(links, slot)),
         tokio::spawn(crate::inbound::socks5_server::serve_socks5(
             socks,
             ctx.clone(),
+            socks_counters,
         )),
         tokio::spawn(control::serve(
             control_listener,
-            StatusSource::Client(session.clone(), link_context.clone(), tun_status.clone()),
+            StatusSource::Client(sources.clone()),
         )),
         tokio::spawn(crate::process::trim_loop()),
     ];
-    if let Some(l) = http {
+    if let (Some((l, _)), Some(counters)) = (http, http_counters) {
         tasks.push(tokio::spawn(
-            crate::inbound::http_server::serve_http_connect(l, ctx.clone()),
+            crate::inbound::http_server::serve_http_connect(l, ctx.clone(), counters),
         ));
     }
     if let Some((l, _)) = metrics {
         tasks.push(tokio::spawn(crate::metrics::serve(
             l,
-            StatusSource::Client(session.clone(), link_context.clone(), tun_status.clone()),
+            StatusSource::Client(sources),
         )));
     }
     if let Some((device, limits, counters)) = tun {
@@ -676,6 +702,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         tasks,
         created_dir,
         inbound: ctx,
+        inbound_counters,
         links: link_context,
     })
 }

@@ -204,7 +204,58 @@ pub fn render(status: &DaemonStatus) -> String {
     session_families(&mut e, status);
     path_families(&mut e, status);
     link_and_tun_families(&mut e, status);
+    inbound_families(&mut e, status);
     e.out
+}
+
+/// The client's SOCKS5 and HTTP CONNECT inbounds, labelled by inbound and address.
+fn inbound_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    type Field = fn(&crate::transport::InboundStatus) -> u64;
+    let families: [(&str, Kind, &str, Field); 5] = [
+        (
+            "braid_inbound_connections_open",
+            Gauge,
+            "Connections the inbound serves now (client only).",
+            |i| i.open,
+        ),
+        (
+            "braid_inbound_connection_limit",
+            Gauge,
+            "Connections the inbound serves at once, at most (client only).",
+            |i| i.limit,
+        ),
+        (
+            "braid_inbound_connections_total",
+            Counter,
+            "Connections the inbound accepted (client only).",
+            |i| i.accepted,
+        ),
+        (
+            "braid_inbound_refused_total",
+            Counter,
+            "Connections closed at once because the inbound was at its limit (client only).",
+            |i| i.refused,
+        ),
+        (
+            "braid_inbound_failed_total",
+            Counter,
+            "Accepted connections that ended in an error: a bad, late or unauthenticated \
+             request, an unreachable destination, a failed relay (client only).",
+            |i| i.failed,
+        ),
+    ];
+    for (name, kind, help, field) in families {
+        let samples = status
+            .inbounds
+            .iter()
+            .map(|i| {
+                let labels = vec![("inbound", i.name.clone()), ("listen", i.listen.clone())];
+                (labels, field(i).into())
+            })
+            .collect();
+        e.family(name, kind, help, samples);
+    }
 }
 
 /// The process: the standard `process_*` names of Prometheus's client libraries, and the
@@ -790,7 +841,7 @@ mod tests {
     use super::*;
     use crate::process::ProcessReport;
     use crate::transport::status::{
-        BbrReport, CoupledReport, LinkStatus, SessionCounters, TunStatus,
+        BbrReport, CoupledReport, InboundStatus, LinkStatus, SessionCounters, TunStatus,
     };
 
     fn status() -> DaemonStatus {
@@ -850,6 +901,15 @@ mod tests {
                 udp_dropped: 7,
                 ..TunStatus::default()
             }),
+            inbounds: vec![InboundStatus {
+                name: "socks5".to_owned(),
+                listen: "127.0.0.1:1080".to_owned(),
+                limit: 1024,
+                open: 3,
+                accepted: 40,
+                refused: 5,
+                failed: 2,
+            }],
             process: Some(ProcessReport {
                 resident_bytes: 47 << 20,
                 cpu_seconds: 12.5,
@@ -975,6 +1035,22 @@ mod tests {
             value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),
             "7"
         );
+        // The inbounds' connections.
+        let socks = "inbound=\"socks5\",listen=\"127.0.0.1:1080\"";
+        assert_eq!(
+            value(&samples, "braid_inbound_connections_open", socks),
+            "3"
+        );
+        assert_eq!(
+            value(&samples, "braid_inbound_connection_limit", socks),
+            "1024"
+        );
+        assert_eq!(
+            value(&samples, "braid_inbound_connections_total", socks),
+            "40"
+        );
+        assert_eq!(value(&samples, "braid_inbound_refused_total", socks), "5");
+        assert_eq!(value(&samples, "braid_inbound_failed_total", socks), "2");
         // The process, under the names Prometheus's client libraries use.
         assert_eq!(value(&samples, "process_cpu_seconds_total", ""), "12.5");
         assert_eq!(

@@ -188,6 +188,14 @@ async fn the_metrics_endpoints_serve_the_status_as_prometheus_text() {
     // at least 2,889 of them.
     assert!(received >= 2_889.0, "{received}\n{text}");
     assert!(sample(&text, "braid_session_read_bytes_total", &["user=\"alice\""]) >= 4e6);
+    assert_eq!(
+        sample(
+            &text,
+            "braid_inbound_connections_total",
+            &["inbound=\"socks5\""]
+        ),
+        1.0
+    );
     let (_, _, text) = http(server_addr, "GET /metrics HTTP/1.0").await;
     assert_eq!(sample(&text, "braid_info", &["role=\"server\""]), 1.0);
     assert_eq!(sample(&text, "braid_joins_accepted_total", &[]), 2.0);
@@ -248,6 +256,10 @@ async fn http_connect_tunnel() {
         .unwrap()
         .unwrap();
     assert_eq!(&back, b"ping");
+    let first = s;
+    let status = client.status().await;
+    let http = status.inbounds.iter().find(|i| i.name == "http").unwrap();
+    assert_eq!((http.open, http.accepted), (1, 1), "{http:?}");
     // A refused port answers 502.
     let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
     s.write_all(b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
@@ -263,6 +275,35 @@ async fn http_connect_tunnel() {
         "{}",
         String::from_utf8_lossy(&reply)
     );
+    // The status counts both connections, the refused one as failed, and the first as open
+    // until it ends.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let http = loop {
+        let status = client.status().await;
+        let http = status
+            .inbounds
+            .iter()
+            .find(|i| i.name == "http")
+            .unwrap()
+            .clone();
+        if http.open == 0 || tokio::time::Instant::now() > deadline {
+            break http;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (
+            http.open,
+            http.accepted,
+            http.refused,
+            http.failed,
+            http.limit
+        ),
+        (0, 2, 0, 1, 1024),
+        "{http:?}"
+    );
+    assert_eq!(http.listen, client.http_addr.unwrap().to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,12 +14,19 @@ use super::http_connect::{
     self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, HttpConnectError, MAX_HEAD,
     METHOD_NOT_ALLOWED,
 };
-use super::server::{Deadline, InboundContext, InboundError, accept_loop, read_message};
+use super::server::{
+    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message,
+};
 use crate::transport::relay::{RelayError, relay_tcp};
 
-/// Serves HTTP CONNECT on `listener` until the task is dropped.
-pub async fn serve_http_connect(listener: TcpListener, ctx: Arc<InboundContext>) {
-    accept_loop(listener, ctx, serve_connection).await;
+/// Serves HTTP CONNECT on `listener` until the task is dropped, counting its connections in
+/// `counters`.
+pub async fn serve_http_connect(
+    listener: TcpListener,
+    ctx: Arc<InboundContext>,
+    counters: Arc<InboundCounters>,
+) {
+    accept_loop(listener, ctx, counters, serve_connection).await;
 }
 
 async fn serve_connection(

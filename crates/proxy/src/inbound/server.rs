@@ -2,6 +2,8 @@
 //! stream flow and waiting for the server's verdict, and reading a request head with one of the
 //! sans-IO parsers.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use super::socks5::Reply;
 use crate::config::SocksUser;
 use crate::egress::{CONNECTED, reply_for_reset};
 use crate::session::{FlowKind, Target};
+use crate::transport::InboundStatus;
 use crate::transport::flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionHandle,
 };
@@ -208,14 +211,59 @@ where
     }
 }
 
-/// Accepts connections on `listener` and serves each with `serve`, at most
-/// [`MAX_CONNECTIONS`] at once (see [`accept_loop_limited`]).
-pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, ctx: Arc<InboundContext>, serve: F)
-where
+/// One inbound listener's connection counts since start, for `braid status` and /metrics.
+#[derive(Debug)]
+pub struct InboundCounters {
+    name: &'static str,
+    listen: SocketAddr,
+    limit: usize,
+    open: AtomicU64,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl InboundCounters {
+    /// The counters of inbound `name` (`socks5`, `http`) listening on `listen`, serving at most
+    /// `limit` connections at once.
+    pub fn new(name: &'static str, listen: SocketAddr, limit: usize) -> Arc<InboundCounters> {
+        Arc::new(InboundCounters {
+            name,
+            listen,
+            limit,
+            open: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// The counts now.
+    pub fn status(&self) -> InboundStatus {
+        InboundStatus {
+            name: self.name.to_owned(),
+            listen: self.listen.to_string(),
+            limit: self.limit as u64,
+            open: self.open.load(Ordering::Relaxed),
+            accepted: self.accepted.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Accepts connections on `listener` and serves each with `serve`, at most `counters`' limit
+/// at once (see [`accept_loop_limited`]).
+pub(crate) async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    ctx: Arc<InboundContext>,
+    counters: Arc<InboundCounters>,
+    serve: F,
+) where
     F: Fn(TcpStream, Arc<InboundContext>) -> Fut,
     Fut: std::future::Future<Output = Result<(), InboundError>> + Send + 'static,
 {
-    accept_loop_limited(listener, ctx, MAX_CONNECTIONS, serve).await;
+    accept_loop_limited(listener, ctx, counters, serve).await;
 }
 
 /// The next connection on `listener`, with one of `slots` when one is free (`None`: the caller
@@ -242,19 +290,20 @@ pub(crate) async fn accept_with_slot(
 /// How often, at most, the refusals of a full inbound are logged.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Accepts connections on `listener` and serves each with `serve`, at most `limit` at once. A
-/// connection beyond is closed at once, so that its application fails now rather than wait
-/// unanswered in the listen backlog until its own timeout; the refusals are logged at `warn`,
-/// at most once a minute, with their count.
+/// Accepts connections on `listener` and serves each with `serve`, at most `counters`' limit at
+/// once, counting them in `counters`. A connection beyond is closed at once, so that its
+/// application fails now rather than wait unanswered in the listen backlog until its own
+/// timeout; the refusals are logged at `warn`, at most once a minute, with their count.
 pub(crate) async fn accept_loop_limited<F, Fut>(
     listener: TcpListener,
     ctx: Arc<InboundContext>,
-    limit: usize,
+    counters: Arc<InboundCounters>,
     serve: F,
 ) where
     F: Fn(TcpStream, Arc<InboundContext>) -> Fut,
     Fut: std::future::Future<Output = Result<(), InboundError>> + Send + 'static,
 {
+    let limit = counters.limit;
     let slots = Arc::new(Semaphore::new(limit));
     let mut refused: u64 = 0;
     let mut last_log: Option<tokio::time::Instant> = None;
@@ -262,6 +311,7 @@ pub(crate) async fn accept_loop_limited<F, Fut>(
         let (stream, peer, slot) = accept_with_slot(&listener, &slots).await;
         let Some(permit) = slot else {
             drop(stream);
+            counters.refused.fetch_add(1, Ordering::Relaxed);
             refused += 1;
             if last_log.is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL) {
                 tracing::warn!(
@@ -275,13 +325,28 @@ pub(crate) async fn accept_loop_limited<F, Fut>(
             }
             continue;
         };
+        counters.accepted.fetch_add(1, Ordering::Relaxed);
+        counters.open.fetch_add(1, Ordering::Relaxed);
         let fut = serve(stream, ctx.clone());
+        let counters = counters.clone();
         tokio::spawn(async move {
+            // Counted closed however the task ends (a panic, an abort at shutdown included).
+            let _open = OpenGuard(&counters.open);
             if let Err(e) = fut.await {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
                 info!(%peer, error = %e, "inbound connection failed");
             }
             drop(permit);
         });
+    }
+}
+
+/// Takes one from an open-connection count when dropped.
+struct OpenGuard<'a>(&'a AtomicU64);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -308,10 +373,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ctx = context(Duration::from_secs(30));
+        let counters = InboundCounters::new("socks5", addr, 2);
         let server = tokio::spawn(accept_loop_limited(
             listener,
             ctx,
-            2,
+            counters.clone(),
             super::super::socks5_server::serve_connection,
         ));
         // Two clients hold the slots: connected, greeting not sent.
@@ -324,8 +390,16 @@ mod tests {
             .await
             .expect("the third connection is closed at once");
         assert!(closed.is_err() || answer.is_empty(), "{answer:?}");
+        let status = counters.status();
+        assert_eq!(
+            (status.open, status.accepted, status.refused, status.failed),
+            (2, 2, 1, 0)
+        );
         drop(first);
         tokio::time::sleep(Duration::from_millis(100)).await;
+        // The first ended with its greeting incomplete: closed, counted failed.
+        let status = counters.status();
+        assert_eq!((status.open, status.failed), (1, 1));
         // A slot is free again: a greeting is answered.
         let mut fourth = TcpStream::connect(addr).await.unwrap();
         fourth.write_all(&[5, 1, 0]).await.unwrap();
@@ -335,6 +409,8 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(choice, [5, 0]);
+        let status = counters.status();
+        assert_eq!((status.open, status.accepted, status.limit), (2, 3, 2));
         server.abort();
     }
 
@@ -344,7 +420,10 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ctx = context(Duration::from_secs(10));
-        let server = tokio::spawn(super::super::socks5_server::serve_socks5(listener, ctx));
+        let counters = InboundCounters::new("socks5", addr, MAX_CONNECTIONS);
+        let server = tokio::spawn(super::super::socks5_server::serve_socks5(
+            listener, ctx, counters,
+        ));
         let mut client = TcpStream::connect(addr).await.unwrap();
         client.write_all(&[5, 0]).await.unwrap();
         let mut answer = Vec::new();
@@ -371,10 +450,15 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             let ctx = context(timeout);
+            let counters = InboundCounters::new("test", addr, MAX_CONNECTIONS);
             let server = if case.starts_with("socks5") {
-                tokio::spawn(super::super::socks5_server::serve_socks5(listener, ctx))
+                tokio::spawn(super::super::socks5_server::serve_socks5(
+                    listener, ctx, counters,
+                ))
             } else {
-                tokio::spawn(super::super::http_server::serve_http_connect(listener, ctx))
+                tokio::spawn(super::super::http_server::serve_http_connect(
+                    listener, ctx, counters,
+                ))
             };
             let mut client = TcpStream::connect(addr).await.unwrap();
             client.write_all(sent).await.unwrap();

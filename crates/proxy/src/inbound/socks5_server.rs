@@ -11,15 +11,22 @@ use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
-use super::server::{Deadline, InboundContext, InboundError, accept_loop, read_message};
+use super::server::{
+    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message,
+};
 use super::socks5::{self, Command, Method, Reply};
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::FlowMsg;
 use crate::transport::relay::relay_tcp;
 
-/// Serves SOCKS5 on `listener` until the task is dropped.
-pub async fn serve_socks5(listener: TcpListener, ctx: Arc<InboundContext>) {
-    accept_loop(listener, ctx, serve_connection).await;
+/// Serves SOCKS5 on `listener` until the task is dropped, counting its connections in
+/// `counters`.
+pub async fn serve_socks5(
+    listener: TcpListener,
+    ctx: Arc<InboundContext>,
+    counters: Arc<InboundCounters>,
+) {
+    accept_loop(listener, ctx, counters, serve_connection).await;
 }
 
 async fn reply(

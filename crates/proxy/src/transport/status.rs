@@ -227,6 +227,9 @@ pub struct DaemonStatus {
     /// The client's links, joined or not (a link that cannot join shows why here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStatus>,
+    /// The client's SOCKS5 and HTTP CONNECT inbounds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inbounds: Vec<InboundStatus>,
     /// The daemon's process: memory, CPU time, open files (absent where `/proc` is not
     /// readable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +251,26 @@ pub struct LinkStatus {
     pub joins: u64,
     /// Why its last attempt failed or its last connection closed.
     pub last_error: Option<String>,
+}
+
+/// One of the client's listening inbounds (SOCKS5, HTTP CONNECT): its connections since start.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboundStatus {
+    /// `socks5` or `http`.
+    pub name: String,
+    /// The address it listens on.
+    pub listen: String,
+    /// The connections it serves at once, at most.
+    pub limit: u64,
+    /// Connections open now.
+    pub open: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections closed at once because `limit` were open.
+    pub refused: u64,
+    /// Accepted connections that ended in an error: a request malformed, incomplete in time or
+    /// not authenticated, a destination the server could not reach, a relay that failed.
+    pub failed: u64,
 }
 
 /// The TUN inbound's counters since start.
@@ -328,6 +351,13 @@ impl DaemonStatus {
                 ", {:.1} MiB given back in {} trims",
                 mib(p.heap_returned_bytes),
                 p.heap_trims
+            );
+        }
+        for i in &self.inbounds {
+            let _ = writeln!(
+                out,
+                "{} on {}: {} open (limit {}), {} accepted, {} refused at the limit, {} failed",
+                i.name, i.listen, i.open, i.limit, i.accepted, i.refused, i.failed
             );
         }
         if let Some(t) = &self.tun {
@@ -451,6 +481,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_inbound_has_a_line_with_its_connections() {
+        let status = DaemonStatus {
+            role: "client".into(),
+            version: "0".into(),
+            inbounds: vec![
+                InboundStatus {
+                    name: "socks5".into(),
+                    listen: "127.0.0.1:1080".into(),
+                    limit: 1024,
+                    open: 3,
+                    accepted: 40,
+                    refused: 5,
+                    failed: 2,
+                },
+                InboundStatus {
+                    name: "http".into(),
+                    listen: "127.0.0.1:8080".into(),
+                    limit: 1024,
+                    ..InboundStatus::default()
+                },
+            ],
+            ..DaemonStatus::default()
+        };
+        let table = status.to_table();
+        assert!(
+            table.contains(
+                "\nsocks5 on 127.0.0.1:1080: 3 open (limit 1024), 40 accepted, 5 refused at the \
+                 limit, 2 failed\nhttp on 127.0.0.1:8080: 0 open (limit 1024), 0 accepted, 0 \
+                 refused at the limit, 0 failed\n"
+            ),
+            "{table}"
+        );
+        let wire = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<DaemonStatus>(&wire).unwrap(), status);
+    }
+
+    #[test]
     fn the_tun_line_is_shown_and_optional_on_the_wire() {
         let mut status = DaemonStatus {
             role: "client".into(),
@@ -470,6 +537,7 @@ mod tests {
                 .starts_with("braid client 0 — 0 session(s)\n")
         );
         assert!(!plain.contains("process") && !status.to_table().contains("process"));
+        assert!(!plain.contains("inbounds") && !status.to_table().contains(" on "));
         // A status without the field (from an older daemon) still parses.
         assert_eq!(
             serde_json::from_str::<DaemonStatus>(&plain).unwrap(),
