@@ -103,6 +103,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: None,
+            metrics_token: None,
             state_dir: state_dir("server"),
             server_name: "braid".into(),
             users: vec![UserEntry {
@@ -133,6 +134,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         metrics_listen: None,
+        metrics_token: None,
         socks_users: Vec::new(),
         tun,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
@@ -830,6 +832,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_listen: None,
+            metrics_token: None,
             state_dir: state_dir("shaped-server"),
             server_name: "braid".into(),
             users: vec![UserEntry {
@@ -864,6 +867,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         metrics_listen: None,
+        metrics_token: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

@@ -17,6 +17,7 @@ use crate::control::{self, ClientSources, ControlError, StatusSource};
 use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
+use crate::metrics::MetricsAuth;
 use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
 use crate::transport::client::{LinkChanges, LinkContext, session_loop};
@@ -120,6 +121,7 @@ pub struct ClientHandle {
     created_dir: Option<PathBuf>,
     inbound: Arc<InboundContext>,
     inbound_counters: Vec<Arc<InboundCounters>>,
+    metrics_auth: Arc<MetricsAuth>,
     links: Arc<LinkContext>,
 }
 
@@ -155,6 +157,10 @@ impl ClientHandle {
             warn_open_inbounds(&new);
             self.inbound.socks_users.replace(new.socks_users);
             changed.push("socks.users");
+        }
+        if self.metrics_auth.replace(new.metrics_token.clone()) {
+            warn_open_metrics(new.metrics_listen, new.metrics_token.is_some());
+            changed.push("metrics_token");
         }
         let scheduler = {
             let mut next = self
@@ -484,10 +490,11 @@ fn without_routes(tun: &Option<TunConfig>) -> Option<TunConfig> {
 }
 
 /// Binds the metrics endpoint at `addr`, if configured, warning when it listens beyond
-/// loopback (it has no authentication and names users and sessions); the listener and the
-/// address it took.
+/// loopback with no `token` (it names users and sessions); the listener and the address it
+/// took.
 async fn bind_metrics(
     addr: Option<SocketAddr>,
+    token: bool,
 ) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, DaemonError> {
     let Some(addr) = addr else {
         return Ok(None);
@@ -496,14 +503,19 @@ async fn bind_metrics(
     let bound = listener
         .local_addr()
         .map_err(|source| DaemonError::Bind { addr, source })?;
-    if !addr.ip().is_loopback() {
+    warn_open_metrics(Some(addr), token);
+    Ok(Some((listener, bound)))
+}
+
+/// Warns when the metrics endpoint listens beyond loopback with no token.
+fn warn_open_metrics(addr: Option<SocketAddr>, token: bool) {
+    if let Some(addr) = addr.filter(|a| !a.ip().is_loopback() && !token) {
         tracing::warn!(
             %addr,
-            "the metrics endpoint listens beyond loopback: it has no authentication and names \
-             users and sessions (keep it on a management network)"
+            "the metrics endpoint listens beyond loopback with no authentication and names \
+             users and sessions: set metrics_token, or keep it on a management network"
         );
     }
-    Ok(Some((listener, bound)))
 }
 
 /// The inbounds that listen beyond loopback with no users (`[socks] users` empty): anyone who
@@ -592,7 +604,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         None => None,
     };
     let http_addr = http.as_ref().map(|(_, addr)| *addr);
-    let metrics = bind_metrics(config.metrics_listen).await?;
+    let metrics = bind_metrics(config.metrics_listen, config.metrics_token.is_some()).await?;
     let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let tun = match &config.tun {
         Some(t) => {
@@ -671,10 +683,12 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             crate::inbound::http_server::serve_http_connect(l, ctx.clone(), counters),
         ));
     }
+    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
     if let Some((l, _)) = metrics {
         tasks.push(tokio::spawn(crate::metrics::serve(
             l,
             StatusSource::Client(sources),
+            metrics_auth.clone(),
         )));
     }
     if let Some((device, limits, counters)) = tun {
@@ -703,6 +717,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         created_dir,
         inbound: ctx,
         inbound_counters,
+        metrics_auth,
         links: link_context,
     })
 }
@@ -718,6 +733,7 @@ pub struct ServerHandle {
     pub control_path: PathBuf,
     /// Where the metrics endpoint listens, if enabled.
     pub metrics_addr: Option<SocketAddr>,
+    metrics_auth: Arc<MetricsAuth>,
     shared: Arc<ServerShared>,
     endpoint: quinn::Endpoint,
     tasks: Vec<JoinHandle<()>>,
@@ -743,6 +759,11 @@ impl ServerHandle {
             for session in self.shared.sessions() {
                 let _ = session.replace_scheduler(scheduler.build()).await;
             }
+        }
+        if reload.changed.contains(&"metrics_token") {
+            let config = self.shared.config();
+            self.metrics_auth.replace(config.metrics_token.clone());
+            warn_open_metrics(config.metrics_listen, config.metrics_token.is_some());
         }
         if reload.changed.contains(&"session.congestion") {
             let algorithm = self.shared.config().session.congestion;
@@ -817,11 +838,12 @@ pub async fn start_server(
         addr: config.listen,
         source,
     })?;
-    let metrics = bind_metrics(config.metrics_listen).await?;
+    let metrics = bind_metrics(config.metrics_listen, config.metrics_token.is_some()).await?;
     let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let control_path = control::socket_path(&config.state_dir, Role::Server);
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
+    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
     let shared = ServerShared::new(Arc::new(config));
     let mut tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), shared.clone())),
@@ -835,6 +857,7 @@ pub async fn start_server(
         tasks.push(tokio::spawn(crate::metrics::serve(
             l,
             StatusSource::Server(shared.clone()),
+            metrics_auth.clone(),
         )));
     }
     Ok(ServerHandle {
@@ -842,6 +865,7 @@ pub async fn start_server(
         fingerprint: identity.fingerprint(),
         control_path,
         metrics_addr,
+        metrics_auth,
         shared,
         endpoint,
         tasks,

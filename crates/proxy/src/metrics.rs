@@ -4,15 +4,17 @@
 //! `braid status --prometheus`. See `docs/cli.md` (the metric names) and `docs/config.md`
 //! (`metrics_listen`).
 //!
-//! The endpoint has no authentication: it names users and sessions, so it belongs on loopback
-//! or a management network (the daemons warn when it listens elsewhere). It answers `GET` and
+//! With `metrics_token` set, every request must carry `Authorization: Bearer TOKEN` (401
+//! otherwise); without it the endpoint has no authentication. It names users and sessions and
+//! speaks plain HTTP, so it belongs on loopback or a management network (the daemons warn when
+//! it listens elsewhere with no token). It answers `GET` and
 //! `HEAD` of `/metrics`, 404 for another path, 405 for another method and 400 for a request it
 //! cannot read; a request head must arrive whole within 5 s and 8 KiB, a connection is closed
 //! after 30 s whatever it does, and at most [`MAX_CONNECTIONS`] connections are served at once
 //! (more are closed at once).
 
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -20,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
+use crate::config::MetricsToken;
 use crate::control::StatusSource;
 use crate::transport::status::{DaemonStatus, PathReport, SessionStatus};
 
@@ -711,8 +714,57 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
     }
 }
 
-/// Serves the metrics of `source` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, source: StatusSource) {
+/// The token the endpoint asks for now (none: no authentication), replaced when the daemon
+/// reloads its file.
+#[derive(Debug, Default)]
+pub struct MetricsAuth(RwLock<Option<MetricsToken>>);
+
+impl MetricsAuth {
+    /// Asks for `token`, when there is one.
+    pub fn new(token: Option<MetricsToken>) -> Arc<MetricsAuth> {
+        Arc::new(MetricsAuth(RwLock::new(token)))
+    }
+
+    /// Asks for `token` from the next request on; whether that changed the token.
+    pub fn replace(&self, token: Option<MetricsToken>) -> bool {
+        let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != token;
+        *current = token;
+        changed
+    }
+
+    /// Whether the request with this head (request line and headers) may be answered: no
+    /// token is set, or its first `Authorization` header is `Bearer` and the token.
+    fn allows(&self, head: &[u8]) -> bool {
+        let token = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(token) = token.as_ref() else {
+            return true;
+        };
+        bearer_token(head).is_some_and(|presented| token.matches(presented))
+    }
+}
+
+/// The credentials of the first `Authorization: Bearer` header of `head` (names and the scheme
+/// compared case-insensitively, RFC 9110 §11.1, RFC 6750 §2.1).
+fn bearer_token(head: &[u8]) -> Option<&[u8]> {
+    let value = head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .eq_ignore_ascii_case(b"authorization")
+            .then(|| &line[colon + 1..])
+    })?;
+    let value = value.trim_ascii();
+    let space = value.iter().position(|&b| b == b' ')?;
+    if !value[..space].eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    Some(value[space..].trim_ascii_start())
+}
+
+/// Serves the metrics of `source` on `listener` until the task is dropped, asking for the
+/// token `auth` holds.
+pub async fn serve(listener: TcpListener, source: StatusSource, auth: Arc<MetricsAuth>) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer, slot) =
@@ -723,9 +775,11 @@ pub async fn serve(listener: TcpListener, source: StatusSource) {
             continue;
         };
         let source = source.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
             // A client that stops reading must not hold its slot for ever either.
-            match tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &source)).await {
+            let answered = answer(stream, &source, &auth);
+            match tokio::time::timeout(CONNECTION_TIMEOUT, answered).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => debug!(%peer, error = %e, "metrics request not answered"),
                 Err(_) => debug!(%peer, "metrics connection timed out"),
@@ -746,6 +800,8 @@ enum Request {
     MethodNotAllowed,
     /// Not an HTTP/1 request line.
     Bad,
+    /// A token is set and the request does not carry it.
+    Unauthorized,
 }
 
 /// Reads the request line of `head` (the bytes up to the blank line).
@@ -795,11 +851,18 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
     }
 }
 
-async fn answer(mut stream: TcpStream, source: &StatusSource) -> std::io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    source: &StatusSource,
+    auth: &MetricsAuth,
+) -> std::io::Result<()> {
     let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request head"))??;
-    let request = head.as_deref().map_or(Request::Bad, parse_request);
+    let mut request = head.as_deref().map_or(Request::Bad, parse_request);
+    if request != Request::Bad && !head.as_deref().is_some_and(|h| auth.allows(h)) {
+        request = Request::Unauthorized;
+    }
     let (status, extra, body, head_only) = match request {
         Request::Metrics { head } => {
             let body = render(&source.collect().await);
@@ -820,6 +883,12 @@ async fn answer(mut stream: TcpStream, source: &StatusSource) -> std::io::Result
             "405 Method Not Allowed",
             "Allow: GET, HEAD\r\n".to_owned(),
             String::new(),
+            false,
+        ),
+        Request::Unauthorized => (
+            "401 Unauthorized",
+            "WWW-Authenticate: Bearer realm=\"braid\"\r\n".to_owned(),
+            "a bearer token is required: Authorization: Bearer TOKEN (metrics_token)\n".to_owned(),
             false,
         ),
         Request::Bad => ("400 Bad Request", String::new(), String::new(), false),
@@ -1117,5 +1186,34 @@ mod tests {
         ] {
             assert_eq!(parse_request(bad), Request::Bad, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_set_token_must_come_as_the_first_authorization_bearer_header() {
+        let open = MetricsAuth::new(None);
+        assert!(open.allows(b"GET /metrics HTTP/1.1"));
+        let token = "0123456789abcdef0123";
+        let file = std::path::Path::new("c.toml");
+        let auth = MetricsAuth::new(crate::config::metrics_token(file, Some(token)).unwrap());
+        for (head, allowed) in [
+            (&b"GET /metrics HTTP/1.1\r\nHost: x"[..], false),
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer 0123456789abcdef0123", true),
+            (b"GET /metrics HTTP/1.1\r\nauthorization:bearer   0123456789abcdef0123 ", true),
+            (b"GET /metrics HTTP/1.1\r\nHost: x\r\nAUTHORIZATION: BEARER 0123456789abcdef0123\r\nAccept: */*", true),
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer 0123456789abcdef012", false),
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer 0123456789abcdef01234", false),
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Basic 0123456789abcdef0123", false),
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer0123456789abcdef0123", false),
+            (b"GET /metrics HTTP/1.1\r\nX-Authorization: Bearer 0123456789abcdef0123", false),
+            // The first Authorization header counts.
+            (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer x\r\nAuthorization: Bearer 0123456789abcdef0123", false),
+            // Not in the request line.
+            (b"GET /metrics?Authorization: Bearer 0123456789abcdef0123 HTTP/1.1", false),
+        ] {
+            assert_eq!(auth.allows(head), allowed, "{}", String::from_utf8_lossy(head));
+        }
+        assert!(auth.replace(None));
+        assert!(!auth.replace(None));
+        assert!(auth.allows(b"GET /metrics HTTP/1.1"));
     }
 }

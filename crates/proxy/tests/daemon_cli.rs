@@ -110,10 +110,12 @@ fn check_validates_without_starting_anything() {
         &dir,
         "server.toml",
         &format!(
-            "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n[[user]]\nname = \"a\"\nkey = \"{}\"\n\
+            "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\nmetrics_listen = \"[::1]:9464\"\n\
+             metrics_token = \"{}\"\n[[user]]\nname = \"a\"\nkey = \"{}\"\n\
              [[user]]\nname = \"b\"\nkey = \"{}\"\n[egress]\nallow_private = true\n\
              deny_networks = [\"203.0.113.0/24\"]\ndeny_ports = [25, \"6881-6889\"]\n",
             state.display(),
+            "0a".repeat(16),
             "cd".repeat(32),
             "ef".repeat(32)
         ),
@@ -125,7 +127,7 @@ fn check_validates_without_starting_anything() {
         format!(
             "{server}: a valid server configuration: listen 127.0.0.1:{port}, 2 users, scheduler \
              minrtt, egress private addresses allowed, 1 network denied, ports 25, 6881-6889 \
-             denied\n"
+             denied, metrics [::1]:9464 (bearer token)\n"
         )
     );
     let client = write(

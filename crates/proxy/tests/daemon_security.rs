@@ -1,6 +1,7 @@
 //! Security defaults of the daemons: a wrong key is refused without detail, a wrong pin never
 //! joins, loopback egress is refused by the default policy, SOCKS5 username/password and the
-//! HTTP CONNECT inbound's Basic credentials are enforced, and reloads put new users in force.
+//! HTTP CONNECT inbound's Basic credentials are enforced, reloads put new users in force, and the
+//! metrics endpoint asks for its bearer token.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_common;
@@ -477,4 +478,88 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
     next.socks_users.clear();
     assert_eq!(client.reload(next).await.changed, ["socks.users"]);
     assert_eq!(socks_method(client.socks_addr, 0).await.0, 0);
+}
+
+/// `GET /metrics` on `addr` with `token` as the bearer token (none: no Authorization header);
+/// the status line and the head of the answer.
+async fn metrics_with(addr: SocketAddr, token: Option<&str>) -> (String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let head = format!("GET /metrics HTTP/1.1\r\nHost: braid\r\n{auth}\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let head = answer.split("\r\n\r\n").next().unwrap().to_owned();
+    (head.lines().next().unwrap().to_owned(), head)
+}
+
+/// With `metrics_token` set, a metrics request without the token, or with another, is answered
+/// 401 with the Bearer challenge, and one with it gets the metrics; a reload changes the token
+/// (or lifts it) from the next request on, in both daemons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoint_asks_for_its_token_and_a_reload_changes_it() {
+    use braid_proxy::config::{MetricsToken, ServerConfig};
+    let first = "first-token-0123456789";
+    let second = "second-token-0123456789";
+    let token = |t: &str| Some(MetricsToken::new(t).unwrap());
+    let server_conf = ServerConfig {
+        metrics_token: token(first),
+        ..server_config("metricsauth", true)
+    };
+    let server = start_server(
+        server_conf.clone(),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client_conf = client_config("metricsauth", &server, 1, KEY);
+    let client = start_client(client_conf.clone()).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let (on_server, on_client) = (server.metrics_addr.unwrap(), client.metrics_addr.unwrap());
+    const OK: &str = "HTTP/1.1 200 OK";
+    const REFUSED: &str = "HTTP/1.1 401 Unauthorized";
+    for presented in [None, Some(second), Some("first-token-012345678")] {
+        let (status, head) = metrics_with(on_server, presented).await;
+        assert_eq!(status, REFUSED, "{presented:?}");
+        assert!(
+            head.contains("WWW-Authenticate: Bearer realm=\"braid\""),
+            "{head}"
+        );
+    }
+    assert_eq!(metrics_with(on_server, Some(first)).await.0, OK);
+    // The client has no token: open.
+    assert_eq!(metrics_with(on_client, None).await.0, OK);
+    // Reloads: the server's token replaced, the client's set.
+    let done = server
+        .reload(ServerConfig {
+            metrics_token: token(second),
+            ..server_conf.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_token"]);
+    assert_eq!(metrics_with(on_server, Some(first)).await.0, REFUSED);
+    assert_eq!(metrics_with(on_server, Some(second)).await.0, OK);
+    let done = client
+        .reload(ClientConfig {
+            metrics_token: token(first),
+            ..client_conf.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_token"]);
+    assert!(done.needs_restart.is_empty(), "{:?}", done.needs_restart);
+    assert_eq!(metrics_with(on_client, None).await.0, REFUSED);
+    assert_eq!(metrics_with(on_client, Some(first)).await.0, OK);
+    // Lifted again.
+    let done = server
+        .reload(ServerConfig {
+            metrics_token: None,
+            ..server_conf
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_token"]);
+    assert_eq!(metrics_with(on_server, None).await.0, OK);
 }

@@ -32,13 +32,14 @@ fn summary(config: &ClientConfig) -> String {
         inbounds.push(format!("TUN {}", tun.name));
     }
     format!(
-        "a valid client configuration: user {}, {} link{} ({}), scheduler {}, inbounds {}",
+        "a valid client configuration: user {}, {} link{} ({}), scheduler {}, inbounds {}{}",
         config.user,
         links.len(),
         if links.len() == 1 { "" } else { "s" },
         links.join(", "),
         config.scheduler.kind().name(),
-        inbounds.join(", ")
+        inbounds.join(", "),
+        super::metrics_summary(config.metrics_listen, config.metrics_token.is_some()),
     )
 }
 

@@ -47,11 +47,13 @@ fn summary(config: &ServerConfig) -> String {
         lists += &format!(", ports {} denied", ports.join(", "));
     }
     format!(
-        "a valid server configuration: listen {}, {} user{}, scheduler {}, egress {egress}{lists}",
+        "a valid server configuration: listen {}, {} user{}, scheduler {}, egress \
+         {egress}{lists}{}",
         config.listen,
         config.users.len(),
         if config.users.len() == 1 { "" } else { "s" },
         config.scheduler.kind().name(),
+        super::metrics_summary(config.metrics_listen, config.metrics_token.is_some()),
     )
 }
 

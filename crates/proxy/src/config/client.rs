@@ -69,6 +69,8 @@ pub struct ClientConfig {
     pub http_listen: Option<SocketAddr>,
     /// The Prometheus metrics listener (`GET /metrics`), when enabled.
     pub metrics_listen: Option<SocketAddr>,
+    /// The bearer token a metrics request must carry, when one is set.
+    pub metrics_token: Option<super::MetricsToken>,
     /// SOCKS5 users; empty means no authentication.
     pub socks_users: Vec<SocksUser>,
     /// The TUN inbound (`[tun]`), when enabled.
@@ -164,6 +166,7 @@ struct RawClient {
     socks_listen: Option<String>,
     http_listen: Option<String>,
     metrics_listen: Option<String>,
+    metrics_token: Option<String>,
     #[serde(default)]
     socks: RawSocks,
     tun: Option<RawTun>,
@@ -287,6 +290,7 @@ impl ClientConfig {
             Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
             None => None,
         };
+        let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
         let socks_users = socks_users(file, &raw.socks)?;
         let tun = raw.tun.as_ref().map(|t| tun(file, t)).transpose()?;
         if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
@@ -324,6 +328,7 @@ impl ClientConfig {
             socks_listen,
             http_listen,
             metrics_listen,
+            metrics_token,
             socks_users,
             tun,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,

@@ -293,6 +293,68 @@ pub(crate) fn host_port(file: &Path, field: &str, value: &str) -> Result<String,
     Ok(value.to_owned())
 }
 
+/// The bearer token the metrics endpoint asks for (`metrics_token`): a request must carry
+/// `Authorization: Bearer TOKEN`. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MetricsToken(std::sync::Arc<str>);
+
+impl MetricsToken {
+    /// `value` as a token: [`METRICS_TOKEN_LENGTH`] characters of a bearer token (RFC 6750:
+    /// letters, digits, `-._~+/`, then `=` padding); or why not, without the value.
+    pub fn new(value: &str) -> Result<MetricsToken, String> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~+/".contains(c);
+        let body = value.trim_end_matches('=');
+        if !METRICS_TOKEN_LENGTH.contains(&value.len()) {
+            return Err(format!("{} characters", value.chars().count()));
+        }
+        if let Some(position) = body.chars().position(|c| !allowed(c)) {
+            return Err(format!(
+                "a character not allowed at position {}",
+                position + 1
+            ));
+        }
+        if body.is_empty() {
+            return Err("only padding".to_owned());
+        }
+        Ok(MetricsToken(value.into()))
+    }
+
+    /// Whether `presented` is this token, compared in constant time.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        crate::tls::constant_time_eq(self.0.as_bytes(), presented)
+    }
+}
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(<redacted>)")
+    }
+}
+
+/// Shortest and longest `metrics_token`, characters.
+pub const METRICS_TOKEN_LENGTH: std::ops::RangeInclusive<usize> = 16..=512;
+
+/// Checks a `metrics_token` ([`MetricsToken::new`]); an error never shows the value.
+pub(crate) fn metrics_token(
+    file: &Path,
+    value: Option<&str>,
+) -> Result<Option<MetricsToken>, ConfigFileError> {
+    let expected = "16 to 512 characters: letters, digits, - . _ ~ + / and = at the end \
+                    (e.g. the output of `openssl rand -hex 32`)";
+    value
+        .map(|v| {
+            MetricsToken::new(v).map_err(|why| {
+                invalid(
+                    file,
+                    "metrics_token",
+                    expected,
+                    format!("<redacted>, {why}"),
+                )
+            })
+        })
+        .transpose()
+}
+
 /// Parses a 32-byte key written as 64 hex digits.
 pub(crate) fn key_hex(file: &Path, field: &str, value: &str) -> Result<[u8; 32], ConfigFileError> {
     let mut out = [0u8; 32];
@@ -501,6 +563,40 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn metrics_tokens_are_bearer_tokens_and_never_echoed() {
+        let f = Path::new("f.toml");
+        assert_eq!(metrics_token(f, None).unwrap(), None);
+        let token = "Zm9vYmFyYmF6cXV4LXRva2Vu_~.+/==";
+        let t = metrics_token(f, Some(token)).unwrap().unwrap();
+        assert!(t.matches(token.as_bytes()));
+        assert!(!t.matches(b"Zm9vYmFyYmF6cXV4LXRva2Vu_~.+/="));
+        assert!(!format!("{t:?}").contains("Zm9v"));
+        for (bad, why) in [
+            ("short-secret", "12 characters"),
+            (
+                "0123456789abcdef ghij",
+                "a character not allowed at position 17",
+            ),
+            (
+                "0123456789abcdef=ghij",
+                "a character not allowed at position 17",
+            ),
+            ("0123456789abcdé", "a character not allowed at position 15"),
+            ("================", "only padding"),
+        ] {
+            let e = metrics_token(f, Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.starts_with("f.toml: metrics_token: expected 16 to 512 characters")
+                    && e.contains(why)
+                    && !e.contains(&bad[..6]),
+                "{bad}: {e}"
+            );
+        }
+        assert!(metrics_token(f, Some(&"a".repeat(513))).is_err());
+        assert!(metrics_token(f, Some(&"a".repeat(512))).is_ok());
     }
 
     #[test]

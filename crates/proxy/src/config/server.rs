@@ -98,6 +98,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The Prometheus metrics listener (`GET /metrics`), when enabled.
     pub metrics_listen: Option<SocketAddr>,
+    /// The bearer token a metrics request must carry, when one is set.
+    pub metrics_token: Option<super::MetricsToken>,
     /// Where the certificate, key and status socket live.
     pub state_dir: PathBuf,
     /// The name in the self-signed certificate.
@@ -121,6 +123,7 @@ pub struct ServerConfig {
 struct RawServer {
     listen: String,
     metrics_listen: Option<String>,
+    metrics_token: Option<String>,
     state_dir: Option<PathBuf>,
     server_name: Option<String>,
     #[serde(default)]
@@ -290,6 +293,7 @@ impl ServerConfig {
             Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
             None => None,
         };
+        let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
         let mut users = Vec::with_capacity(raw.user.len());
         for (i, u) in raw.user.iter().enumerate() {
             if u.name.is_empty() || u.name.len() > 64 {
@@ -339,6 +343,7 @@ impl ServerConfig {
         Ok(ServerConfig {
             listen,
             metrics_listen,
+            metrics_token,
             state_dir: raw
                 .state_dir
                 .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),

@@ -377,6 +377,7 @@ impl Context {
             socks_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             http_listen: None,
             metrics_listen: None,
+            metrics_token: None,
             socks_users: Vec::new(),
             tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
@@ -548,6 +549,7 @@ fn server_config(dir: &Path, key: [u8; 32], session: crate::config::SessionLimit
     ServerConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         metrics_listen: None,
+        metrics_token: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {

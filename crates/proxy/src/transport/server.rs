@@ -121,6 +121,7 @@ impl ServerShared {
             ("scheduler", new.scheduler != old.scheduler),
             ("egress", new.egress != old.egress),
             ("limits.max_sessions", new.max_sessions != old.max_sessions),
+            ("metrics_token", new.metrics_token != old.metrics_token),
             (
                 "session.congestion",
                 new.session.congestion != old.session.congestion,

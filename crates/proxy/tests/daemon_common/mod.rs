@@ -29,6 +29,7 @@ pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        metrics_token: None,
         state_dir: state_dir(&format!("{name}-server")),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -62,6 +63,7 @@ pub fn client_config(
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        metrics_token: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

@@ -35,6 +35,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: None,
+        metrics_token: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -64,6 +65,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
         socks_listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: None,
         metrics_listen: None,
+        metrics_token: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
