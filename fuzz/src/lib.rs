@@ -165,7 +165,9 @@ pub fn session_peer(data: &[u8]) {
                     let data = vec![pick; len];
                     let _ = match kind {
                         FlowKind::Stream => s.write(flow, &data).map(drop),
-                        FlowKind::Datagram => s.send_datagram(flow, &data, Some(50_000), now),
+                        FlowKind::Datagram | FlowKind::Ping => {
+                            s.send_datagram(flow, &data, Some(50_000), now)
+                        }
                     };
                 }
             }
@@ -267,7 +269,7 @@ impl App {
                         }
                     }
                 }
-                FlowKind::Datagram => {
+                FlowKind::Datagram | FlowKind::Ping => {
                     while let Ok(Some(_)) = s.recv_datagram(flow, &mut self.buf) {}
                 }
             }

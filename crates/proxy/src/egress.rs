@@ -21,6 +21,7 @@ use tokio::net::{TcpStream, UdpSocket};
 use tracing::{debug, info};
 
 use crate::config::EgressPolicy;
+use crate::icmp_echo::{self, EchoSocket, MAX_ECHO};
 use crate::inbound::socks5::{self, Reply};
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::{FlowHandle, FlowMsg, FlowWriter};
@@ -183,6 +184,7 @@ pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: Poli
         match kind {
             FlowKind::Stream => stream_flow(flow, target, &current(&policy)).await,
             FlowKind::Datagram => udp_flow(flow, policy).await,
+            FlowKind::Ping => ping_flow(flow, target, policy).await,
         }
     });
 }
@@ -318,6 +320,84 @@ async fn udp_flow(flow: FlowHandle, slot: PolicySlot) {
             r = v6_recv => {
                 if let Ok((n, from)) = r {
                     forward_back(&writer, &mut buf6, n, from).await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether no ICMP socket could be opened yet (warned once per process).
+static ECHO_SOCKET_WARNED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `policy` lets echoes go to `to`.
+fn echo_allowed(policy: &EgressPolicy, to: IpAddr) -> bool {
+    policy.icmp_echo && allowed(policy, SocketAddr::new(to, 0))
+}
+
+/// A ping flow: its echo requests sent to the target's address from an [`EchoSocket`], the
+/// replies sent back, until the client ends the flow or nothing moves for the policy's
+/// `udp_idle_timeout`. A destination the policy refuses (or `icmp_echo = false`) resets the
+/// flow, and a reload that refuses it later stops its requests.
+async fn ping_flow(flow: FlowHandle, target: Target, slot: PolicySlot) {
+    let id = flow.id;
+    let (writer, mut reader) = flow.split();
+    let to = match target {
+        Target::Addr(a) => match a.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        },
+        Target::Domain { .. } => {
+            let _ = writer
+                .reset(reset_code(Reply::AddressTypeNotSupported))
+                .await;
+            return;
+        }
+    };
+    if !echo_allowed(&current(&slot), to) {
+        info!(flow = id.0, %to, "ICMP echo refused by the egress policy");
+        let _ = writer.reset(reset_code(Reply::NotAllowed)).await;
+        return;
+    }
+    let socket = match EchoSocket::open(to) {
+        Ok(s) => s,
+        Err(e) => {
+            if !ECHO_SOCKET_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    error = %e,
+                    "no ICMP socket can be opened, so clients' pings are dropped: allow this \
+                     user's group in net.ipv4.ping_group_range, or give the server CAP_NET_RAW \
+                     (logged once)"
+                );
+            }
+            let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
+            return;
+        }
+    };
+    debug!(flow = id.0, %to, kind = ?socket.kind(), "ICMP echo flow");
+    let mut buf = vec![0u8; MAX_ECHO];
+    loop {
+        let idle = current(&slot).udp_idle_timeout;
+        tokio::select! {
+            msg = tokio::time::timeout(idle, reader.recv()) => match msg {
+                Ok(Some(FlowMsg::Datagram(d))) => {
+                    if !echo_allowed(&current(&slot), to) {
+                        continue;
+                    }
+                    if let Some((seq, data)) = icmp_echo::parse_datagram(&d) {
+                        let _ = socket.send(seq, data).await;
+                    }
+                }
+                Ok(Some(FlowMsg::Data(_))) => {}
+                Ok(Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None) => return,
+                Err(_) => {
+                    let _ = writer.reset(reset_code(Reply::TtlExpired)).await;
+                    return;
+                }
+            },
+            r = socket.recv(&mut buf) => {
+                if let Ok((seq, data)) = r {
+                    let _ = writer.send_datagram(icmp_echo::datagram(seq, &buf[data])).await;
                 }
             }
         }

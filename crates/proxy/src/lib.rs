@@ -10,6 +10,7 @@ pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod egress;
+pub mod icmp_echo;
 pub mod inbound;
 pub mod metrics;
 pub mod process;

@@ -646,7 +646,7 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
     let Some(tun) = &status.tun else {
         return;
     };
-    let counters: [(&str, &str, u64); 12] = [
+    let counters: [(&str, &str, u64); 15] = [
         (
             "braid_tun_tcp_connections_total",
             "TCP connections handed to a flow.",
@@ -669,8 +669,23 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
         ),
         (
             "braid_tun_other_dropped_total",
-            "Other packets dropped (ICMP, other protocols).",
+            "Other packets dropped (ICMP but echo requests, other protocols).",
             tun.other_dropped,
+        ),
+        (
+            "braid_tun_pings_total",
+            "ICMP echo requests sent into a ping flow.",
+            tun.pings,
+        ),
+        (
+            "braid_tun_ping_replies_total",
+            "ICMP echo replies written to the device.",
+            tun.ping_replies,
+        ),
+        (
+            "braid_tun_pings_dropped_total",
+            "ICMP echo requests and replies dropped.",
+            tun.pings_dropped,
         ),
         (
             "braid_tun_fragments_total",

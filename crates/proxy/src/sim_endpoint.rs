@@ -99,7 +99,7 @@ impl Endpoint for Session {
         Session::poll_event(self).map(|e| match e {
             Event::FlowOpened { flow, kind, .. } => EndpointEvent::FlowOpened {
                 flow,
-                datagram: kind == FlowKind::Datagram,
+                datagram: kind.is_datagram(),
             },
             Event::FlowReadable(f) => EndpointEvent::Readable(f),
             Event::FlowWritable(f) => EndpointEvent::Writable(f),

@@ -38,25 +38,27 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
     use braid_proxy::transport::join::{
-        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_REFUSED,
-        PeerKnows,
+        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_OK_PING,
+        JOIN_REFUSED, PeerKnows,
     };
     let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
     // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
-    // PATH_ABANDON or knows DATAGRAM_LIMIT (an older one) gets the old answer; one that does
-    // learns that the server knows them too.
-    for bits in 0..8u8 {
+    // PATH_ABANDON, knows DATAGRAM_LIMIT or opens ping flows (an older one) gets the old answer;
+    // one that does learns that the server knows them too.
+    for bits in 0..16u8 {
         let knows = PeerKnows {
             fragments: bits & 1 != 0,
             abandon: bits & 2 != 0,
             datagram_limit: bits & 4 != 0,
+            ping: bits & 8 != 0,
         };
         let mut answer = JOIN_OK;
         for (known, bit) in [
             (knows.fragments, JOIN_OK_FRAGMENTS),
             (knows.abandon, JOIN_OK_ABANDON),
             (knows.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
+            (knows.ping, JOIN_OK_PING),
         ] {
             if known {
                 answer |= bit;

@@ -36,6 +36,42 @@ fn events(h: &mut Harness, side: usize) -> Vec<Event> {
     std::iter::from_fn(|| h.endpoints[side].poll_event()).collect()
 }
 
+/// A ping flow opens only towards a peer that said it relays echoes, and then carries datagrams
+/// both ways as a datagram flow does.
+#[test]
+fn a_ping_flow_opens_only_when_the_peer_relays_echoes() {
+    let mut h = two_paths();
+    let target = Target::Addr("203.0.113.5:0".parse().unwrap());
+    assert_eq!(
+        h.client().open_flow(FlowKind::Ping, target.clone()),
+        Err(FlowError::PingNotRelayed)
+    );
+    h.client().set_peer_relays_ping(true);
+    let flow = h
+        .client()
+        .open_flow(FlowKind::Ping, target.clone())
+        .unwrap();
+    let now = h.now();
+    h.client()
+        .send_datagram(flow, b"\x00\x01ping", None, now)
+        .unwrap();
+    h.run_until(secs(0.5), |_| {});
+    assert!(events(&mut h, SERVER).contains(&Event::FlowOpened {
+        flow,
+        kind: FlowKind::Ping,
+        target
+    }));
+    let mut buf = [0u8; 64];
+    assert_eq!(h.server().recv_datagram(flow, &mut buf).unwrap(), Some(6));
+    let now = h.now();
+    h.server()
+        .send_datagram(flow, b"\x00\x01pong", None, now)
+        .unwrap();
+    h.run_until(secs(1.0), |_| {});
+    assert_eq!(h.client().recv_datagram(flow, &mut buf).unwrap(), Some(6));
+    assert_eq!(&buf[..6], b"\x00\x01pong");
+}
+
 #[test]
 fn session_datagrams_flow_both_ways_and_expired_ones_are_dropped() {
     let mut h = two_paths();

@@ -22,8 +22,9 @@ use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{
-    HardwareAddress, IpAddress, IpCidr, IpProtocol, IpRepr, Ipv4Address, Ipv4Packet, Ipv6Address,
-    Ipv6Packet, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber, UdpPacket, UdpRepr,
+    HardwareAddress, Icmpv4Packet, Icmpv4Repr, Icmpv6Packet, Icmpv6Repr, IpAddress, IpCidr,
+    IpProtocol, IpRepr, Ipv4Address, Ipv4Packet, Ipv6Address, Ipv6Packet, TcpControl, TcpPacket,
+    TcpRepr, TcpSeqNumber, UdpPacket, UdpRepr,
 };
 use tokio::sync::{Mutex, mpsc, watch};
 
@@ -135,6 +136,8 @@ struct App {
     start: Instant,
     /// UDP packets that arrived (the application stack has no UDP sockets).
     udp: Vec<Vec<u8>>,
+    /// IPv4 ICMP packets that arrived.
+    icmp: Vec<Vec<u8>>,
     /// IPv6 packets that arrived, while `capture_v6` holds (else the stack gets them).
     v6: Vec<Vec<u8>>,
     /// Keep IPv6 packets in `v6` for the test to read instead of giving them to the stack.
@@ -160,6 +163,9 @@ impl App {
                 } else if Ipv4Packet::new_checked(&p[..]).unwrap().next_header() == IpProtocol::Udp
                 {
                     self.udp.push(p);
+                } else if Ipv4Packet::new_checked(&p[..]).unwrap().next_header() == IpProtocol::Icmp
+                {
+                    self.icmp.push(p);
                 } else if self.lose_fins > 0 && has_fin(&p) {
                     self.lose_fins -= 1;
                 } else {
@@ -283,6 +289,7 @@ async fn setup_session(
         sockets: SocketSet::new(Vec::new()),
         start: Instant::now(),
         udp: Vec::new(),
+        icmp: Vec::new(),
         v6: Vec::new(),
         capture_v6: true,
         lose_fins: 0,
@@ -796,7 +803,8 @@ async fn udp_datagrams_through_the_tun_inbound_are_answered() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // A ping is not answered by the inbound (it would claim every address is up).
+    // ICMP that is not an echo request (here a UDP header as ICMP) is dropped: the inbound
+    // answers nothing itself (it would claim every address is up).
     let before = counters.other_dropped.load(Ordering::Relaxed);
     let mut ping = udp_from_app(1, echo_addr, b"x");
     Ipv4Packet::new_unchecked(&mut ping[..]).set_next_header(IpProtocol::Icmp);
@@ -806,6 +814,144 @@ async fn udp_datagrams_through_the_tun_inbound_are_answered() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// An ICMP echo request from the application (IPv4 from `APP`, IPv6 from `APP6`).
+fn echo_request(to: IpAddr, ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let len = 8 + data.len();
+    match to {
+        IpAddr::V4(v4) => {
+            let (src, dst) = (IpAddress::Ipv4(APP), IpAddress::Ipv4(v4));
+            ip_packet(src, dst, IpProtocol::Icmp, len, |p, caps| {
+                let icmp = Icmpv4Repr::EchoRequest {
+                    ident,
+                    seq_no: seq,
+                    data,
+                };
+                icmp.emit(&mut Icmpv4Packet::new_unchecked(p), caps);
+            })
+        }
+        IpAddr::V6(v6) => {
+            let (src, dst) = (IpAddress::Ipv6(APP6), IpAddress::Ipv6(v6));
+            ip_packet(src, dst, IpProtocol::Icmpv6, len, |p, caps| {
+                let icmp = Icmpv6Repr::EchoRequest {
+                    ident,
+                    seq_no: seq,
+                    data,
+                };
+                icmp.emit(&APP6, &v6, &mut Icmpv6Packet::new_unchecked(p), caps);
+            })
+        }
+    }
+}
+
+/// The echo replies among `packets` from `from` to the application: (identifier, sequence
+/// number, data), checksums checked.
+fn echo_replies(packets: &[Vec<u8>], from: IpAddr) -> Vec<(u16, u16, Vec<u8>)> {
+    let caps = ChecksumCapabilities::default();
+    let mut out = Vec::new();
+    for p in packets {
+        let reply = match from {
+            IpAddr::V4(v4) => {
+                let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+                assert!(ip.verify_checksum());
+                if ip.src_addr() != v4 || ip.dst_addr() != APP {
+                    continue;
+                }
+                let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
+                match Icmpv4Repr::parse(&icmp, &caps).unwrap() {
+                    Icmpv4Repr::EchoReply {
+                        ident,
+                        seq_no,
+                        data,
+                    } => (ident, seq_no, data.to_vec()),
+                    _ => continue,
+                }
+            }
+            IpAddr::V6(v6) => {
+                let ip = Ipv6Packet::new_checked(&p[..]).unwrap();
+                if ip.src_addr() != v6 || ip.dst_addr() != APP6 {
+                    continue;
+                }
+                let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else {
+                    continue;
+                };
+                match Icmpv6Repr::parse(&v6, &APP6, &icmp, &caps) {
+                    Ok(Icmpv6Repr::EchoReply {
+                        ident,
+                        seq_no,
+                        data,
+                    }) => (ident, seq_no, data.to_vec()),
+                    _ => continue,
+                }
+            }
+        };
+        out.push(reply);
+    }
+    out
+}
+
+/// Pings through the inbound reach their destination and its replies come back, IPv4 and IPv6:
+/// the server sends the echoes from its own ICMP socket (unprivileged or raw, whichever the
+/// machine allows), and each reply reaches the application from the destination with the
+/// request's identifier, sequence number and data. A reload with `[egress] icmp_echo = false`
+/// stops them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_through_the_tun_inbound_are_answered_by_their_destination() {
+    if braid_proxy::icmp_echo::EchoSocket::open(IpAddr::from([127, 0, 0, 1])).is_err() {
+        eprintln!("skipped: no ICMP socket may be opened here (ping_group_range, CAP_NET_RAW)");
+        return;
+    }
+    let (mut app, counters, keep) = setup("tun-ping").await;
+    for (to, ident) in [
+        (IpAddr::from([127, 0, 0, 1]), 0x7001),
+        (IpAddr::from(Ipv6Address::LOCALHOST), 0x7002),
+    ] {
+        // Echoes are datagrams: each sequence number is sent again every 250 ms until its reply
+        // comes (at most 20 times).
+        for seq in 1..=3u16 {
+            let data = format!("braid ping {seq}").into_bytes();
+            let want = (ident, seq, data.clone());
+            let mut tries = 0;
+            let mut sent_at: Option<Instant> = None;
+            app.run_until(|app| {
+                let got = match to {
+                    IpAddr::V4(_) => echo_replies(&app.icmp, to),
+                    IpAddr::V6(_) => echo_replies(&app.v6, to),
+                };
+                let due = sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250));
+                if !got.contains(&want) && tries < 20 && due {
+                    tries += 1;
+                    sent_at = Some(Instant::now());
+                    let _ = app.device.tx.send(echo_request(to, ident, seq, &data));
+                }
+                got.contains(&want)
+            })
+            .await;
+        }
+    }
+    assert!(counters.pings.load(Ordering::Relaxed) >= 6);
+    assert!(counters.ping_replies.load(Ordering::Relaxed) >= 6);
+    // Echoes refused by the server's policy: a running ping's next requests and a new one's
+    // get no reply.
+    let server = &keep._peers.0;
+    let mut refused = server_config("tun-ping", true);
+    refused.egress.icmp_echo = false;
+    assert_eq!(server.reload(refused).await.changed, ["egress"]);
+    app.icmp.clear();
+    let replies = counters.ping_replies.load(Ordering::Relaxed);
+    for (ident, seq) in [(0x7001, 9), (0x7003, 1)] {
+        let _ = app.device.tx.send(echo_request(
+            IpAddr::from([127, 0, 0, 1]),
+            ident,
+            seq,
+            b"no",
+        ));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.run_until(|_| true).await;
+    assert!(app.icmp.is_empty(), "{:?}", app.icmp);
+    assert_eq!(counters.ping_replies.load(Ordering::Relaxed), replies);
 }
 
 /// A TCP SYN from `src` to `dst` (IPv6).

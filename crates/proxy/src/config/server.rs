@@ -43,8 +43,11 @@ pub struct EgressPolicy {
     pub deny_ports: Vec<PortRange>,
     /// How long a TCP connect (with name resolution) may take.
     pub connect_timeout: Duration,
-    /// A UDP association with no traffic for this long is closed.
+    /// A UDP association with no traffic for this long is closed (a ping flow too).
     pub udp_idle_timeout: Duration,
+    /// Relay the ICMP echoes (pings) of clients' TUN inbounds, to the destinations the rest of
+    /// the policy allows.
+    pub icmp_echo: bool,
 }
 
 impl Default for EgressPolicy {
@@ -57,6 +60,7 @@ impl Default for EgressPolicy {
             deny_ports: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             udp_idle_timeout: Duration::from_secs(60),
+            icmp_echo: true,
         }
     }
 }
@@ -160,6 +164,7 @@ struct RawEgress {
     deny_ports: Vec<toml::Value>,
     connect_timeout_s: Option<f64>,
     udp_idle_timeout_s: Option<f64>,
+    icmp_echo: Option<bool>,
 }
 
 /// `[egress] allow_networks` or `deny_networks` (`field`): networks `NETWORK/PREFIX` with no
@@ -339,6 +344,7 @@ impl ServerConfig {
                 raw.egress.udp_idle_timeout_s,
                 60,
             )?,
+            icmp_echo: raw.egress.icmp_echo.unwrap_or(true),
         };
         Ok(ServerConfig {
             listen,

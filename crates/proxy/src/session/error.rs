@@ -135,6 +135,9 @@ pub enum FlowError {
     /// The flow's sending side was finished or reset.
     #[error("flow {0:?} is closed for writing")]
     ClosedForWriting(FlowId),
+    /// A ping flow opened towards a peer that did not say it relays ICMP echoes.
+    #[error("the peer does not relay ICMP echoes")]
+    PingNotRelayed,
     /// A stream call on a datagram flow, or the reverse.
     #[error("flow {0:?} is not of the kind this call needs")]
     WrongKind(FlowId),

@@ -63,7 +63,7 @@ impl Flow {
                 send: SendStream::new(config.flow_send_buffer, config.flow_receive_window),
                 recv: RecvStream::new(config.flow_receive_window),
             },
-            FlowKind::Datagram => Body::Datagram(DatagramFlow {
+            FlowKind::Datagram | FlowKind::Ping => Body::Datagram(DatagramFlow {
                 next_seq: 0,
                 inbox: VecDeque::new(),
                 pieces: Reassembly::default(),
@@ -148,6 +148,9 @@ impl Session {
             && (name.is_empty() || name.len() > 255)
         {
             return Err(FlowError::InvalidDomain(name.clone()));
+        }
+        if kind == FlowKind::Ping && !self.peer_relays_ping {
+            return Err(FlowError::PingNotRelayed);
         }
         if self.flows.len() >= self.config.max_flows {
             return Err(FlowError::TooManyFlows {

@@ -73,13 +73,24 @@ pub struct Fragment {
     pub count: u8,
 }
 
-/// Whether a flow carries reliable ordered bytes or unreliable datagrams.
+/// Whether a flow carries reliable ordered bytes or unreliable datagrams, and which.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FlowKind {
     /// Reliable, ordered bytes (a proxied TCP connection).
     Stream,
     /// Unreliable datagrams (a proxied UDP association).
     Datagram,
+    /// Unreliable datagrams that are ICMP echoes to the target's address (ping through the
+    /// TUN inbound): each a sequence number and the echo's data ([`crate::icmp_echo`]). Opened
+    /// only towards a peer that said it relays them (JOIN bit 4).
+    Ping,
+}
+
+impl FlowKind {
+    /// Whether the flow carries datagrams (a datagram or ping flow).
+    pub fn is_datagram(self) -> bool {
+        matches!(self, FlowKind::Datagram | FlowKind::Ping)
+    }
 }
 
 /// Where the peer should connect a flow: an address, or a domain name it resolves.
@@ -595,6 +606,7 @@ fn encode_open(
     w.u8(match kind {
         FlowKind::Stream => 0,
         FlowKind::Datagram => 1,
+        FlowKind::Ping => 2,
     })?;
     match target {
         TargetRef::Addr(SocketAddr::V4(a)) => {
@@ -627,6 +639,7 @@ fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
     let kind = match r.u8("open kind")? {
         0 => FlowKind::Stream,
         1 => FlowKind::Datagram,
+        2 => FlowKind::Ping,
         value => {
             return Err(FrameError::InvalidEnum {
                 field: "open kind",

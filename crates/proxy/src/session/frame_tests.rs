@@ -83,6 +83,11 @@ fn samples() -> Vec<Frame<'static>> {
             target: TargetRef::Addr("[2001:db8::1]:53".parse().unwrap()),
         },
         Frame::Open {
+            flow: FlowId(5),
+            kind: FlowKind::Ping,
+            target: TargetRef::Addr("192.0.2.9:0".parse().unwrap()),
+        },
+        Frame::Open {
             flow: FlowId(6),
             kind: FlowKind::Stream,
             target: TargetRef::Domain {

@@ -218,6 +218,8 @@ pub struct Session {
     peer_reassembles: bool,
     /// The peer knows PATH_ABANDON ([`Session::set_peer_knows_abandon`]).
     peer_knows_abandon: bool,
+    /// The peer relays ICMP echoes ([`Session::set_peer_relays_ping`]).
+    peer_relays_ping: bool,
     /// DATAGRAM_LIMIT was queued ([`Session::announce_datagram_limit`]).
     datagram_limit_announced: bool,
     /// The longest datagram payload the peer takes, once it said (DATAGRAM_LIMIT).
@@ -285,6 +287,7 @@ impl Session {
             datagrams_dropped: 0,
             peer_reassembles: false,
             peer_knows_abandon: false,
+            peer_relays_ping: false,
             datagram_limit_announced: false,
             peer_datagram_limit: None,
             datagrams_split: 0,
@@ -411,6 +414,12 @@ impl Session {
     /// exchange); [`Session::abandon_path`] sends it only then.
     pub fn set_peer_knows_abandon(&mut self, yes: bool) {
         self.peer_knows_abandon = yes;
+    }
+
+    /// Whether the peer relays ICMP echoes (the client learns it in each path's JOIN exchange);
+    /// [`Session::open_flow`] opens [`FlowKind::Ping`] flows only then.
+    pub fn set_peer_relays_ping(&mut self, yes: bool) {
+        self.peer_relays_ping = yes;
     }
 
     /// Tells the peer the longest datagram payload this end takes (its `max_datagram_payload`,

@@ -7,7 +7,8 @@
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
 //!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
-//!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; other bits ignored)
+//!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; bit 4: opens ping flows; other bits
+//!        ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -40,8 +41,12 @@ pub const JOIN_OK_ABANDON: u8 = 4;
 /// DATAGRAM_LIMIT frame (it sends its own and takes the client's). Combined with the others; an
 /// older server answers without it, and a client that did not set the bit is never sent it.
 pub const JOIN_OK_DATAGRAM_LIMIT: u8 = 8;
+/// The server's answer bit to a JOIN with flag bit 4: joined, and the server relays ICMP echoes
+/// (ping flows, [`crate::session::FlowKind::Ping`]). Combined with the others; an older server
+/// answers without it, and a client that did not set the bit is never sent it.
+pub const JOIN_OK_PING: u8 = 16;
 
-/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 3 (the
+/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 4 (the
 /// client's word) and the answer's bits of the same values (the server's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerKnows {
@@ -51,6 +56,8 @@ pub struct PeerKnows {
     pub abandon: bool,
     /// It knows DATAGRAM_LIMIT (bit 3).
     pub datagram_limit: bool,
+    /// It opens (client) or relays (server) ping flows (bit 4).
+    pub ping: bool,
 }
 
 impl PeerKnows {
@@ -59,6 +66,7 @@ impl PeerKnows {
         fragments: true,
         abandon: true,
         datagram_limit: true,
+        ping: true,
     };
 
     /// Its bits, as the JOIN's flags and the answer carry them.
@@ -67,6 +75,7 @@ impl PeerKnows {
             (self.fragments, JOIN_OK_FRAGMENTS),
             (self.abandon, JOIN_OK_ABANDON),
             (self.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
+            (self.ping, JOIN_OK_PING),
         ]
         .into_iter()
         .filter(|&(known, _)| known)
@@ -79,6 +88,7 @@ impl PeerKnows {
             fragments: bits & JOIN_OK_FRAGMENTS != 0,
             abandon: bits & JOIN_OK_ABANDON != 0,
             datagram_limit: bits & JOIN_OK_DATAGRAM_LIMIT != 0,
+            ping: bits & JOIN_OK_PING != 0,
         }
     }
 }
@@ -123,8 +133,8 @@ pub struct Join {
     pub tier: Tier,
     /// The link's weight.
     pub weight: u16,
-    /// What the client knows (flag bits 1 to 3): it reassembles DATAGRAM_FRAGMENT frames, may
-    /// send PATH_ABANDON, knows DATAGRAM_LIMIT.
+    /// What the client knows (flag bits 1 to 4): it reassembles DATAGRAM_FRAGMENT frames, may
+    /// send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows.
     pub knows: PeerKnows,
     /// The link's name (for logs and status).
     pub link_name: String,
@@ -352,15 +362,16 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8);
-        for (flags, tier, fragments, abandon, limit) in [
-            (0b0000_0000, Tier::Primary, false, false, false),
-            (0b0000_0001, Tier::Backup, false, false, false),
-            (0b0000_0010, Tier::Primary, true, false, false),
-            (0b0000_0100, Tier::Primary, false, true, false),
-            (0b0000_1000, Tier::Primary, false, false, true),
-            (0b1111_0000, Tier::Primary, false, false, false),
-            (0b1111_1111, Tier::Backup, true, true, true),
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16);
+        for (flags, tier, fragments, abandon, limit, ping) in [
+            (0b0000_0000, Tier::Primary, false, false, false, false),
+            (0b0000_0001, Tier::Backup, false, false, false, false),
+            (0b0000_0010, Tier::Primary, true, false, false, false),
+            (0b0000_0100, Tier::Primary, false, true, false, false),
+            (0b0000_1000, Tier::Primary, false, false, true, false),
+            (0b0001_0000, Tier::Primary, false, false, false, true),
+            (0b1110_0000, Tier::Primary, false, false, false, false),
+            (0b1111_1111, Tier::Backup, true, true, true, true),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
@@ -370,9 +381,10 @@ mod tests {
                     j.tier,
                     j.knows.fragments,
                     j.knows.abandon,
-                    j.knows.datagram_limit
+                    j.knows.datagram_limit,
+                    j.knows.ping
                 ),
-                (tier, fragments, abandon, limit),
+                (tier, fragments, abandon, limit, ping),
                 "flags {flags:#010b}"
             );
         }
@@ -380,11 +392,12 @@ mod tests {
 
     #[test]
     fn the_answer_carries_what_both_ends_know_and_an_older_one_still_reads() {
-        for bits in 0..8u8 {
+        for bits in 0..16u8 {
             let knows = PeerKnows {
                 fragments: bits & 1 != 0,
                 abandon: bits & 2 != 0,
                 datagram_limit: bits & 4 != 0,
+                ping: bits & 8 != 0,
             };
             let join = Join { knows, ..sample() };
             let byte = answer(&join);
@@ -398,10 +411,11 @@ mod tests {
             Some(PeerKnows {
                 fragments: true,
                 abandon: true,
-                datagram_limit: false
+                datagram_limit: false,
+                ping: false
             })
         );
-        for refused in [&[JOIN_REFUSED][..], &[3], &[16], &[0xff], &[], &[0, 0]] {
+        for refused in [&[JOIN_REFUSED][..], &[3], &[32], &[0xff], &[], &[0, 0]] {
             assert_eq!(parse_answer(refused), None, "{refused:?}");
         }
     }

@@ -286,8 +286,17 @@ pub struct TunStatus {
     pub udp_datagrams: u64,
     /// UDP datagrams dropped.
     pub udp_dropped: u64,
-    /// Other packets (ICMP, fragments, other protocols), dropped.
+    /// Other packets (ICMP but echo requests, fragments, other protocols), dropped.
     pub other_dropped: u64,
+    /// ICMP echo requests sent into a ping flow.
+    #[serde(default)]
+    pub pings: u64,
+    /// ICMP echo replies written to the device.
+    #[serde(default)]
+    pub ping_replies: u64,
+    /// ICMP echo requests and replies dropped.
+    #[serde(default)]
+    pub pings_dropped: u64,
     /// Fragments of UDP datagrams the application sent in pieces.
     #[serde(default)]
     pub fragments: u64,
@@ -364,13 +373,16 @@ impl DaemonStatus {
             let _ = writeln!(
                 out,
                 "TUN {}: {} TCP connections ({} refused), {} UDP datagrams ({} dropped), \
-                 {} other packets dropped; {} UDP fragments ({} dropped) made {} datagrams; offloads: {} long reads, {} UDP datagrams cut from \
+                 {} pings, {} replies ({} dropped), {} other packets dropped; {} UDP fragments ({} dropped) made {} datagrams; offloads: {} long reads, {} UDP datagrams cut from \
                  them, {} TCP checksums checked ({} wrong)",
                 t.device,
                 t.tcp_connections,
                 t.tcp_refused,
                 t.udp_datagrams,
                 t.udp_dropped,
+                t.pings,
+                t.ping_replies,
+                t.pings_dropped,
                 t.other_dropped,
                 t.fragments,
                 t.fragments_dropped,
@@ -550,6 +562,9 @@ mod tests {
             udp_datagrams: 40,
             udp_dropped: 2,
             other_dropped: 5,
+            pings: 6,
+            ping_replies: 4,
+            pings_dropped: 1,
             fragments: 9,
             reassembled: 3,
             fragments_dropped: 2,
@@ -563,7 +578,7 @@ mod tests {
         assert!(
             status.to_table().contains(
                 "TUN braid0: 3 TCP connections (1 refused), 40 UDP datagrams (2 dropped), \
-                 5 other packets dropped; 9 UDP fragments (2 dropped) made 3 datagrams; offloads: 7 long reads, 30 UDP datagrams cut from \
+                 6 pings, 4 replies (1 dropped), 5 other packets dropped; 9 UDP fragments (2 dropped) made 3 datagrams; offloads: 7 long reads, 30 UDP datagrams cut from \
                  them, 11 TCP checksums checked (1 wrong)"
             ),
             "{}",

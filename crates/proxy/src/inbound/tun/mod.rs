@@ -4,14 +4,16 @@
 //! becomes a stream flow to that destination ([`stack`]). Each application UDP socket (source
 //! address and port) becomes one datagram flow that carries its datagrams to every destination
 //! and brings the answers back as UDP packets ([`udp`]); datagrams the application sends in IP
-//! fragments are put back together first ([`reassembly`]). Other packets (ICMP, fragments of
-//! other protocols, other protocols) are dropped and counted.
+//! fragments are put back together first ([`reassembly`]). ICMP echo requests (ping) go on ping
+//! flows and their replies come back ([`ping`]). Other packets (other ICMP, fragments of other
+//! protocols, other protocols) are dropped and counted.
 //!
 //! The packet source is a [`PacketIo`]: the kernel device ([`device::TunDevice`]) in the daemon,
 //! an in-memory pipe in tests.
 
 pub mod device;
 pub mod netconf;
+mod ping;
 mod reassembly;
 mod stack;
 mod udp;
@@ -116,7 +118,15 @@ enum Packet<'a> {
         dst: SocketAddr,
         payload: &'a [u8],
     },
-    /// Anything else (ICMP, fragments, other protocols, malformed).
+    /// An ICMPv4 or ICMPv6 echo request (checksum checked).
+    Echo {
+        src: IpAddr,
+        dst: IpAddr,
+        ident: u16,
+        seq: u16,
+        data: &'a [u8],
+    },
+    /// Anything else (other ICMP, fragments, other protocols, malformed).
     Other,
 }
 
@@ -170,6 +180,16 @@ fn classify(packet: &[u8]) -> Packet<'_> {
                 payload: &payload[8..usize::from(udp.len())],
             },
             Err(_) => Packet::Other,
+        },
+        IpProtocol::Icmp | IpProtocol::Icmpv6 => match ping::echo_request(src, dst, payload) {
+            Some((ident, seq, data)) => Packet::Echo {
+                src,
+                dst,
+                ident,
+                seq,
+                data,
+            },
+            None => Packet::Other,
         },
         _ => Packet::Other,
     }

@@ -29,6 +29,7 @@ use smoltcp::wire::{HardwareAddress, IpEndpoint, IpListenEndpoint};
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
+use super::ping::PingTable;
 use super::reassembly::{self, Reassembly};
 use super::udp::UdpTable;
 use super::{MAX_PACKET, Packet, PacketIo, READ_BUFFER, TunLimits, classify};
@@ -56,8 +57,16 @@ pub struct TunCounters {
     pub udp_datagrams: AtomicU64,
     /// UDP datagrams dropped (too many sources, a flow that could not open, a full queue).
     pub udp_dropped: AtomicU64,
-    /// Packets neither TCP nor UDP (ICMP, fragments of other protocols, malformed), dropped.
+    /// Packets neither TCP, UDP nor ICMP echo requests (other ICMP, fragments of other
+    /// protocols, malformed), dropped.
     pub other_dropped: AtomicU64,
+    /// ICMP echo requests sent into a ping flow.
+    pub pings: AtomicU64,
+    /// ICMP echo replies written to the device.
+    pub ping_replies: AtomicU64,
+    /// ICMP echo requests and replies dropped (too many ping flows, a flow that could not
+    /// open, e.g. with a server that does not relay them, a full queue).
+    pub pings_dropped: AtomicU64,
     /// Fragments of UDP datagrams the application sent in pieces (longer than the MTU).
     pub fragments: AtomicU64,
     /// UDP datagrams put back together from them.
@@ -88,6 +97,9 @@ impl TunCounters {
             udp_datagrams: get(&self.udp_datagrams),
             udp_dropped: get(&self.udp_dropped),
             other_dropped: get(&self.other_dropped),
+            pings: get(&self.pings),
+            ping_replies: get(&self.ping_replies),
+            pings_dropped: get(&self.pings_dropped),
             fragments: get(&self.fragments),
             reassembled: get(&self.reassembled),
             fragments_dropped: get(&self.fragments_dropped),
@@ -291,6 +303,7 @@ pub(super) struct Stack<D> {
     /// Room for the connections [`Wake::take`] hands over at each step.
     woken: Vec<u64>,
     udp: UdpTable,
+    ping: PingTable,
     /// UDP datagrams the application sent in fragments, until they are whole.
     reassembly: Reassembly,
 }
@@ -304,6 +317,12 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     ) -> Self {
         let wake = Arc::new(Wake::default());
         let udp = UdpTable::new(
+            ctx.clone(),
+            counters.clone(),
+            wake.notify.clone(),
+            limits.mtu,
+        );
+        let ping = PingTable::new(
             ctx.clone(),
             counters.clone(),
             wake.notify.clone(),
@@ -336,6 +355,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             timers: BTreeSet::new(),
             woken: Vec::new(),
             udp,
+            ping,
             reassembly: Reassembly::default(),
         }
     }
@@ -431,6 +451,13 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
                 }
             }
             Packet::Udp { src, dst, payload } => self.udp.on_datagram(src, dst, payload),
+            Packet::Echo {
+                src,
+                dst,
+                ident,
+                seq,
+                data,
+            } => self.ping.on_request(src, dst, ident, seq, data),
             Packet::Other => {
                 self.counters.other_dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -534,6 +561,9 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             };
         }
         for packet in self.udp.take_replies() {
+            let _ = self.io.send(&packet);
+        }
+        for packet in self.ping.take_replies() {
             let _ = self.io.send(&packet);
         }
     }

@@ -406,6 +406,9 @@ impl Driver {
                 if peer.abandon {
                     self.session.set_peer_knows_abandon(true);
                 }
+                if peer.ping {
+                    self.session.set_peer_relays_ping(true);
+                }
                 self.attach_path(id, conn, config, name);
                 if peer.datagram_limit {
                     self.session.announce_datagram_limit();
@@ -560,7 +563,7 @@ impl Driver {
         let Some(entry) = self.flows.get_mut(&flow) else {
             return;
         };
-        if entry.kind == FlowKind::Datagram {
+        if entry.kind.is_datagram() {
             while entry.in_app < DATAGRAMS_IN_FLIGHT {
                 match self.session.recv_datagram(flow, &mut self.buf) {
                     Ok(Some(n)) => {
