@@ -122,24 +122,6 @@ async fn olia_sessions_move_data_both_ways_over_every_path() {
     }
 }
 
-/// Sends `request` (a request line and headers, without the blank line) to `addr`; the
-/// status line, the head and the body of the answer.
-async fn http(addr: std::net::SocketAddr, request: &str) -> (String, String, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("{request}\r\nHost: braid\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8(answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    let status = head.lines().next().unwrap().to_owned();
-    (status, head.to_owned(), body.to_owned())
-}
-
 /// The value of the first sample of `name` whose labels contain every one of `labels`.
 fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()

@@ -485,18 +485,9 @@ async fn a_client_reload_changes_the_inbound_users_and_names_what_needs_a_restar
 /// `GET /metrics` on `addr` with `token` as the bearer token (none: no Authorization header);
 /// the status line and the head of the answer.
 async fn metrics_with(addr: SocketAddr, token: Option<&str>) -> (String, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let head = format!("GET /metrics HTTP/1.1\r\nHost: braid\r\n{auth}\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8(answer).unwrap();
-    let head = answer.split("\r\n\r\n").next().unwrap().to_owned();
-    (head.lines().next().unwrap().to_owned(), head)
+    let auth = token.map_or(String::new(), |t| format!("\r\nAuthorization: Bearer {t}"));
+    let (status, head, _) = http(addr, &format!("GET /metrics HTTP/1.1{auth}")).await;
+    (status, head)
 }
 
 /// With `metrics_token` set, a metrics request without the token, or with another, is answered

@@ -12,6 +12,7 @@
 //! an in-memory pipe in tests.
 
 pub mod device;
+mod feeds;
 pub mod netconf;
 mod ping;
 mod reassembly;

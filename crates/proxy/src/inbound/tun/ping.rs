@@ -7,10 +7,9 @@
 //! relay echoes (an older one, or `[egress] icmp_echo = false`) gets none: the requests are
 //! dropped and counted.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +19,7 @@ use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use super::TunCounters;
+use super::feeds::{Feeds, NotFed, ToDevice};
 use crate::icmp_echo;
 use crate::inbound::server::InboundContext;
 use crate::session::{FlowKind, Target};
@@ -42,15 +42,12 @@ struct Key {
     ident: u16,
 }
 
-type Replies = Arc<Mutex<VecDeque<Vec<u8>>>>;
-
 pub(super) struct PingTable {
     ctx: Arc<InboundContext>,
     counters: Arc<TunCounters>,
-    notify: Arc<Notify>,
     mtu: usize,
-    flows: HashMap<Key, mpsc::Sender<(u16, Bytes)>>,
-    replies: Replies,
+    flows: Feeds<Key, (u16, Bytes)>,
+    replies: Arc<ToDevice>,
 }
 
 impl PingTable {
@@ -63,10 +60,9 @@ impl PingTable {
         PingTable {
             ctx,
             counters,
-            notify,
             mtu,
-            flows: HashMap::new(),
-            replies: Arc::new(Mutex::new(VecDeque::new())),
+            flows: Feeds::new(MAX_PINGS, QUEUE),
+            replies: ToDevice::new(MAX_REPLIES, notify),
         }
     }
 
@@ -89,40 +85,29 @@ impl PingTable {
             return;
         }
         let key = Key { src, dst, ident };
-        let sender = match self.flows.get(&key) {
-            Some(s) if !s.is_closed() => s,
-            _ => {
-                self.flows.retain(|_, s| !s.is_closed());
-                if self.flows.len() >= MAX_PINGS {
-                    self.counters.pings_dropped.fetch_add(1, Ordering::Relaxed);
-                    debug!(%src, %dst, "TUN inbound: too many ping flows, echo request dropped");
-                    return;
-                }
-                let (tx, rx) = mpsc::channel(QUEUE);
-                tokio::spawn(echo_flow(
+        let fed = self
+            .flows
+            .feed(key, (seq, Bytes::copy_from_slice(data)), |queue| {
+                echo_flow(
                     self.ctx.clone(),
                     key,
-                    rx,
+                    queue,
                     self.replies.clone(),
-                    self.notify.clone(),
                     self.counters.clone(),
                     self.mtu,
-                ));
-                self.flows.entry(key).insert_entry(tx).into_mut()
-            }
-        };
-        if sender
-            .try_send((seq, Bytes::copy_from_slice(data)))
-            .is_err()
-        {
+                )
+            });
+        if let Err(why) = fed {
             self.counters.pings_dropped.fetch_add(1, Ordering::Relaxed);
+            if why == NotFed::TooMany {
+                debug!(%src, %dst, "TUN inbound: too many ping flows, echo request dropped");
+            }
         }
     }
 
     /// The echo replies built since the last call, as IP packets for the device.
     pub(super) fn take_replies(&mut self) -> Vec<Vec<u8>> {
-        let mut q = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-        q.drain(..).collect()
+        self.replies.take()
     }
 }
 
@@ -131,8 +116,7 @@ async fn echo_flow(
     ctx: Arc<InboundContext>,
     key: Key,
     mut requests: mpsc::Receiver<(u16, Bytes)>,
-    replies: Replies,
-    notify: Arc<Notify>,
+    replies: Arc<ToDevice>,
     counters: Arc<TunCounters>,
     mtu: usize,
 ) {
@@ -163,20 +147,11 @@ async fn echo_flow(
                     let Some((seq, data)) = icmp_echo::parse_datagram(&d) else {
                         continue;
                     };
-                    let Some(packet) = echo_reply(key.dst, key.src, key.ident, seq, data, mtu)
-                    else {
-                        counters.pings_dropped.fetch_add(1, Ordering::Relaxed);
-                        continue;
+                    let reply = echo_reply(key.dst, key.src, key.ident, seq, data, mtu);
+                    match reply.is_some_and(|packet| replies.push(vec![packet])) {
+                        true => counters.ping_replies.fetch_add(1, Ordering::Relaxed),
+                        false => counters.pings_dropped.fetch_add(1, Ordering::Relaxed),
                     };
-                    let mut q = replies.lock().unwrap_or_else(PoisonError::into_inner);
-                    if q.len() < MAX_REPLIES {
-                        q.push_back(packet);
-                        counters.ping_replies.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        counters.pings_dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    drop(q);
-                    notify.notify_one();
                 }
                 Some(FlowMsg::Data(_)) => {}
                 Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None => break,

@@ -4,10 +4,9 @@
 //! comes back with the header that names its source, which becomes the source of the UDP packet
 //! written to the device. A source quiet for [`UDP_IDLE`] loses its flow.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -16,6 +15,7 @@ use smoltcp::wire::{IpProtocol, IpRepr, UdpPacket, UdpRepr};
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
+use super::feeds::{Feeds, NotFed, ToDevice};
 use super::{MAX_UDP, TunCounters};
 use crate::inbound::server::InboundContext;
 use crate::inbound::socks5;
@@ -30,15 +30,12 @@ const QUEUE: usize = 64;
 /// Answers waiting to be written to the device.
 const MAX_REPLIES: usize = 1024;
 
-type Replies = Arc<Mutex<VecDeque<Vec<u8>>>>;
-
 pub(super) struct UdpTable {
     ctx: Arc<InboundContext>,
     counters: Arc<TunCounters>,
-    notify: Arc<Notify>,
     mtu: usize,
-    sources: HashMap<SocketAddr, mpsc::Sender<(SocketAddr, Bytes)>>,
-    replies: Replies,
+    sources: Feeds<SocketAddr, (SocketAddr, Bytes)>,
+    replies: Arc<ToDevice>,
 }
 
 impl UdpTable {
@@ -51,10 +48,9 @@ impl UdpTable {
         UdpTable {
             ctx,
             counters,
-            notify,
             mtu,
-            sources: HashMap::new(),
-            replies: Arc::new(Mutex::new(VecDeque::new())),
+            sources: Feeds::new(MAX_UDP, QUEUE),
+            replies: ToDevice::new(MAX_REPLIES, notify),
         }
     }
 
@@ -70,46 +66,28 @@ impl UdpTable {
             self.counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let sender = match self.sources.get(&src) {
-            Some(s) if !s.is_closed() => s,
-            _ => {
-                self.expire();
-                if self.sources.len() >= MAX_UDP {
-                    self.counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
-                    debug!(%src, "TUN inbound: too many UDP sources, datagram dropped");
-                    return;
-                }
-                let (tx, rx) = mpsc::channel(QUEUE);
-                tokio::spawn(associate(
-                    self.ctx.clone(),
-                    src,
-                    rx,
-                    self.replies.clone(),
-                    self.notify.clone(),
-                    self.counters.clone(),
-                    self.mtu,
-                ));
-                self.sources.entry(src).insert_entry(tx).into_mut()
-            }
-        };
-        if sender
-            .try_send((dst, Bytes::copy_from_slice(payload)))
-            .is_err()
-        {
+        let datagram = (dst, Bytes::copy_from_slice(payload));
+        let fed = self.sources.feed(src, datagram, |queue| {
+            associate(
+                self.ctx.clone(),
+                src,
+                queue,
+                self.replies.clone(),
+                self.counters.clone(),
+                self.mtu,
+            )
+        });
+        if let Err(why) = fed {
             self.counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
+            if why == NotFed::TooMany {
+                debug!(%src, "TUN inbound: too many UDP sources, datagram dropped");
+            }
         }
     }
 
     /// The answers built since the last call, as IP packets for the device.
     pub(super) fn take_replies(&mut self) -> Vec<Vec<u8>> {
-        let mut q = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-        q.drain(..).collect()
-    }
-
-    /// Forgets sources whose flow has ended (before a new source is counted against
-    /// [`MAX_UDP`]; an ended flow's entry is otherwise replaced by its source's next datagram).
-    fn expire(&mut self) {
-        self.sources.retain(|_, s| !s.is_closed());
+        self.replies.take()
     }
 }
 
@@ -118,8 +96,7 @@ async fn associate(
     ctx: Arc<InboundContext>,
     local: SocketAddr,
     mut datagrams: mpsc::Receiver<(SocketAddr, Bytes)>,
-    replies: Replies,
-    notify: Arc<Notify>,
+    replies: Arc<ToDevice>,
     counters: Arc<TunCounters>,
     mtu: usize,
 ) {
@@ -158,18 +135,9 @@ async fn associate(
                         continue;
                     };
                     let packets = udp_packets(from, local, &d[n..], mtu);
-                    if packets.is_empty() {
-                        counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    let mut q = replies.lock().unwrap_or_else(PoisonError::into_inner);
-                    if q.len() + packets.len() <= MAX_REPLIES {
-                        q.extend(packets);
-                    } else {
+                    if packets.is_empty() || !replies.push(packets) {
                         counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
                     }
-                    drop(q);
-                    notify.notify_one();
                 }
                 Some(FlowMsg::Data(_)) => {}
                 Some(FlowMsg::Finished | FlowMsg::Reset(_)) | None => break,
