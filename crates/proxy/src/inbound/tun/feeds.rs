@@ -4,9 +4,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{Notify, mpsc};
+
+/// Whether `dst` concerns the local link only (multicast, broadcast: mDNS, SSDP, DHCP the
+/// system sends into the device): such packets are dropped, not carried.
+pub(super) fn link_only(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
+        IpAddr::V6(v6) => v6.is_multicast(),
+    }
+}
 
 /// Why a message was not handed to its task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

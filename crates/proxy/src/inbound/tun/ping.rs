@@ -19,7 +19,7 @@ use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use super::TunCounters;
-use super::feeds::{Feeds, NotFed, ToDevice};
+use super::feeds::{Feeds, NotFed, ToDevice, link_only};
 use crate::icmp_echo;
 use crate::inbound::server::InboundContext;
 use crate::session::{FlowKind, Target};
@@ -76,11 +76,7 @@ impl PingTable {
         seq: u16,
         data: &[u8],
     ) {
-        let link_only = match dst {
-            IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
-            IpAddr::V6(v6) => v6.is_multicast(),
-        };
-        if link_only {
+        if link_only(dst) {
             self.counters.pings_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }

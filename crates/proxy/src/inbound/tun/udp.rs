@@ -15,7 +15,7 @@ use smoltcp::wire::{IpProtocol, IpRepr, UdpPacket, UdpRepr};
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
-use super::feeds::{Feeds, NotFed, ToDevice};
+use super::feeds::{Feeds, NotFed, ToDevice, link_only};
 use super::{MAX_UDP, TunCounters};
 use crate::inbound::server::InboundContext;
 use crate::inbound::socks5;
@@ -58,11 +58,7 @@ impl UdpTable {
     /// destinations (mDNS, SSDP, DHCP the system sends into the device) concern the local link
     /// only: they are dropped, not carried.
     pub(super) fn on_datagram(&mut self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
-        let link_only = match dst.ip() {
-            IpAddr::V4(v4) => v4.is_multicast() || v4.is_broadcast(),
-            IpAddr::V6(v6) => v6.is_multicast(),
-        };
-        if link_only {
+        if link_only(dst.ip()) {
             self.counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
