@@ -28,7 +28,7 @@ use crate::transport::flow::FlowMsg;
 /// How long a ping flow lasts with no request or reply.
 pub const PING_IDLE: Duration = Duration::from_secs(30);
 /// Ping flows (source, destination, identifier) held at once; requests for more are dropped.
-pub const MAX_PINGS: usize = 64;
+pub const MAX_PINGS: usize = 256;
 /// Requests waiting for one flow.
 const QUEUE: usize = 16;
 /// Replies waiting to be written to the device.
