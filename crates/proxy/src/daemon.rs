@@ -16,7 +16,7 @@ use crate::config::{ClientConfig, LinkConfig, ServerConfig, SessionLimits, TunCo
 use crate::control::{self, ClientSources, ControlError, StatusSource};
 use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
-use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun};
+use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun_watching};
 use crate::metrics::MetricsAuth;
 use crate::session::Role;
 use crate::tls::{self, ServerIdentity, TlsError};
@@ -122,6 +122,8 @@ pub struct ClientHandle {
     inbound: Arc<InboundContext>,
     inbound_counters: Vec<Arc<InboundCounters>>,
     metrics_auth: Arc<MetricsAuth>,
+    /// The TUN inbound's limits, as reloads changed them.
+    tun_limits: Option<watch::Sender<crate::inbound::tun::TunLimits>>,
     links: Arc<LinkContext>,
 }
 
@@ -212,6 +214,7 @@ impl ClientHandle {
                 );
             }
         }
+        changed.extend(self.reload_tun_limits(new.tun.as_ref()));
         if self.reload_tun_routes(new.tun.as_ref()) {
             changed.push("tun.routes");
             if let Some((device, _)) = &self.tun {
@@ -229,7 +232,7 @@ impl ClientHandle {
             ("http_listen", new.http_listen != old.http_listen),
             ("metrics_listen", new.metrics_listen != old.metrics_listen),
             // The routes are reloaded in place (above); the rest waits.
-            ("tun", without_routes(&new.tun) != without_routes(&old.tun)),
+            ("tun", restart_part(&new.tun) != restart_part(&old.tun)),
             (
                 "session",
                 SessionLimits {
@@ -246,6 +249,44 @@ impl ClientHandle {
             needs_restart,
             links,
         }
+    }
+
+    /// Puts `[tun] mtu`, `max_tcp` and `tcp_buffer` of `new` (the file read again) in force on
+    /// the running TUN inbound: the device's MTU is set (kept, with a warning, when the kernel
+    /// refuses it) and the inbound takes the limits at its next step ([`serve_tun_watching`]).
+    /// The names of those that changed; none without a TUN inbound, or when the file names
+    /// another device or none.
+    fn reload_tun_limits(&self, new: Option<&TunConfig>) -> Vec<&'static str> {
+        let (Some((device, _)), Some(new), Some(sender)) = (&self.tun, new, &self.tun_limits)
+        else {
+            return Vec::new();
+        };
+        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
+            return Vec::new();
+        }
+        let old = *sender.borrow();
+        let mut next = new.limits();
+        if next.mtu != old.mtu
+            && let Err(e) = crate::inbound::tun::netconf::set_mtu(device, new.mtu)
+        {
+            tracing::warn!(
+                device = %device, mtu = new.mtu, error = %e,
+                "reload: the TUN device's MTU was not changed"
+            );
+            next.mtu = old.mtu;
+        }
+        let changed: Vec<_> = [
+            ("tun.mtu", next.mtu != old.mtu),
+            ("tun.max_tcp", next.max_tcp != old.max_tcp),
+            ("tun.tcp_buffer", next.tcp_buffer != old.tcp_buffer),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect();
+        if !changed.is_empty() {
+            sender.send_replace(next);
+        }
+        changed
     }
 
     /// Puts the routes of `new` (`[tun] routes` of the file read again) on the running TUN
@@ -481,10 +522,13 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
         .map_err(|source| DaemonError::Bind { addr, source })
 }
 
-/// `tun` with its routes left out: what of `[tun]` a reload cannot change.
-fn without_routes(tun: &Option<TunConfig>) -> Option<TunConfig> {
+/// What of `tun` a reload cannot change: all but its routes, MTU and TCP limits.
+fn restart_part(tun: &Option<TunConfig>) -> Option<TunConfig> {
     tun.as_ref().map(|t| TunConfig {
         routes: Vec::new(),
+        mtu: crate::config::DEFAULT_TUN_MTU,
+        max_tcp: crate::inbound::tun::DEFAULT_MAX_TCP,
+        tcp_buffer: crate::inbound::tun::DEFAULT_TCP_BUFFER,
         ..t.clone()
     })
 }
@@ -691,14 +735,16 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             metrics_auth.clone(),
         )));
     }
-    if let Some((device, limits, counters)) = tun {
-        tasks.push(tokio::spawn(serve_tun(
+    let tun_limits = tun.map(|(device, limits, counters)| {
+        let (sender, limits) = watch::channel(limits);
+        tasks.push(tokio::spawn(serve_tun_watching(
             device,
             ctx.clone(),
             limits,
             counters,
         )));
-    }
+        sender
+    });
     Ok(ClientHandle {
         socks_addr,
         http_addr,
@@ -718,6 +764,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         inbound: ctx,
         inbound_counters,
         metrics_auth,
+        tun_limits,
         links: link_context,
     })
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use braid_proxy::config::SessionLimits;
 use braid_proxy::daemon::{ClientHandle, ServerHandle};
 use braid_proxy::inbound::server::{HANDSHAKE_TIMEOUT, InboundContext, SocksUsers};
-use braid_proxy::inbound::tun::{PacketIo, TunCounters, TunLimits, serve_tun};
+use braid_proxy::inbound::tun::{PacketIo, TunCounters, TunLimits, serve_tun_watching};
 use braid_proxy::transport::flow::SessionHandle;
 use daemon_common::*;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -218,6 +218,8 @@ struct Keep {
         watch::Sender<Option<SessionHandle>>,
     ),
     inbound: AbortOnDrop,
+    /// The inbound's limits, as a reload sends them.
+    limits: watch::Sender<TunLimits>,
 }
 
 impl Keep {
@@ -258,7 +260,8 @@ async fn setup_session(
         offloads,
     };
     let counters = Arc::new(TunCounters::default());
-    let task = tokio::spawn(serve_tun(pipe, ctx, limits, counters.clone()));
+    let (limits, watching) = watch::channel(limits);
+    let task = tokio::spawn(serve_tun_watching(pipe, ctx, watching, counters.clone()));
     let mut device = AppDevice {
         rx: VecDeque::new(),
         tx: app_tx,
@@ -297,6 +300,7 @@ async fn setup_session(
     let keep = Keep {
         _peers: (server, client, _slot),
         inbound: AbortOnDrop(task),
+        limits,
     };
     (app, counters, keep)
 }
@@ -648,6 +652,45 @@ async fn ask_until_answered(
     })
     .await;
     reassembled_udp_payloads(&app.udp, Ipv4Address::LOCALHOST, APP)
+}
+
+/// New limits (a reload's) take effect in the running inbound: with `max_tcp` lowered to the
+/// one connection open, the next SYN is dropped and counted; with the MTU lowered from 1,500
+/// to 1,280, a 1,400-byte UDP answer that came as one packet comes as fragments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_limits_take_effect_in_the_running_inbound() {
+    let (mut app, counters, keep) = setup("tun-new-limits").await;
+    let target = test_server().await;
+    let first = app.connect(target, 43_000);
+    app.run_until(|app| app.socket(first).state() == tcp::State::Established)
+        .await;
+    keep.limits.send_modify(|l| l.max_tcp = 1);
+    let second = app.connect(target, 43_001);
+    app.run_until(|_| counters.tcp_refused.load(Ordering::Relaxed) >= 1)
+        .await;
+    app.run_until(|_| true).await;
+    assert_eq!(app.socket(second).state(), tcp::State::SynSent, "no answer");
+    let server = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let server_addr = server.local_addr().unwrap();
+    let answer: Vec<u8> = (0..1400u32).map(|i| (i % 251) as u8).collect();
+    let sent = answer.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = server.recv_from(&mut buf).await {
+            let _ = server.send_to(&sent, from).await;
+        }
+    });
+    for (mtu, packets) in [(1500, 1), (1280, 2)] {
+        keep.limits.send_modify(|l| l.mtu = mtu);
+        app.udp.clear();
+        let got = ask_until_answered(&mut app, |_| {
+            vec![udp_from_app(50_004, server_addr, b"question")]
+        })
+        .await;
+        assert_eq!(got[0], answer, "MTU {mtu}");
+        assert!(app.udp.iter().all(|p| p.len() <= mtu), "MTU {mtu}");
+        assert_eq!(app.udp.len(), packets, "MTU {mtu}");
+    }
 }
 
 /// A UDP answer longer than the device's MTU allows (1,472 bytes, the most a datagram flow
@@ -1963,18 +2006,38 @@ fn a_reload_changes_the_tun_devices_routes_in_place() {
             // The same file again changes nothing; the session is the one it was.
             assert!(client.reload(next.clone()).await.changed.is_empty());
             assert_eq!(client.status().await.sessions[0].session, session);
-            // The MTU waits for a restart (and is named); the routes still follow the file.
-            let mut mtu = next.clone();
-            mtu.tun = Some(braid_proxy::config::TunConfig {
+            // The MTU and the TCP limits change in place too, the routes with them.
+            let mtu_of = |device: &str| {
+                let out = std::process::Command::new("ip")
+                    .args(["link", "show", "dev", device])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            assert!(mtu_of(device).contains(" mtu 1500 "), "{}", mtu_of(device));
+            let mut limits = next.clone();
+            limits.tun = Some(braid_proxy::config::TunConfig {
                 mtu: 1400,
+                max_tcp: 16,
                 routes: Vec::new(),
-                ..tun
+                ..tun.clone()
             });
-            let done = client.reload(mtu).await;
-            assert_eq!(done.changed, ["tun.routes"]);
-            assert_eq!(done.needs_restart, ["tun"]);
+            let done = client.reload(limits.clone()).await;
+            assert_eq!(done.changed, ["tun.mtu", "tun.max_tcp", "tun.routes"]);
+            assert!(done.needs_restart.is_empty(), "{done:?}");
+            assert!(mtu_of(device).contains(" mtu 1400 "), "{}", mtu_of(device));
             let none = routes(device);
             assert!(!none.contains("203.0.113.0/24") && !none.contains("2001:db8:7::/48"));
+            // The offloads wait for a restart (and are named).
+            let mut offload = limits.clone();
+            offload.tun = Some(braid_proxy::config::TunConfig {
+                offload: false,
+                ..limits.tun.clone().unwrap()
+            });
+            let done = client.reload(offload).await;
+            assert!(done.changed.is_empty(), "{done:?}");
+            assert_eq!(done.needs_restart, ["tun"]);
+            assert_eq!(client.status().await.sessions[0].session, session);
             Ok(())
         })
     });

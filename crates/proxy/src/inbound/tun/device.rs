@@ -513,10 +513,7 @@ impl TunDevice {
 
     /// Sets the interface's MTU (`SIOCSIFMTU`; needs `CAP_NET_ADMIN`).
     pub fn set_mtu(&self, mtu: u16) -> io::Result<()> {
-        let mut req = IfReq::new(&self.name, &libc::c_int::from(mtu).to_ne_bytes());
-        let socket = netconf::control_socket(libc::AF_INET)?;
-        // SAFETY: `SIOCSIFMTU` reads a `struct ifreq` with `ifr_mtu` set.
-        unsafe { netconf::ioctl(&socket, libc::SIOCSIFMTU, &mut req) }
+        netconf::set_mtu(&self.name, mtu)
     }
 
     /// The interface's name as the kernel has it.

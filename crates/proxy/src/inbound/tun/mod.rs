@@ -24,6 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket};
+use tokio::sync::watch;
 
 use super::server::InboundContext;
 
@@ -92,11 +93,24 @@ impl TunLimits {
     }
 }
 
-/// Serves the TUN inbound on `io` until the task is dropped.
+/// Serves the TUN inbound on `io` with `limits` until the task is dropped.
 pub async fn serve_tun<D: PacketIo + Send + Sync + 'static>(
     io: D,
     ctx: Arc<InboundContext>,
     limits: TunLimits,
+    counters: Arc<TunCounters>,
+) {
+    let (_fixed, limits) = watch::channel(limits);
+    serve_tun_watching(io, ctx, limits, counters).await;
+}
+
+/// [`serve_tun`] with the limits `limits` holds, those it is sent later (a reload) taking
+/// effect at the inbound's next step: `max_tcp` and `tcp_buffer` for the TCP connections opened
+/// from then on, the MTU for the packets written from then on.
+pub async fn serve_tun_watching<D: PacketIo + Send + Sync + 'static>(
+    io: D,
+    ctx: Arc<InboundContext>,
+    limits: watch::Receiver<TunLimits>,
     counters: Arc<TunCounters>,
 ) {
     stack::Stack::new(Arc::new(io), ctx, limits, counters)

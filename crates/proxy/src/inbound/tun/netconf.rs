@@ -181,6 +181,15 @@ pub fn is_running(name: &str) -> io::Result<bool> {
     Ok(flags & want == want)
 }
 
+/// Sets the MTU of the interface `name`.
+pub fn set_mtu(name: &str, mtu: u16) -> io::Result<()> {
+    check_name(name)?;
+    let mut req = IfReq::new(name, &libc::c_int::from(mtu).to_ne_bytes());
+    let socket = control_socket(libc::AF_INET)?;
+    // SAFETY: `SIOCSIFMTU` reads a `struct ifreq` with `ifr_mtu` set.
+    unsafe { ioctl(&socket, libc::SIOCSIFMTU, &mut req) }
+}
+
 /// Brings the interface `name` up (`IFF_UP`).
 pub fn set_up(name: &str) -> io::Result<()> {
     check_name(name)?;

@@ -9,7 +9,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -45,7 +45,7 @@ struct Key {
 pub(super) struct PingTable {
     ctx: Arc<InboundContext>,
     counters: Arc<TunCounters>,
-    mtu: usize,
+    mtu: Arc<AtomicUsize>,
     flows: Feeds<Key, (u16, Bytes)>,
     replies: Arc<ToDevice>,
 }
@@ -55,7 +55,7 @@ impl PingTable {
         ctx: Arc<InboundContext>,
         counters: Arc<TunCounters>,
         notify: Arc<Notify>,
-        mtu: usize,
+        mtu: Arc<AtomicUsize>,
     ) -> Self {
         PingTable {
             ctx,
@@ -90,7 +90,7 @@ impl PingTable {
                     queue,
                     self.replies.clone(),
                     self.counters.clone(),
-                    self.mtu,
+                    self.mtu.clone(),
                 )
             });
         if let Err(why) = fed {
@@ -114,7 +114,7 @@ async fn echo_flow(
     mut requests: mpsc::Receiver<(u16, Bytes)>,
     replies: Arc<ToDevice>,
     counters: Arc<TunCounters>,
-    mtu: usize,
+    mtu: Arc<AtomicUsize>,
 ) {
     let flow = match ctx
         .open(FlowKind::Ping, Target::Addr(SocketAddr::new(key.dst, 0)))
@@ -143,6 +143,7 @@ async fn echo_flow(
                     let Some((seq, data)) = icmp_echo::parse_datagram(&d) else {
                         continue;
                     };
+                    let mtu = mtu.load(Ordering::Relaxed);
                     let reply = echo_reply(key.dst, key.src, key.ident, seq, data, mtu);
                     match reply.is_some_and(|packet| replies.push(vec![packet])) {
                         true => counters.ping_replies.fetch_add(1, Ordering::Relaxed),

@@ -17,7 +17,7 @@
 use portable_atomic::AtomicU64;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpEndpoint, IpListenEndpoint};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use super::ping::PingTable;
@@ -279,6 +279,10 @@ pub(super) struct Stack<D> {
     wake: Arc<Wake>,
     start: Instant,
     limits: TunLimits,
+    /// The limits a reload puts in force ([`Stack::take_limits`]).
+    limits_rx: watch::Receiver<TunLimits>,
+    /// The device's MTU, shared with the UDP and ping tables' tasks.
+    mtu: Arc<AtomicUsize>,
     /// The device segments and checksums TCP ([`PacketIo::offloads`]).
     offload: bool,
     /// What the interfaces are told of the device.
@@ -312,21 +316,23 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
     pub(super) fn new(
         io: Arc<D>,
         ctx: Arc<InboundContext>,
-        limits: TunLimits,
+        mut limits_rx: watch::Receiver<TunLimits>,
         counters: Arc<TunCounters>,
     ) -> Self {
+        let limits = *limits_rx.borrow_and_update();
         let wake = Arc::new(Wake::default());
+        let mtu = Arc::new(AtomicUsize::new(limits.mtu));
         let udp = UdpTable::new(
             ctx.clone(),
             counters.clone(),
             wake.notify.clone(),
-            limits.mtu,
+            mtu.clone(),
         );
         let ping = PingTable::new(
             ctx.clone(),
             counters.clone(),
             wake.notify.clone(),
-            limits.mtu,
+            mtu.clone(),
         );
         let offload = io.offloads();
         let shape = Shape {
@@ -342,6 +348,8 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             wake,
             start: Instant::now(),
             limits,
+            limits_rx,
+            mtu,
             offload,
             shape,
             tx,
@@ -358,6 +366,27 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
             ping,
             reassembly: Reassembly::default(),
         }
+    }
+
+    /// Puts the limits a reload sent in force: `max_tcp` and `tcp_buffer` for the connections
+    /// opened from now on, the MTU for the packets written from now on (connections already
+    /// open keep the segment size their handshake agreed).
+    fn take_limits(&mut self) {
+        if !self.limits_rx.has_changed().unwrap_or(false) {
+            return;
+        }
+        let new = *self.limits_rx.borrow_and_update();
+        self.mtu.store(new.mtu, Ordering::Relaxed);
+        if !self.offload {
+            self.shape.mtu = new.mtu;
+        }
+        info!(
+            mtu = new.mtu,
+            max_tcp = new.max_tcp,
+            tcp_buffer = new.tcp_buffer,
+            "TUN inbound: new limits"
+        );
+        self.limits = new;
     }
 
     /// µs since the stack started.
@@ -377,9 +406,13 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
                 });
             let io = self.io.clone();
             let notify = self.wake.notify.clone();
+            // New limits wake the stack, which takes them at its step.
+            let mut limits = self.limits_rx.clone();
             tokio::select! {
                 r = io.recv(&mut buf) => match r {
                     Ok(n) => {
+                        // Limits sent meanwhile first: they may have come with the packets.
+                        self.take_limits();
                         self.on_packet(&buf[..n]);
                         for _ in 1..BURST {
                             match io.try_recv(&mut buf) {
@@ -394,6 +427,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
                     }
                 },
                 () = notify.notified() => {}
+                Ok(()) = limits.changed() => {}
                 () = tokio::time::sleep(delay) => {}
             }
             self.step();
@@ -512,6 +546,7 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
 
     /// Runs the connections with something to do, then writes what they sent to the device.
     fn step(&mut self) {
+        self.take_limits();
         // Datagrams in pieces too long go now, not at the next fragment (a step comes at least
         // once a second).
         if !self.reassembly.is_empty() {

@@ -6,7 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -33,7 +33,7 @@ const MAX_REPLIES: usize = 1024;
 pub(super) struct UdpTable {
     ctx: Arc<InboundContext>,
     counters: Arc<TunCounters>,
-    mtu: usize,
+    mtu: Arc<AtomicUsize>,
     sources: Feeds<SocketAddr, (SocketAddr, Bytes)>,
     replies: Arc<ToDevice>,
 }
@@ -43,7 +43,7 @@ impl UdpTable {
         ctx: Arc<InboundContext>,
         counters: Arc<TunCounters>,
         notify: Arc<Notify>,
-        mtu: usize,
+        mtu: Arc<AtomicUsize>,
     ) -> Self {
         UdpTable {
             ctx,
@@ -70,7 +70,7 @@ impl UdpTable {
                 queue,
                 self.replies.clone(),
                 self.counters.clone(),
-                self.mtu,
+                self.mtu.clone(),
             )
         });
         if let Err(why) = fed {
@@ -94,7 +94,7 @@ async fn associate(
     mut datagrams: mpsc::Receiver<(SocketAddr, Bytes)>,
     replies: Arc<ToDevice>,
     counters: Arc<TunCounters>,
-    mtu: usize,
+    mtu: Arc<AtomicUsize>,
 ) {
     let flow = match ctx
         .open(FlowKind::Datagram, Target::Addr(unspecified()))
@@ -130,7 +130,7 @@ async fn associate(
                     let Ok((Target::Addr(from), n)) = socks5::parse_udp_datagram(&d) else {
                         continue;
                     };
-                    let packets = udp_packets(from, local, &d[n..], mtu);
+                    let packets = udp_packets(from, local, &d[n..], mtu.load(Ordering::Relaxed));
                     if packets.is_empty() || !replies.push(packets) {
                         counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
                     }
