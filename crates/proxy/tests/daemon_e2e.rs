@@ -288,6 +288,87 @@ async fn http_connect_tunnel() {
     assert_eq!(http.listen, client.http_addr.unwrap().to_string());
 }
 
+/// An origin server that answers each request with its head (through the blank line) and then
+/// `Content-Length` bytes of body, as its body, and closes.
+async fn echo_origin() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    let n = s.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "closed before the head ended");
+                    got.extend_from_slice(&chunk[..n]);
+                };
+                let head = String::from_utf8(got[..head_end].to_vec()).unwrap();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while got.len() < head_end + length {
+                    let n = s.read(&mut chunk).await.unwrap();
+                    got.extend_from_slice(&chunk[..n]);
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    got.len()
+                );
+                s.write_all(answer.as_bytes()).await.unwrap();
+                s.write_all(&got).await.unwrap();
+                s.shutdown().await.unwrap();
+            });
+        }
+    });
+    addr
+}
+
+/// A plain request to the HTTP inbound whose target is an absolute `http://` URL (what `curl
+/// -x` and `http_proxy=` send for `http://` URLs) reaches the URL's server with its head
+/// rewritten: the target in origin form, `Host` from the URL, the proxy's and hop-by-hop
+/// headers left out, `Connection: close`; its body follows, and the answer comes back whole.
+/// A request meant for a server (origin form) is answered 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
+    let (_server, client) = pair("http-forward", 2).await;
+    let origin = echo_origin().await;
+    let proxy = client.http_addr.unwrap();
+    let body = "x".repeat(100_000);
+    let request = format!(
+        "POST http://{origin}/upload?n=1 HTTP/1.1\r\nHost: wrong.example\r\n\
+         Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, echoed) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert_eq!(
+        echoed,
+        format!(
+            "POST /upload?n=1 HTTP/1.1\r\nHost: {origin}\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+    );
+    let (status, _, _) = http(proxy, "GET /index.html HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+    // A destination the server cannot reach: 502.
+    let (status, _, _) = http(proxy, "GET http://127.0.0.1:1/ HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_associate_echo() {
     let (_server, client) = pair("udp", 2).await;

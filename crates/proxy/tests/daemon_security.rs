@@ -325,17 +325,18 @@ async fn http_connect_basic_credentials_are_enforced_with_users() {
             "{authorization:?}: {status}"
         );
     }
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(b"GET http://example.com/ HTTP/1.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut reply = Vec::new();
-    s.read_to_end(&mut reply).await.unwrap();
-    assert!(
-        reply.starts_with(b"HTTP/1.1 405 ") && reply.windows(15).any(|w| w == b"Allow: CONNECT\r"),
-        "{}",
-        String::from_utf8_lossy(&reply)
-    );
+    // A plain request to forward needs the credentials too.
+    for (authorization, want) in [
+        ("", "HTTP/1.1 407 "),
+        (
+            "\r\nProxy-Authorization: Basic Ym9iOnMzY3JldA==",
+            "HTTP/1.1 502 ",
+        ),
+    ] {
+        let request = format!("GET http://{target}/ HTTP/1.1{authorization}");
+        let (status, head, _) = http(proxy, &request).await;
+        assert!(status.starts_with(want), "{authorization:?}: {head}");
+    }
 }
 
 /// A reload (what SIGHUP does to `braid server`) puts users, the egress policy and the

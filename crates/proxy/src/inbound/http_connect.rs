@@ -1,4 +1,6 @@
-//! HTTP CONNECT (RFC 9110 §9.3.6): the request head a client sends to open a tunnel, and the
+//! The HTTP proxy's requests: CONNECT (RFC 9110 §9.3.6), the head a client sends to open a
+//! tunnel, and a plain request whose target is an absolute `http://` URL (RFC 9112 §3.2.2), which
+//! braid forwards to that URL's server with the head rewritten for it ([`origin_head`]); and the
 //! replies braid sends back. Lines may end in CRLF or a bare LF (RFC 9112 §2.2).
 
 use std::net::{IpAddr, SocketAddr};
@@ -8,11 +10,13 @@ use crate::session::frame::Target;
 /// Longest request head accepted (request line and headers, through the blank line).
 pub const MAX_HEAD: usize = 8 * 1024;
 
-/// A parsed CONNECT request.
+/// A parsed proxy request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectRequest<'a> {
-    /// The tunnel's destination from the request target (`host:port`).
+pub struct ProxyRequest<'a> {
+    /// The destination: CONNECT's `host:port`, or the URL's host and port (80 by default).
     pub target: Target,
+    /// A plain request to forward (its target an absolute `http://` URL), not a tunnel.
+    pub forward: bool,
     /// The raw value of a `Proxy-Authorization` header, if any.
     pub proxy_authorization: Option<&'a str>,
 }
@@ -29,23 +33,26 @@ pub enum HttpConnectError {
     /// The request line is not `METHOD TARGET VERSION`.
     #[error("HTTP request line is malformed")]
     BadRequestLine,
-    /// The method is not CONNECT (braid is not a forward HTTP proxy).
-    #[error("HTTP method is not CONNECT")]
-    NotConnect,
+    /// A method other than CONNECT whose target is not an absolute `http://` URL (a request
+    /// meant for a server, not a proxy; or another scheme).
+    #[error("HTTP request target is not an absolute http:// URL (nor a CONNECT)")]
+    NotProxyRequest,
     /// The version is not HTTP/1.0 or HTTP/1.1.
     #[error("HTTP version is not 1.0 or 1.1")]
     BadVersion,
-    /// The request target is not `host:port`.
-    #[error("HTTP CONNECT target is not host:port")]
+    /// The request target's host and port are not `host:port` (or the URL's authority carries
+    /// user information).
+    #[error("HTTP request target's host or port is malformed")]
     BadTarget,
     /// A header line has no colon.
     #[error("HTTP header line is malformed")]
     BadHeader,
 }
 
-/// Parses a CONNECT request head; `Ok(None)` until the blank line has arrived. On success also
-/// returns the length of the head (tunnel bytes may follow it in the same buffer).
-pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, HttpConnectError> {
+/// Parses a proxy request head; `Ok(None)` until the blank line has arrived. On success also
+/// returns the length of the head (tunnel bytes, or a request's body, may follow it in the same
+/// buffer).
+pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest<'_>, usize)>, HttpConnectError> {
     let window = &buf[..buf.len().min(MAX_HEAD)];
     let Some((end, length)) = head_end(window) else {
         return if buf.len() >= MAX_HEAD {
@@ -57,20 +64,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, 
     let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpConnectError::NotText)?;
     let mut lines = head.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let request_line = lines.next().ok_or(HttpConnectError::BadRequestLine)?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(authority), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(HttpConnectError::BadRequestLine);
-    };
-    // Methods are case-sensitive (RFC 9110 §9.1): `connect` is another method.
-    if method != "CONNECT" {
-        return Err(HttpConnectError::NotConnect);
-    }
+    let (method, request_target, version) = request_line_parts(request_line)?;
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err(HttpConnectError::BadVersion);
     }
-    let target = parse_authority(authority)?;
+    // Methods are case-sensitive (RFC 9110 §9.1): `connect` is another method.
+    let forward = method != "CONNECT";
+    let target = match forward {
+        false => parse_authority(request_target)?,
+        true => parse_authority(&with_port(http_url(request_target)?.0))?,
+    };
     let mut proxy_authorization = None;
     for line in lines {
         let (name, value) = line.split_once(':').ok_or(HttpConnectError::BadHeader)?;
@@ -79,12 +82,119 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<(ConnectRequest<'_>, usize)>, 
         }
     }
     Ok(Some((
-        ConnectRequest {
+        ProxyRequest {
             target,
+            forward,
             proxy_authorization,
         },
         length,
     )))
+}
+
+/// The method, target and version of a request line; the method a token (RFC 9110 §5.6.2).
+fn request_line_parts(line: &str) -> Result<(&str, &str, &str), HttpConnectError> {
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HttpConnectError::BadRequestLine);
+    };
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if method.is_empty() || !method.chars().all(token) {
+        return Err(HttpConnectError::BadRequestLine);
+    }
+    Ok((method, target, version))
+}
+
+/// The authority and the origin-form target (path and query, `/` when the URL has no path) of
+/// an absolute `http://` URL (the scheme in any case, a fragment dropped); a URL whose
+/// authority carries user information is refused.
+fn http_url(target: &str) -> Result<(&str, String), HttpConnectError> {
+    let scheme_end = target
+        .find("://")
+        .ok_or(HttpConnectError::NotProxyRequest)?;
+    if !target[..scheme_end].eq_ignore_ascii_case("http") {
+        return Err(HttpConnectError::NotProxyRequest);
+    }
+    let rest = &target[scheme_end + 3..];
+    let rest = rest.split('#').next().unwrap_or(rest);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.is_empty() || authority.contains('@') {
+        return Err(HttpConnectError::BadTarget);
+    }
+    let path = match path.starts_with('/') {
+        true => path.to_owned(),
+        false => format!("/{path}"),
+    };
+    Ok((authority, path))
+}
+
+/// `authority` with port 80 when it names none.
+fn with_port(authority: &str) -> String {
+    let has_port = match authority.rfind(']') {
+        Some(bracket) => authority[bracket..].contains(':'),
+        None => authority.contains(':'),
+    };
+    match has_port {
+        true => authority.to_owned(),
+        false => format!("{authority}:80"),
+    }
+}
+
+/// Headers a proxy does not pass on (RFC 9110 §7.6.1: hop-by-hop, or meant for the proxy).
+const NOT_FORWARDED: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "host",
+];
+
+/// The head to send the URL's server for a forwarded request whose head (through the blank
+/// line) [`parse_request`] accepted: the request line with the target in origin form; the
+/// headers but the hop-by-hop ones, those the `Connection` header names and those meant for the
+/// proxy; `Host` from the URL (RFC 9112 §3.2.2); and `Connection: close`, so that the server
+/// closes after its answer and the client's next request comes on a new connection (which may
+/// go elsewhere), or `Connection: upgrade` with the request's `Upgrade` (a WebSocket, say).
+pub fn origin_head(head: &[u8]) -> Result<Vec<u8>, HttpConnectError> {
+    let text = std::str::from_utf8(head).map_err(|_| HttpConnectError::NotText)?;
+    let mut lines = text
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .take_while(|l| !l.is_empty());
+    let request_line = lines.next().ok_or(HttpConnectError::BadRequestLine)?;
+    let (method, target, version) = request_line_parts(request_line)?;
+    let (authority, path) = http_url(target)?;
+    let headers: Vec<(&str, &str)> = lines
+        .map(|l| l.split_once(':').ok_or(HttpConnectError::BadHeader))
+        .collect::<Result<_, _>>()?;
+    let named: Vec<String> = headers
+        .iter()
+        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, value)| value.split(','))
+        .map(|token| token.trim().to_ascii_lowercase())
+        .collect();
+    let upgrade = named.iter().any(|t| t == "upgrade")
+        && headers
+            .iter()
+            .any(|(name, _)| name.trim().eq_ignore_ascii_case("upgrade"));
+    let mut out = format!("{method} {path} {version}\r\nHost: {authority}\r\n");
+    for (name, value) in &headers {
+        let lower = name.trim().to_ascii_lowercase();
+        let dropped = NOT_FORWARDED.contains(&lower.as_str())
+            || (named.contains(&lower) && !(upgrade && lower == "upgrade"));
+        if !dropped {
+            out.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));
+        }
+    }
+    out.push_str(match upgrade {
+        true => "Connection: upgrade\r\n\r\n",
+        false => "Connection: close\r\n\r\n",
+    });
+    Ok(out.into_bytes())
 }
 
 /// Where the head ends: the index of its last line's terminating LF and the length through the
@@ -184,14 +294,12 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
 /// The reply to a malformed request.
 pub const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
-/// The reply to a method other than CONNECT (braid is not a forward HTTP proxy).
-pub const METHOD_NOT_ALLOWED: &[u8] =
-    b"HTTP/1.1 405 Method Not Allowed\r\nAllow: CONNECT\r\nContent-Length: 0\r\n\r\n";
 /// The reply when credentials are missing or wrong; the connection is closed after it, so a
 /// client retries with credentials on a new one.
 pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
-/// The reply when the server could not reach the target.
-pub const BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n";
+/// The reply when the server could not reach the target; the connection is closed after it.
+pub const BAD_GATEWAY: &[u8] =
+    b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 #[cfg(test)]
 mod tests {
@@ -241,11 +349,81 @@ mod tests {
     }
 
     #[test]
+    fn absolute_http_urls_are_forwarded_with_an_origin_form_head() {
+        let req = b"POST http://Example.org:8080/a/b?q=1#frag HTTP/1.1\r\nHost: elsewhere\r\nUser-Agent: t\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic Ym9iOnB3\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 5\r\n\r\nhello";
+        let (r, n) = parse_request(req).unwrap().unwrap();
+        assert_eq!(&req[n..], b"hello");
+        assert!(r.forward);
+        assert_eq!(
+            r.target,
+            Target::Domain {
+                name: "Example.org".into(),
+                port: 8080
+            }
+        );
+        assert_eq!(r.proxy_authorization, Some("Basic Ym9iOnB3"));
+        assert_eq!(
+            String::from_utf8(origin_head(&req[..n]).unwrap()).unwrap(),
+            "POST /a/b?q=1 HTTP/1.1\r\nHost: Example.org:8080\r\nUser-Agent: t\r\n\
+             Content-Length: 5\r\nConnection: close\r\n\r\n"
+        );
+        // Port 80 by default, `/` for no path, addresses, bare LF, the scheme in any case.
+        for (req, target, head) in [
+            (
+                &b"GET http://a.b HTTP/1.0\n\n"[..],
+                Target::Domain {
+                    name: "a.b".into(),
+                    port: 80,
+                },
+                "GET / HTTP/1.0\r\nHost: a.b\r\nConnection: close\r\n\r\n",
+            ),
+            (
+                b"GET HTTP://127.0.0.1?x HTTP/1.1\r\n\r\n",
+                Target::Addr("127.0.0.1:80".parse().unwrap()),
+                "GET /?x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            ),
+            (
+                b"GET http://[::1]/ HTTP/1.1\r\n\r\n",
+                Target::Addr("[::1]:80".parse().unwrap()),
+                "GET / HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n",
+            ),
+            (
+                b"GET http://[::1]:81/ HTTP/1.1\r\n\r\n",
+                Target::Addr("[::1]:81".parse().unwrap()),
+                "GET / HTTP/1.1\r\nHost: [::1]:81\r\nConnection: close\r\n\r\n",
+            ),
+        ] {
+            let (r, n) = parse_request(req).unwrap().unwrap();
+            assert_eq!(r.target, target);
+            let got = String::from_utf8(origin_head(&req[..n]).unwrap()).unwrap();
+            assert_eq!(got, head);
+        }
+        // An upgrade keeps its Upgrade header and says so.
+        let ws = b"GET http://a/chat HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        let (_, n) = parse_request(ws).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(origin_head(&ws[..n]).unwrap()).unwrap(),
+            "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        );
+        // CONNECT is a tunnel.
+        let (r, _) = parse_request(b"CONNECT a:443 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!r.forward);
+    }
+
+    #[test]
     fn rejects_malformed_heads() {
         use HttpConnectError::*;
-        let cases: [(&[u8], HttpConnectError); 8] = [
-            (b"GET / HTTP/1.1\r\n\r\n", NotConnect),
-            (b"connect a:1 HTTP/1.1\r\n\r\n", NotConnect),
+        let cases: [(&[u8], HttpConnectError); 14] = [
+            (b"GET / HTTP/1.1\r\n\r\n", NotProxyRequest),
+            (b"connect a:1 HTTP/1.1\r\n\r\n", NotProxyRequest),
+            (b"GET https://a/ HTTP/1.1\r\n\r\n", NotProxyRequest),
+            (b"GET ftp://a/ HTTP/1.1\r\n\r\n", NotProxyRequest),
+            (b"GET http://u:p@a/ HTTP/1.1\r\n\r\n", BadTarget),
+            (b"GET http:///x HTTP/1.1\r\n\r\n", BadTarget),
+            (b"GET http://a:99999/ HTTP/1.1\r\n\r\n", BadTarget),
+            (b"G(T http://a/ HTTP/1.1\r\n\r\n", BadRequestLine),
             (b"CONNECT a:1 HTTP/2\r\n\r\n", BadVersion),
             (b"CONNECT a HTTP/1.1\r\n\r\n", BadTarget),
             (b"CONNECT a:99999 HTTP/1.1\r\n\r\n", BadTarget),
@@ -325,8 +503,30 @@ mod tests {
 
         #[test]
         fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            if let Ok(Some((_, n))) = parse_request(&bytes) {
+            if let Ok(Some((r, n))) = parse_request(&bytes) {
                 prop_assert!(n <= bytes.len());
+                if r.forward {
+                    prop_assert!(origin_head(&bytes[..n]).is_ok());
+                }
+            }
+        }
+
+        #[test]
+        fn forwarded_heads_parse_and_rewrite_without_panics(
+            path in "[ -~]{0,40}",
+            headers in proptest::collection::vec(("[A-Za-z-]{1,12}", "[ -~]{0,20}"), 0..6),
+        ) {
+            let mut head = format!("GET http://h.example{path} HTTP/1.1\r\n");
+            for (name, value) in &headers {
+                head.push_str(&format!("{name}: {value}\r\n"));
+            }
+            head.push_str("\r\n");
+            if let Ok(Some((r, n))) = parse_request(head.as_bytes()) {
+                prop_assert!(r.forward);
+                let out = origin_head(&head.as_bytes()[..n]).unwrap();
+                let out = String::from_utf8(out).unwrap();
+                prop_assert!(out.ends_with("\r\n\r\n"));
+                prop_assert_eq!(out.matches("\r\nHost: ").count(), 1);
             }
         }
     }

@@ -1,19 +1,19 @@
-//! The client's HTTP CONNECT inbound (RFC 9110 §9.3.6): a tunnel per CONNECT request; a
-//! destination the server cannot or may not reach answers 502 Bad Gateway, another method 405.
+//! The client's HTTP proxy inbound: a tunnel per CONNECT request (RFC 9110 §9.3.6), and a
+//! plain request whose target is an absolute `http://` URL forwarded to that URL's server, its
+//! head rewritten for it and `Connection: close`, so one request per connection (RFC 9112
+//! §3.2.2; `curl -x`, `http_proxy=` for `http://` URLs); a destination the server cannot or may
+//! not reach answers 502 Bad Gateway, a request that is neither 400.
 //! With users configured (`[socks] users`, shared with the SOCKS5 inbound) a request must carry
 //! one user's `Proxy-Authorization: Basic` credentials (RFC 7617), or is answered 407; without
 //! users it has no authentication and should listen on loopback only (the default).
 
 use std::sync::Arc;
 
-use bytes::{Buf as _, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::http_connect::{
-    self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, HttpConnectError, MAX_HEAD,
-    METHOD_NOT_ALLOWED,
-};
+use super::http_connect::{self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
 use super::server::{
     Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message,
 };
@@ -42,11 +42,7 @@ async fn serve_connection(
     let n = match n {
         Ok(n) => n,
         Err(InboundError::Http(e)) => {
-            let answer = match e {
-                HttpConnectError::NotConnect => METHOD_NOT_ALLOWED,
-                _ => BAD_REQUEST,
-            };
-            stream.write_all(answer).await?;
+            stream.write_all(BAD_REQUEST).await?;
             return Err(InboundError::Http(e));
         }
         Err(e) => return Err(e),
@@ -64,9 +60,21 @@ async fn serve_connection(
             return Err(InboundError::HttpAuthRequired);
         }
     }
-    let target = request.target;
+    let (target, forward) = (request.target, request.forward);
     let asked = target.to_string();
-    buf.advance(n);
+    // A forwarded request goes with its head rewritten for the URL's server, then whatever
+    // followed it (its body); a tunnel's bytes go as they came.
+    let upstream = match forward {
+        true => {
+            let mut head = http_connect::origin_head(&buf[..n])?;
+            head.extend_from_slice(&buf[n..]);
+            Bytes::from(head)
+        }
+        false => {
+            buf.advance(n);
+            buf.split().freeze()
+        }
+    };
     match ctx.connect(target).await {
         Err(code) => {
             stream.write_all(BAD_GATEWAY).await?;
@@ -76,8 +84,10 @@ async fn serve_connection(
             })
         }
         Ok((writer, reader, first)) => {
-            stream.write_all(ESTABLISHED).await?;
-            match relay_tcp(stream, writer, reader, buf.freeze(), first).await {
+            if !forward {
+                stream.write_all(ESTABLISHED).await?;
+            }
+            match relay_tcp(stream, writer, reader, upstream, first).await {
                 Err(RelayError::Io(e)) => Err(InboundError::Io(e)),
                 _ => Ok(()),
             }
