@@ -240,23 +240,11 @@ async fn http_connect_tunnel() {
     assert_eq!(&back, b"ping");
     let first = s;
     let status = client.status().await;
-    let http = status.inbounds.iter().find(|i| i.name == "http").unwrap();
-    assert_eq!((http.open, http.accepted), (1, 1), "{http:?}");
+    let inbound = status.inbounds.iter().find(|i| i.name == "http").unwrap();
+    assert_eq!((inbound.open, inbound.accepted), (1, 1), "{inbound:?}");
     // A refused port answers 502.
-    let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
-    s.write_all(b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut reply = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        reply.starts_with(b"HTTP/1.1 502"),
-        "{}",
-        String::from_utf8_lossy(&reply)
-    );
+    let (status, _, _) = http(client.http_addr.unwrap(), "CONNECT 127.0.0.1:1 HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
     // The status counts both connections, the refused one as failed, and the first as open
     // until it ends.
     drop(first);
