@@ -116,6 +116,9 @@ pub struct ClientHandle {
     pub tun: Option<(String, Arc<TunCounters>)>,
     /// The routes braid has set on the TUN device now (`[tun] routes`, as reloads changed them).
     tun_routes: std::sync::Mutex<Vec<crate::inbound::tun::netconf::IpNet>>,
+    /// The addresses braid has given the TUN device now (`[tun] address`, as reloads changed
+    /// them).
+    tun_addresses: std::sync::Mutex<Vec<crate::inbound::tun::netconf::IpNet>>,
     session: watch::Receiver<Option<SessionHandle>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
@@ -147,8 +150,10 @@ impl ClientHandle {
     /// (see [`crate::session::Session::set_congestion`]) and is the next session's; the links,
     /// matched by name, are added to, removed from or reconnected in the running session (see
     /// [`ClientReload::links`]) while the others keep their connections and the flows carry on.
-    /// `[tun] routes` are put on the running device (see `reload_tun_routes`). Everything else
-    /// (the server and the keys, the listeners, the rest of `[tun]` and of `[session]`) is named
+    /// `[tun] address`, `routes`, `mtu`, `max_tcp` and `tcp_buffer` are put on the running device
+    /// and inbound (see `reload_tun_addresses`, `reload_tun_routes`, `reload_tun_limits`).
+    /// Everything else (the server and the keys, the listeners, `[tun] name` and `offload`, the
+    /// rest of `[session]`) is named
     /// in [`ClientReload::needs_restart`] and keeps its value: the session and its connections
     /// are not dropped for it.
     pub async fn reload(&self, new: ClientConfig) -> ClientReload {
@@ -215,6 +220,9 @@ impl ClientHandle {
             }
         }
         changed.extend(self.reload_tun_limits(new.tun.as_ref()));
+        if self.reload_tun_addresses(new.tun.as_ref()) {
+            changed.push("tun.address");
+        }
         if self.reload_tun_routes(new.tun.as_ref()) {
             changed.push("tun.routes");
             if let Some((device, _)) = &self.tun {
@@ -287,6 +295,83 @@ impl ClientHandle {
             sender.send_replace(next);
         }
         changed
+    }
+
+    /// Gives the running TUN device the addresses of `new` (`[tun] address` of the file read
+    /// again): those no longer listed are taken away, the new ones given (the device brought up
+    /// first, as at start), then the routes braid set are put back (Linux drops a device's IPv4
+    /// routes with its last IPv4 address). An address the kernel refuses is logged and left as
+    /// it was. True when an address changed. Nothing is done without a TUN inbound, or when the
+    /// file names another device or none.
+    fn reload_tun_addresses(&self, new: Option<&TunConfig>) -> bool {
+        use crate::inbound::tun::netconf;
+        let (Some((device, _)), Some(new)) = (&self.tun, new) else {
+            return false;
+        };
+        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
+            return false;
+        }
+        let mut addresses = self
+            .tun_addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let gone: Vec<_> = addresses
+            .iter()
+            .filter(|a| !new.address.contains(a))
+            .copied()
+            .collect();
+        let added: Vec<_> = new
+            .address
+            .iter()
+            .filter(|a| !addresses.contains(a))
+            .copied()
+            .collect();
+        let mut changed = false;
+        for net in gone {
+            match netconf::del_address(device, net) {
+                Ok(()) => {
+                    addresses.retain(|a| *a != net);
+                    changed = true;
+                    tracing::info!(device = %device, address = %net, "reload: TUN address removed");
+                }
+                Err(e) => tracing::warn!(
+                    device = %device, address = %net, error = %e,
+                    "reload: TUN address not removed"
+                ),
+            }
+        }
+        for net in added {
+            match netconf::add_address(device, net) {
+                Ok(()) => {
+                    addresses.push(net);
+                    changed = true;
+                    tracing::info!(device = %device, address = %net, "reload: TUN address added");
+                }
+                Err(e) => tracing::warn!(
+                    device = %device, address = %net, error = %e,
+                    "reload: TUN address not added"
+                ),
+            }
+        }
+        if !changed {
+            return false;
+        }
+        if let Err(e) = netconf::set_up(device) {
+            tracing::warn!(device = %device, error = %e, "reload: TUN device not brought up");
+        }
+        let routes = self
+            .tun_routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for net in routes.iter() {
+            if let Err(e) = netconf::add_route(device, *net) {
+                tracing::warn!(
+                    device = %device, route = %net, error = %e,
+                    "reload: TUN route not put back after the address change"
+                );
+            }
+        }
+        true
     }
 
     /// Puts the routes of `new` (`[tun] routes` of the file read again) on the running TUN
@@ -522,10 +607,11 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
         .map_err(|source| DaemonError::Bind { addr, source })
 }
 
-/// What of `tun` a reload cannot change: all but its routes, MTU and TCP limits.
+/// What of `tun` a reload cannot change: its name and offloads.
 fn restart_part(tun: &Option<TunConfig>) -> Option<TunConfig> {
     tun.as_ref().map(|t| TunConfig {
         routes: Vec::new(),
+        address: Vec::new(),
         mtu: crate::config::DEFAULT_TUN_MTU,
         max_tcp: crate::inbound::tun::DEFAULT_MAX_TCP,
         tcp_buffer: crate::inbound::tun::DEFAULT_TCP_BUFFER,
@@ -756,6 +842,13 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
                 .tun
                 .as_ref()
                 .map(|t| t.routes.clone())
+                .unwrap_or_default(),
+        ),
+        tun_addresses: std::sync::Mutex::new(
+            config
+                .tun
+                .as_ref()
+                .map(|t| t.address.clone())
                 .unwrap_or_default(),
         ),
         session,

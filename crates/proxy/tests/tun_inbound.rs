@@ -1931,12 +1931,13 @@ async fn garbage_from_the_application_never_stops_the_inbound() {
 }
 
 /// A reload (SIGHUP) puts the file's `[tun] routes` on the running device: routes no longer
-/// listed are removed, new ones added, IPv4 and IPv6, without a restart; another change to
-/// `[tun]` (its MTU) waits for one and is named. In a network namespace of the test's own with
+/// listed are removed, new ones added, IPv4 and IPv6, without a restart; so are its MTU, TCP
+/// limits and addresses (an address replaced keeps the routes); the offloads wait for a restart
+/// and are named. In a network namespace of the test's own with
 /// a kernel TUN device: needs root (or `CAP_NET_ADMIN` in a user namespace) and `ip`; says
 /// "skipped" and passes without them.
 #[test]
-fn a_reload_changes_the_tun_devices_routes_in_place() {
+fn a_reload_changes_the_tun_device_in_place() {
     let run = std::thread::spawn(|| -> Result<(), String> {
         // SAFETY: plain flags; this thread (and what it starts) alone moves to the namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -2028,11 +2029,64 @@ fn a_reload_changes_the_tun_devices_routes_in_place() {
             assert!(mtu_of(device).contains(" mtu 1400 "), "{}", mtu_of(device));
             let none = routes(device);
             assert!(!none.contains("203.0.113.0/24") && !none.contains("2001:db8:7::/48"));
+            // Addresses: one given, then replaced by another and an IPv6 one, then both taken
+            // away; the routes stay.
+            let addresses = |device: &str| {
+                let out = std::process::Command::new("ip")
+                    .args(["addr", "show", "dev", device])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let with_address = |address: &[&str], routes: &[&str]| {
+                let mut c = limits.clone();
+                c.tun = Some(braid_proxy::config::TunConfig {
+                    address: address.iter().map(|a| a.parse().unwrap()).collect(),
+                    routes: routes.iter().map(|r| r.parse().unwrap()).collect(),
+                    ..limits.tun.clone().unwrap()
+                });
+                c
+            };
+            let done = client
+                .reload(with_address(&["10.77.0.1/24"], &["203.0.113.0/24"]))
+                .await;
+            assert_eq!(done.changed, ["tun.address", "tun.routes"]);
+            assert!(
+                addresses(device).contains("inet 10.77.0.1/24"),
+                "{}",
+                addresses(device)
+            );
+            let done = client
+                .reload(with_address(
+                    &["10.78.0.1/24", "fd78::1/64"],
+                    &["203.0.113.0/24"],
+                ))
+                .await;
+            assert_eq!(done.changed, ["tun.address"]);
+            let now = addresses(device);
+            assert!(
+                now.contains("inet 10.78.0.1/24") && !now.contains("10.77.0.1"),
+                "{now}"
+            );
+            assert!(now.contains("inet6 fd78::1/64"), "{now}");
+            assert!(
+                routes(device).contains("203.0.113.0/24"),
+                "{}",
+                routes(device)
+            );
+            let done = client.reload(with_address(&[], &["203.0.113.0/24"])).await;
+            assert_eq!(done.changed, ["tun.address"]);
+            let now = addresses(device);
+            assert!(
+                !now.contains("10.78.0.1") && !now.contains("fd78::1"),
+                "{now}"
+            );
+            assert!(done.needs_restart.is_empty(), "{done:?}");
             // The offloads wait for a restart (and are named).
-            let mut offload = limits.clone();
+            let mut offload = with_address(&[], &["203.0.113.0/24"]);
             offload.tun = Some(braid_proxy::config::TunConfig {
                 offload: false,
-                ..limits.tun.clone().unwrap()
+                ..offload.tun.clone().unwrap()
             });
             let done = client.reload(offload).await;
             assert!(done.changed.is_empty(), "{done:?}");

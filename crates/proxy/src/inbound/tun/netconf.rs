@@ -163,6 +163,34 @@ pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
     }
 }
 
+/// Takes the address `net` (as [`add_address`] gave it) from the interface `name`: IPv4 by
+/// setting the interface's address to 0.0.0.0, which Linux takes for removing it; IPv6 with
+/// `SIOCDIFADDR`. An address already gone is no error.
+pub fn del_address(name: &str, net: IpNet) -> io::Result<()> {
+    check_name(name)?;
+    match net.addr {
+        IpAddr::V4(_) => {
+            let socket = control_socket(libc::AF_INET)?;
+            let mut req = IfReq::new(name, &sockaddr_bytes(&sockaddr_v4(Ipv4Addr::UNSPECIFIED)));
+            // SAFETY: `SIOCSIFADDR` reads a `struct ifreq` with `ifr_addr` set.
+            unsafe { ioctl(&socket, libc::SIOCSIFADDR, &mut req) }
+        }
+        IpAddr::V6(a) => {
+            let socket = control_socket(libc::AF_INET6)?;
+            let mut req = In6Ifreq {
+                addr: a.octets(),
+                prefix: u32::from(net.prefix),
+                ifindex: ifindex(name)?,
+            };
+            // SAFETY: on an IPv6 socket `SIOCDIFADDR` reads a `struct in6_ifreq`.
+            match unsafe { ioctl(&socket, libc::SIOCDIFADDR, &mut req) } {
+                Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+                other => other,
+            }
+        }
+    }
+}
+
 /// Whether the interface `name` exists, is up and has its carrier (`IFF_UP` and `IFF_RUNNING`):
 /// false for a Wi-Fi that lost its access point, an Ethernet without a cable, a modem that
 /// hung up, an interface taken down or removed.
