@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{ClientConfig, LinkConfig, ServerConfig, SessionLimits, TunConfig};
+use crate::config::{ClientConfig, IpNet, LinkConfig, ServerConfig, SessionLimits, TunConfig};
 use crate::control::{self, ClientSources, ControlError, StatusSource};
 use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
@@ -115,10 +115,10 @@ pub struct ClientHandle {
     /// The TUN inbound's device name and counters, if enabled.
     pub tun: Option<(String, Arc<TunCounters>)>,
     /// The routes braid has set on the TUN device now (`[tun] routes`, as reloads changed them).
-    tun_routes: std::sync::Mutex<Vec<crate::inbound::tun::netconf::IpNet>>,
+    tun_routes: std::sync::Mutex<Vec<IpNet>>,
     /// The addresses braid has given the TUN device now (`[tun] address`, as reloads changed
     /// them).
-    tun_addresses: std::sync::Mutex<Vec<crate::inbound::tun::netconf::IpNet>>,
+    tun_addresses: std::sync::Mutex<Vec<IpNet>>,
     session: watch::Receiver<Option<SessionHandle>>,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
@@ -265,13 +265,10 @@ impl ClientHandle {
     /// The names of those that changed; none without a TUN inbound, or when the file names
     /// another device or none.
     fn reload_tun_limits(&self, new: Option<&TunConfig>) -> Vec<&'static str> {
-        let (Some((device, _)), Some(new), Some(sender)) = (&self.tun, new, &self.tun_limits)
+        let (Some((device, new)), Some(sender)) = (self.same_tun_device(new), &self.tun_limits)
         else {
             return Vec::new();
         };
-        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
-            return Vec::new();
-        }
         let old = *sender.borrow();
         let mut next = new.limits();
         if next.mtu != old.mtu
@@ -297,67 +294,35 @@ impl ClientHandle {
         changed
     }
 
+    /// The running TUN device's name and `new` (the file's `[tun]` read again), when there is
+    /// a TUN inbound and the file names the same device (another device, or none, waits for a
+    /// restart and is named as `tun`).
+    fn same_tun_device<'a>(
+        &'a self,
+        new: Option<&'a TunConfig>,
+    ) -> Option<(&'a str, &'a TunConfig)> {
+        let (Some((device, _)), Some(new)) = (&self.tun, new) else {
+            return None;
+        };
+        (self.links.config.tun.as_ref().map(|t| &t.name) == Some(&new.name))
+            .then_some((device.as_str(), new))
+    }
+
     /// Gives the running TUN device the addresses of `new` (`[tun] address` of the file read
-    /// again): those no longer listed are taken away, the new ones given (the device brought up
-    /// first, as at start), then the routes braid set are put back (Linux drops a device's IPv4
-    /// routes with its last IPv4 address). An address the kernel refuses is logged and left as
-    /// it was. True when an address changed. Nothing is done without a TUN inbound, or when the
-    /// file names another device or none.
+    /// again), as [`sync_tun_set`] does, then puts back the routes braid set (Linux drops a
+    /// device's IPv4 routes with its last IPv4 address). True when an address changed.
     fn reload_tun_addresses(&self, new: Option<&TunConfig>) -> bool {
         use crate::inbound::tun::netconf;
-        let (Some((device, _)), Some(new)) = (&self.tun, new) else {
+        let Some((device, new)) = self.same_tun_device(new) else {
             return false;
         };
-        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
-            return false;
-        }
         let mut addresses = self
             .tun_addresses
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let gone: Vec<_> = addresses
-            .iter()
-            .filter(|a| !new.address.contains(a))
-            .copied()
-            .collect();
-        let added: Vec<_> = new
-            .address
-            .iter()
-            .filter(|a| !addresses.contains(a))
-            .copied()
-            .collect();
-        let mut changed = false;
-        for net in gone {
-            match netconf::del_address(device, net) {
-                Ok(()) => {
-                    addresses.retain(|a| *a != net);
-                    changed = true;
-                    tracing::info!(device = %device, address = %net, "reload: TUN address removed");
-                }
-                Err(e) => tracing::warn!(
-                    device = %device, address = %net, error = %e,
-                    "reload: TUN address not removed"
-                ),
-            }
-        }
-        for net in added {
-            match netconf::add_address(device, net) {
-                Ok(()) => {
-                    addresses.push(net);
-                    changed = true;
-                    tracing::info!(device = %device, address = %net, "reload: TUN address added");
-                }
-                Err(e) => tracing::warn!(
-                    device = %device, address = %net, error = %e,
-                    "reload: TUN address not added"
-                ),
-            }
-        }
-        if !changed {
+        let (remove, add) = (netconf::del_address, netconf::add_address);
+        if !sync_tun_set(device, "address", &mut addresses, &new.address, remove, add) {
             return false;
-        }
-        if let Err(e) = netconf::set_up(device) {
-            tracing::warn!(device = %device, error = %e, "reload: TUN device not brought up");
         }
         let routes = self
             .tun_routes
@@ -375,66 +340,18 @@ impl ClientHandle {
     }
 
     /// Puts the routes of `new` (`[tun] routes` of the file read again) on the running TUN
-    /// device: those no longer listed are removed, the new ones added (the device brought up
-    /// first, as at start). A route the kernel refuses is logged and left as it was. True when
-    /// a route changed. Nothing is done without a TUN inbound, or when the file names another
-    /// device or none (that waits for a restart, named as `tun`).
+    /// device, as [`sync_tun_set`] does. True when a route changed.
     fn reload_tun_routes(&self, new: Option<&TunConfig>) -> bool {
         use crate::inbound::tun::netconf;
-        let (Some((device, _)), Some(new)) = (&self.tun, new) else {
+        let Some((device, new)) = self.same_tun_device(new) else {
             return false;
         };
-        if self.links.config.tun.as_ref().map(|t| &t.name) != Some(&new.name) {
-            return false;
-        }
         let mut routes = self
             .tun_routes
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut changed = false;
-        let gone: Vec<_> = routes
-            .iter()
-            .filter(|r| !new.routes.contains(r))
-            .copied()
-            .collect();
-        for net in gone {
-            match netconf::del_route(device, net) {
-                Ok(()) => {
-                    routes.retain(|r| *r != net);
-                    tracing::info!(device = %device, route = %net, "reload: TUN route removed");
-                    changed = true;
-                }
-                Err(e) => tracing::warn!(
-                    device = %device, route = %net, error = %e,
-                    "reload: TUN route not removed"
-                ),
-            }
-        }
-        let added: Vec<_> = new
-            .routes
-            .iter()
-            .filter(|r| !routes.contains(r))
-            .copied()
-            .collect();
-        if !added.is_empty()
-            && let Err(e) = netconf::set_up(device)
-        {
-            tracing::warn!(device = %device, error = %e, "reload: TUN device not brought up");
-        }
-        for net in added {
-            match netconf::add_route(device, net) {
-                Ok(()) => {
-                    routes.push(net);
-                    tracing::info!(device = %device, route = %net, "reload: TUN route added");
-                    changed = true;
-                }
-                Err(e) => tracing::warn!(
-                    device = %device, route = %net, error = %e,
-                    "reload: TUN route not added"
-                ),
-            }
-        }
-        changed
+        let (remove, add) = (netconf::del_route, netconf::add_route);
+        sync_tun_set(device, "route", &mut routes, &new.routes, remove, add)
     }
 
     /// The current session, if any.
@@ -605,6 +522,57 @@ async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonErr
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| DaemonError::Bind { addr, source })
+}
+
+/// Brings `current` (the addresses or routes, `what`, braid has set on the TUN device `device`)
+/// to `wanted`: those no longer wanted are taken away with `remove`, then, the device brought
+/// up (as at start), the new ones set with `add`. One the kernel refuses is logged and left as
+/// it was. True when one changed.
+fn sync_tun_set(
+    device: &str,
+    what: &'static str,
+    current: &mut Vec<IpNet>,
+    wanted: &[IpNet],
+    remove: fn(&str, IpNet) -> std::io::Result<()>,
+    add: fn(&str, IpNet) -> std::io::Result<()>,
+) -> bool {
+    let mut changed = false;
+    let gone: Vec<_> = current
+        .iter()
+        .filter(|n| !wanted.contains(n))
+        .copied()
+        .collect();
+    for net in gone {
+        match remove(device, net) {
+            Ok(()) => {
+                current.retain(|n| *n != net);
+                changed = true;
+                tracing::info!(device, %net, "reload: TUN {what} removed");
+            }
+            Err(e) => tracing::warn!(device, %net, error = %e, "reload: TUN {what} not removed"),
+        }
+    }
+    let added: Vec<_> = wanted
+        .iter()
+        .filter(|n| !current.contains(n))
+        .copied()
+        .collect();
+    if !added.is_empty()
+        && let Err(e) = crate::inbound::tun::netconf::set_up(device)
+    {
+        tracing::warn!(device, error = %e, "reload: TUN device not brought up");
+    }
+    for net in added {
+        match add(device, net) {
+            Ok(()) => {
+                current.push(net);
+                changed = true;
+                tracing::info!(device, %net, "reload: TUN {what} added");
+            }
+            Err(e) => tracing::warn!(device, %net, error = %e, "reload: TUN {what} not added"),
+        }
+    }
+    changed
 }
 
 /// What of `tun` a reload cannot change: its name and offloads.

@@ -7,7 +7,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 use super::device::{IfReq, valid_name};
@@ -150,17 +150,20 @@ pub fn add_address(name: &str, net: IpNet) -> io::Result<()> {
             // SAFETY: `SIOCSIFNETMASK` reads a `struct ifreq` with `ifr_netmask` set.
             unsafe { ioctl(&socket, libc::SIOCSIFNETMASK, &mut req) }
         }
-        IpAddr::V6(a) => {
-            let socket = control_socket(libc::AF_INET6)?;
-            let mut req = In6Ifreq {
-                addr: a.octets(),
-                prefix: u32::from(net.prefix),
-                ifindex: ifindex(name)?,
-            };
-            // SAFETY: on an IPv6 socket `SIOCSIFADDR` reads a `struct in6_ifreq`.
-            already_there(unsafe { ioctl(&socket, libc::SIOCSIFADDR, &mut req) })
-        }
+        IpAddr::V6(a) => already_there(ipv6_address(name, a, net.prefix, libc::SIOCSIFADDR)),
     }
+}
+
+/// `SIOCSIFADDR` or `SIOCDIFADDR` (`request`) of the IPv6 address `addr`/`prefix` on `name`.
+fn ipv6_address(name: &str, addr: Ipv6Addr, prefix: u8, request: libc::c_ulong) -> io::Result<()> {
+    let socket = control_socket(libc::AF_INET6)?;
+    let mut req = In6Ifreq {
+        addr: addr.octets(),
+        prefix: u32::from(prefix),
+        ifindex: ifindex(name)?,
+    };
+    // SAFETY: on an IPv6 socket both requests read a `struct in6_ifreq`.
+    unsafe { ioctl(&socket, request, &mut req) }
 }
 
 /// Takes the address `net` (as [`add_address`] gave it) from the interface `name`: IPv4 by
@@ -175,19 +178,10 @@ pub fn del_address(name: &str, net: IpNet) -> io::Result<()> {
             // SAFETY: `SIOCSIFADDR` reads a `struct ifreq` with `ifr_addr` set.
             unsafe { ioctl(&socket, libc::SIOCSIFADDR, &mut req) }
         }
-        IpAddr::V6(a) => {
-            let socket = control_socket(libc::AF_INET6)?;
-            let mut req = In6Ifreq {
-                addr: a.octets(),
-                prefix: u32::from(net.prefix),
-                ifindex: ifindex(name)?,
-            };
-            // SAFETY: on an IPv6 socket `SIOCDIFADDR` reads a `struct in6_ifreq`.
-            match unsafe { ioctl(&socket, libc::SIOCDIFADDR, &mut req) } {
-                Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
-                other => other,
-            }
-        }
+        IpAddr::V6(a) => match ipv6_address(name, a, net.prefix, libc::SIOCDIFADDR) {
+            Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+            other => other,
+        },
     }
 }
 
