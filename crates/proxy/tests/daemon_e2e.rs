@@ -332,16 +332,8 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
          Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8(answer).unwrap();
-    let (head, echoed) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let (status, head, echoed) = http_raw(proxy, request.as_bytes()).await;
+    assert_eq!(status, "HTTP/1.1 200 OK", "{head}");
     assert_eq!(
         echoed,
         format!(

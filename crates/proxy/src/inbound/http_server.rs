@@ -19,8 +19,8 @@ use super::server::{
 };
 use crate::transport::relay::{RelayError, relay_tcp};
 
-/// Serves HTTP CONNECT on `listener` until the task is dropped, counting its connections in
-/// `counters`.
+/// Serves the HTTP proxy (CONNECT and `http://` requests) on `listener` until the task is
+/// dropped, counting its connections in `counters`.
 pub async fn serve_http_connect(
     listener: TcpListener,
     ctx: Arc<InboundContext>,

@@ -252,20 +252,6 @@ impl InboundCounters {
     }
 }
 
-/// Accepts connections on `listener` and serves each with `serve`, at most `counters`' limit
-/// at once (see [`accept_loop_limited`]).
-pub(crate) async fn accept_loop<F, Fut>(
-    listener: TcpListener,
-    ctx: Arc<InboundContext>,
-    counters: Arc<InboundCounters>,
-    serve: F,
-) where
-    F: Fn(TcpStream, Arc<InboundContext>) -> Fut,
-    Fut: std::future::Future<Output = Result<(), InboundError>> + Send + 'static,
-{
-    accept_loop_limited(listener, ctx, counters, serve).await;
-}
-
 /// The next connection on `listener`, with one of `slots` when one is free (`None`: the caller
 /// closes it). A failed accept (out of descriptors, say) waits 50 ms rather than spin.
 pub(crate) async fn accept_with_slot(
@@ -294,7 +280,7 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// once, counting them in `counters`. A connection beyond is closed at once, so that its
 /// application fails now rather than wait unanswered in the listen backlog until its own
 /// timeout; the refusals are logged at `warn`, at most once a minute, with their count.
-pub(crate) async fn accept_loop_limited<F, Fut>(
+pub(crate) async fn accept_loop<F, Fut>(
     listener: TcpListener,
     ctx: Arc<InboundContext>,
     counters: Arc<InboundCounters>,
@@ -374,7 +360,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let ctx = context(Duration::from_secs(30));
         let counters = InboundCounters::new("socks5", addr, 2);
-        let server = tokio::spawn(accept_loop_limited(
+        let server = tokio::spawn(accept_loop(
             listener,
             ctx,
             counters.clone(),

@@ -310,10 +310,14 @@ impl UdpAssociation {
 /// Sends `request` (a request line and headers, without the blank line) to `addr`; the
 /// status line, the head and the body of the answer.
 pub async fn http(addr: std::net::SocketAddr, request: &str) -> (String, String, String) {
+    http_raw(addr, format!("{request}\r\nHost: braid\r\n\r\n").as_bytes()).await
+}
+
+/// Sends `bytes` (a whole request) to `addr` and reads until it closes; the status line, the
+/// head and the body of the answer.
+pub async fn http_raw(addr: std::net::SocketAddr, bytes: &[u8]) -> (String, String, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("{request}\r\nHost: braid\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    s.write_all(bytes).await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
         .await
