@@ -2,7 +2,8 @@
 //! with `cargo +nightly fuzz run --features libfuzzer <target>` from `fuzz/`) and the
 //! stable-Rust smoke pass (`tests/smoke.rs`, run by `cargo test`), so that both exercise
 //! exactly the same code: `frame_decoder` (session packets), `session_peer` (a broken or
-//! hostile peer, packet after packet) and `join_decoder` (the path join message).
+//! hostile peer, packet after packet), `join_decoder` (the path join message) and
+//! `http_response` (an origin server's answer to a forwarded HTTP request).
 
 use std::time::Duration;
 
@@ -301,4 +302,60 @@ pub fn join_decoder(data: &[u8]) {
     signed.mac = compute_mac(&key, &exporter, &signed.session_id, signed.path);
     assert!(verify_mac(Some(&key), &exporter, &signed));
     assert!(!verify_mac(Some(&[0x43; 32]), &exporter, &signed));
+}
+
+/// The `http_response` target: what an origin server sends back to a request the HTTP inbound
+/// forwarded, a response head and the body after it. The first byte picks how the body is fed
+/// (in pieces of 1 to 128 bytes) and whether the request was HEAD. The parser and the body
+/// framer must never panic; a head that parses is no longer than
+/// [`MAX_RESPONSE_HEAD`](braid_proxy::inbound::http_message::MAX_RESPONSE_HEAD); the head braid
+/// hands the client parses again to the same status and body framing; and the framer finds the
+/// same end whether the body comes in pieces or at once, never taking more than it is fed.
+pub fn http_response(data: &[u8]) {
+    use braid_proxy::inbound::http_message::{
+        BodyFramer, ClientConnection, MAX_RESPONSE_HEAD, Response,
+    };
+    let Some((&control, input)) = data.split_first() else {
+        return;
+    };
+    let head_request = control & 1 == 1;
+    let piece = 1 + usize::from(control >> 1);
+    let Ok(Some((response, length))) = Response::parse(input, head_request) else {
+        return;
+    };
+    assert!(length <= input.len() && length <= MAX_RESPONSE_HEAD);
+    for connection in [ClientConnection::KeepAlive, ClientConnection::Close] {
+        let again = response.head_for_client(connection);
+        let reparsed = Response::parse(&again, head_request);
+        let Ok(Some((reparsed, reparsed_length))) = reparsed else {
+            panic!("the client's head does not parse: {reparsed:?}");
+        };
+        assert_eq!(reparsed_length, again.len());
+        assert_eq!(
+            (reparsed.status, reparsed.body),
+            (response.status, response.body)
+        );
+    }
+    let body = &input[length..];
+    let mut whole = BodyFramer::new(response.body);
+    let at_once = whole.feed(body);
+    let mut framer = BodyFramer::new(response.body);
+    let mut used = 0;
+    for part in body.chunks(piece) {
+        let Ok(taken) = framer.feed(part) else {
+            assert!(at_once.is_err(), "refused in pieces, taken at once");
+            return;
+        };
+        assert!(taken <= part.len());
+        used += taken;
+        if taken < part.len() {
+            assert!(
+                framer.is_done(),
+                "stopped short of its piece before the end"
+            );
+            break;
+        }
+    }
+    assert_eq!(at_once, Ok(used), "fed in pieces and at once differ");
+    assert_eq!(framer.is_done(), whole.is_done());
 }

@@ -1,6 +1,7 @@
-//! Stable-Rust smoke pass of the fuzz targets `frame_decoder`, `session_peer` and
-//! `join_decoder`, run by `cargo test` (the workspace's test suite): each target body over valid
-//! inputs (packets, scripts of a hostile peer's packets, JOIN messages), random bytes and
+//! Stable-Rust smoke pass of the fuzz targets `frame_decoder`, `session_peer`, `join_decoder`
+//! and `http_response`, run by `cargo test` (the workspace's test suite): each target body over
+//! valid inputs (packets, scripts of a hostile peer's packets, JOIN messages, HTTP responses),
+//! random bytes and
 //! mutations of valid inputs (bit flips, truncations, insertions, splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
 //! target; a target that panics fails its test. More at once: `BRAID_FUZZ_SMOKE_ITERATIONS=5000000
 //! cargo test --release -p braid-fuzz -- --nocapture`. With `BRAID_FUZZ_SEEDS=DIR`, each target's
@@ -539,5 +540,76 @@ fn join_decoder_smoke_pass() {
         &mut rng,
         valid,
         braid_fuzz::join_decoder,
+    );
+}
+
+/// An HTTP response as an origin server may send it, with the control byte
+/// `braid_fuzz::http_response` reads first: a status, headers that frame its body in one of the
+/// ways (a length, chunks with extensions and trailers, the close), and the body.
+fn valid_response(rng: &mut Rng) -> Vec<u8> {
+    let mut out = vec![rng.next() as u8];
+    let status = [200, 204, 304, 101, 100, 404, 500, 206][rng.below(8)];
+    let version = ["HTTP/1.1", "HTTP/1.0"][rng.below(2)];
+    let eol = ["\r\n", "\n"][rng.below(2)];
+    out.extend_from_slice(format!("{version} {status} Reason{eol}").as_bytes());
+    for header in [
+        "Server: x",
+        "Connection: keep-alive, X-A",
+        "X-A: 1",
+        "Keep-Alive: 5",
+    ] {
+        if rng.below(2) == 0 {
+            out.extend_from_slice(format!("{header}{eol}").as_bytes());
+        }
+    }
+    let data: Vec<u8> = (0..rng.below(300)).map(|_| rng.next() as u8).collect();
+    match rng.below(3) {
+        0 => {
+            out.extend_from_slice(format!("Content-Length: {}{eol}{eol}", data.len()).as_bytes());
+            out.extend_from_slice(&data);
+        }
+        1 => {
+            out.extend_from_slice(format!("Transfer-Encoding: chunked{eol}{eol}").as_bytes());
+            for chunk in data.chunks(1 + rng.below(100)) {
+                let extension = [";", ";a=b", ""][rng.below(3)];
+                out.extend_from_slice(format!("{:x}{extension}{eol}", chunk.len()).as_bytes());
+                out.extend_from_slice(chunk);
+                out.extend_from_slice(eol.as_bytes());
+            }
+            out.extend_from_slice(format!("0{eol}").as_bytes());
+            if rng.below(2) == 0 {
+                out.extend_from_slice(format!("X-Trailer: t{eol}").as_bytes());
+            }
+            out.extend_from_slice(eol.as_bytes());
+        }
+        _ => {
+            out.extend_from_slice(eol.as_bytes());
+            out.extend_from_slice(&data);
+        }
+    }
+    // Sometimes the next response right behind.
+    if rng.below(4) == 0 {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+    }
+    out
+}
+
+#[test]
+fn http_response_smoke_pass() {
+    use braid_proxy::inbound::http_message::Response;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let responses: Vec<Vec<u8>> = (0..256).map(|_| valid_response(&mut rng)).collect();
+    let valid = |input: &[u8]| {
+        input
+            .split_first()
+            .is_some_and(|(&c, rest)| matches!(Response::parse(rest, c & 1 == 1), Ok(Some(_))))
+    };
+    smoke(
+        "http_response",
+        &responses,
+        400,
+        &mut rng,
+        valid,
+        braid_fuzz::http_response,
     );
 }

@@ -278,71 +278,266 @@ async fn http_connect_tunnel() {
 
 /// An origin server that answers each request with its head (through the blank line) and then
 /// `Content-Length` bytes of body, as its body, and closes.
-async fn echo_origin() -> std::net::SocketAddr {
+/// An HTTP/1.1 origin server that keeps its connections (counted in the second value) and
+/// answers by path: `/echo…` the request's head and body; `/len/N` N bytes (HEAD: the head
+/// alone, `Content-Length: 500`); `/chunked` a chunked body with a trailer; `/close` a body
+/// delimited by its close; `/quiet-close` an answer, then the connection closed unannounced;
+/// `/drop-next` an answer, then the connection closed at the next request, unanswered.
+async fn keep_alive_origin() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = connections.clone();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 let mut got = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let head_end = loop {
-                    if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break i + 4;
+                let mut drop_next = false;
+                loop {
+                    let Some(head_end) = read_until(&mut s, &mut got, b"\r\n\r\n").await else {
+                        return;
+                    };
+                    if drop_next {
+                        return;
                     }
-                    let n = s.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "closed before the head ended");
-                    got.extend_from_slice(&chunk[..n]);
-                };
-                let head = String::from_utf8(got[..head_end].to_vec()).unwrap();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Content-Length: "))
-                    .map_or(0, |v| v.trim().parse().unwrap());
-                while got.len() < head_end + length {
-                    let n = s.read(&mut chunk).await.unwrap();
-                    got.extend_from_slice(&chunk[..n]);
+                    let head = String::from_utf8(got[..head_end].to_vec()).unwrap();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let body_end = match head.contains("Transfer-Encoding: chunked") {
+                        true => read_until(&mut s, &mut got, b"0\r\n\r\n").await.unwrap(),
+                        false => {
+                            while got.len() < head_end + length {
+                                let n = s.read_buf(&mut got).await.unwrap();
+                                assert!(n > 0, "closed mid-body");
+                            }
+                            head_end + length
+                        }
+                    };
+                    let request: Vec<u8> = got.drain(..body_end).collect();
+                    let path = head.split(' ').nth(1).unwrap().to_owned();
+                    let answer = match path.as_str() {
+                        _ if head.starts_with("HEAD ") => {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n".to_vec()
+                        }
+                        p if p.starts_with("/echo") => {
+                            let mut a = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                                request.len()
+                            )
+                            .into_bytes();
+                            a.extend_from_slice(&request);
+                            a
+                        }
+                        "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                            5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+                            .to_vec(),
+                        "/close" => b"HTTP/1.1 200 OK\r\n\r\nuntil close".to_vec(),
+                        "/quiet-close" | "/drop-next" => {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+                        }
+                        p => {
+                            let n: usize = p.strip_prefix("/len/").unwrap().parse().unwrap();
+                            let mut a = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")
+                                .into_bytes();
+                            a.resize(a.len() + n, b'a');
+                            a
+                        }
+                    };
+                    s.write_all(&answer).await.unwrap();
+                    match path.as_str() {
+                        "/close" | "/quiet-close" => {
+                            let _ = s.shutdown().await;
+                            return;
+                        }
+                        "/drop-next" => drop_next = true,
+                        _ => {}
+                    }
                 }
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    got.len()
-                );
-                s.write_all(answer.as_bytes()).await.unwrap();
-                s.write_all(&got).await.unwrap();
-                s.shutdown().await.unwrap();
             });
         }
     });
-    addr
+    (addr, connections)
 }
 
-/// A plain request to the HTTP inbound whose target is an absolute `http://` URL (what `curl
-/// -x` and `http_proxy=` send for `http://` URLs) reaches the URL's server with its head
+/// Reads into `got` until it holds `end`: the index just past it; `None` if the peer closed
+/// first.
+async fn read_until(s: &mut TcpStream, got: &mut Vec<u8>, end: &[u8]) -> Option<usize> {
+    loop {
+        if let Some(i) = got.windows(end.len()).position(|w| w == end) {
+            return Some(i + end.len());
+        }
+        if s.read_buf(got).await.ok()? == 0 {
+            return None;
+        }
+    }
+}
+
+/// One client connection to the HTTP inbound, request after request: each answer's head and
+/// body, read by its framing (the bodies `keep_alive_origin` sends).
+struct KeptConnection {
+    stream: TcpStream,
+    got: Vec<u8>,
+}
+
+impl KeptConnection {
+    async fn open(proxy: std::net::SocketAddr) -> Self {
+        let stream = TcpStream::connect(proxy).await.unwrap();
+        KeptConnection {
+            stream,
+            got: Vec::new(),
+        }
+    }
+
+    async fn ask(&mut self, request: &[u8]) -> (String, Vec<u8>) {
+        self.stream.write_all(request).await.unwrap();
+        let work = async {
+            let head_end = read_until(&mut self.stream, &mut self.got, b"\r\n\r\n")
+                .await
+                .expect("the connection closed before an answer");
+            let head = String::from_utf8(self.got.drain(..head_end).collect()).unwrap();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .map(|v| v.trim().parse::<usize>().unwrap());
+            let body_end = if request.starts_with(b"HEAD ") {
+                0
+            } else if head.contains("Transfer-Encoding: chunked") {
+                read_until(
+                    &mut self.stream,
+                    &mut self.got,
+                    b"0\r\nX-Trailer: t\r\n\r\n",
+                )
+                .await
+                .unwrap()
+            } else if let Some(length) = length {
+                while self.got.len() < length {
+                    assert!(self.stream.read_buf(&mut self.got).await.unwrap() > 0);
+                }
+                length
+            } else {
+                self.stream.read_to_end(&mut self.got).await.unwrap();
+                self.got.len()
+            };
+            (head, self.got.drain(..body_end).collect())
+        };
+        tokio::time::timeout(Duration::from_secs(10), work)
+            .await
+            .expect("an answer within 10 s")
+    }
+
+    async fn ask_get(&mut self, url: &str) -> (String, Vec<u8>) {
+        self.ask(format!("GET {url} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes())
+            .await
+    }
+}
+
+/// Plain requests to the HTTP inbound whose target is an absolute `http://` URL (what `curl -x`
+/// and `http_proxy=` send for `http://` URLs) reach the URL's server with their heads
 /// rewritten: the target in origin form, `Host` from the URL, the proxy's and hop-by-hop
-/// headers left out, `Connection: close`; its body follows, and the answer comes back whole.
-/// A request meant for a server (origin form) is answered 400.
+/// headers left out; bodies follow, and answers come back whole. One client connection carries
+/// request after request, and one flow (one connection of the origin server's) carries those to
+/// one server: bodies of every framing, HEAD, a switch to another server and back, a kept
+/// connection the server closes, unannounced or at the next request; a body delimited by its
+/// close ends the client's connection too. A request meant for a server (origin form) is
+/// answered 400, one whose body's length is stated two ways 400, an unreachable server 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
+    use std::sync::atomic::Ordering;
     let (_server, client) = pair("http-forward", 2).await;
-    let origin = echo_origin().await;
+    let (origin, connections) = keep_alive_origin().await;
+    let (other, other_connections) = keep_alive_origin().await;
     let proxy = client.http_addr.unwrap();
+    let mut conn = KeptConnection::open(proxy).await;
     let body = "x".repeat(100_000);
     let request = format!(
-        "POST http://{origin}/upload?n=1 HTTP/1.1\r\nHost: wrong.example\r\n\
+        "POST http://{origin}/echo?n=1 HTTP/1.1\r\nHost: wrong.example\r\n\
          Proxy-Connection: keep-alive\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    let (status, head, echoed) = http_raw(proxy, request.as_bytes()).await;
-    assert_eq!(status, "HTTP/1.1 200 OK", "{head}");
+    let (head, echoed) = conn.ask(request.as_bytes()).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.ends_with("Connection: keep-alive\r\n\r\n"), "{head}");
     assert_eq!(
-        echoed,
+        String::from_utf8(echoed).unwrap(),
         format!(
-            "POST /upload?n=1 HTTP/1.1\r\nHost: {origin}\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
+            "POST /echo?n=1 HTTP/1.1\r\nHost: {origin}\r\nContent-Length: {}\r\n\
+             Connection: keep-alive\r\n\r\n{body}",
             body.len()
         )
     );
+    let (_, got) = conn.ask_get(&format!("http://{origin}/len/1000")).await;
+    assert_eq!(got, vec![b'a'; 1000]);
+    let head_request = format!("HEAD http://{origin}/len/1000 HTTP/1.1\r\nHost: h\r\n\r\n");
+    let (head, got) = conn.ask(head_request.as_bytes()).await;
+    assert!(
+        head.contains("Content-Length: 500\r\n") && got.is_empty(),
+        "{head}"
+    );
+    let chunked = format!(
+        "POST http://{origin}/echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+         3\r\nabc\r\n0\r\n\r\n"
+    );
+    let (_, echoed) = conn.ask(chunked.as_bytes()).await;
+    assert!(
+        echoed.ends_with(
+            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        ),
+        "{}",
+        String::from_utf8_lossy(&echoed)
+    );
+    let (head, got) = conn.ask_get(&format!("http://{origin}/chunked")).await;
+    assert!(head.contains("Transfer-Encoding: chunked\r\n"), "{head}");
+    assert_eq!(
+        got,
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+    );
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "one origin connection"
+    );
+    // Another server, and back: a new flow each time.
+    let (_, got) = conn.ask_get(&format!("http://{other}/len/10")).await;
+    assert_eq!(got.len(), 10);
+    let (_, got) = conn.ask_get(&format!("http://{origin}/len/10")).await;
+    assert_eq!(got.len(), 10);
+    assert_eq!(other_connections.load(Ordering::SeqCst), 1);
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    // The kept connection closed as the next request reaches it: sent again on a new one.
+    conn.ask_get(&format!("http://{origin}/drop-next")).await;
+    let (_, got) = conn.ask_get(&format!("http://{origin}/len/7")).await;
+    assert_eq!(got.len(), 7);
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+    // Closed by the server between requests: the next one goes on a new connection.
+    conn.ask_get(&format!("http://{origin}/quiet-close")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, got) = conn.ask_get(&format!("http://{origin}/len/5")).await;
+    assert_eq!(got.len(), 5);
+    assert_eq!(connections.load(Ordering::SeqCst), 4);
+    // A body that ends with the server's close ends the client's connection.
+    let (head, got) = conn.ask_get(&format!("http://{origin}/close")).await;
+    assert!(head.ends_with("Connection: close\r\n\r\n"), "{head}");
+    assert_eq!(got, b"until close");
+    // An HTTP/1.0 client that does not ask to keep its connection: closed after the answer.
+    let (status, head, got) = http(proxy, &format!("GET http://{origin}/len/3 HTTP/1.0")).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        head.ends_with("Connection: close") && got == "aaa",
+        "{head}"
+    );
     let (status, _, _) = http(proxy, "GET /index.html HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+    let smuggle = format!(
+        "POST http://{origin}/echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let (status, _, _) = http_raw(proxy, smuggle.as_bytes()).await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
     // A destination the server cannot reach: 502.
     let (status, _, _) = http(proxy, "GET http://127.0.0.1:1/ HTTP/1.1").await;

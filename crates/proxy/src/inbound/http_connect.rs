@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use super::http_message::{HttpMessageError, RequestFraming, request_framing};
 use crate::session::frame::Target;
 
 /// Longest request head accepted (request line and headers, through the blank line).
@@ -47,6 +48,9 @@ pub enum HttpConnectError {
     /// A header line has no colon.
     #[error("HTTP header line is malformed")]
     BadHeader,
+    /// A forwarded request's body framing is malformed.
+    #[error(transparent)]
+    Framing(#[from] HttpMessageError),
 }
 
 /// Parses a proxy request head; `Ok(None)` until the blank line has arrived. On success also
@@ -153,13 +157,30 @@ const NOT_FORWARDED: [&str; 7] = [
     "host",
 ];
 
-/// The head to send the URL's server for a forwarded request whose head (through the blank
+/// A forwarded request as braid sends it to the URL's server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardRequest {
+    /// The head, rewritten by [`origin_head`].
+    pub head: Vec<u8>,
+    /// How the request's body is delimited, and whether the client keeps its connection.
+    pub framing: RequestFraming,
+    /// The request asks for a protocol upgrade (`Connection: upgrade` and `Upgrade`, a
+    /// WebSocket, say): its connection carries that protocol once the server agrees.
+    pub upgrade: bool,
+    /// The method is HEAD (whose response has no body, whatever its headers say).
+    pub head_method: bool,
+    /// An HTTP/1.0 request (not to be sent interim responses, RFC 9110 §15.2).
+    pub http10: bool,
+}
+
+/// The request to send the URL's server for a forwarded request whose head (through the blank
 /// line) [`parse_request`] accepted: the request line with the target in origin form; the
 /// headers but the hop-by-hop ones, those the `Connection` header names and those meant for the
-/// proxy; `Host` from the URL (RFC 9112 §3.2.2); and `Connection: close`, so that the server
-/// closes after its answer and the client's next request comes on a new connection (which may
-/// go elsewhere), or `Connection: upgrade` with the request's `Upgrade` (a WebSocket, say).
-pub fn origin_head(head: &[u8]) -> Result<Vec<u8>, HttpConnectError> {
+/// proxy; `Host` from the URL (RFC 9112 §3.2.2); and `Connection: keep-alive` while the client
+/// keeps its connection (braid keeps the server's for the client's next request to it),
+/// `Connection: close` when the client does not, or `Connection: upgrade` with the request's
+/// `Upgrade`. A body whose length cannot be known (or is stated two ways) is refused.
+pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
     let text = std::str::from_utf8(head).map_err(|_| HttpConnectError::NotText)?;
     let mut lines = text
         .split('\n')
@@ -171,6 +192,7 @@ pub fn origin_head(head: &[u8]) -> Result<Vec<u8>, HttpConnectError> {
     let headers: Vec<(&str, &str)> = lines
         .map(|l| l.split_once(':').ok_or(HttpConnectError::BadHeader))
         .collect::<Result<_, _>>()?;
+    let framing = request_framing(version, headers.iter().copied())?;
     let named: Vec<String> = headers
         .iter()
         .filter(|(name, _)| name.trim().eq_ignore_ascii_case("connection"))
@@ -190,11 +212,18 @@ pub fn origin_head(head: &[u8]) -> Result<Vec<u8>, HttpConnectError> {
             out.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));
         }
     }
-    out.push_str(match upgrade {
-        true => "Connection: upgrade\r\n\r\n",
-        false => "Connection: close\r\n\r\n",
+    out.push_str(match (upgrade, framing.keep_alive) {
+        (true, _) => "Connection: upgrade\r\n\r\n",
+        (false, true) => "Connection: keep-alive\r\n\r\n",
+        (false, false) => "Connection: close\r\n\r\n",
     });
-    Ok(out.into_bytes())
+    Ok(ForwardRequest {
+        head: out.into_bytes(),
+        framing,
+        upgrade,
+        head_method: method == "HEAD",
+        http10: version == "HTTP/1.0",
+    })
 }
 
 /// Where the head ends: the index of its last line's terminating LF and the length through the
@@ -362,11 +391,20 @@ mod tests {
             }
         );
         assert_eq!(r.proxy_authorization, Some("Basic Ym9iOnB3"));
+        let forwarded = origin_head(&req[..n]).unwrap();
         assert_eq!(
-            String::from_utf8(origin_head(&req[..n]).unwrap()).unwrap(),
+            String::from_utf8(forwarded.head).unwrap(),
             "POST /a/b?q=1 HTTP/1.1\r\nHost: Example.org:8080\r\nUser-Agent: t\r\n\
-             Content-Length: 5\r\nConnection: close\r\n\r\n"
+             Content-Length: 5\r\nConnection: keep-alive\r\n\r\n"
         );
+        assert_eq!(
+            forwarded.framing,
+            RequestFraming {
+                body: super::super::http_message::BodyLength::Length(5),
+                keep_alive: true
+            }
+        );
+        assert!(!forwarded.upgrade && !forwarded.head_method && !forwarded.http10);
         // Port 80 by default, `/` for no path, addresses, bare LF, the scheme in any case.
         for (req, target, head) in [
             (
@@ -380,30 +418,42 @@ mod tests {
             (
                 b"GET HTTP://127.0.0.1?x HTTP/1.1\r\n\r\n",
                 Target::Addr("127.0.0.1:80".parse().unwrap()),
-                "GET /?x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                "GET /?x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n",
             ),
             (
-                b"GET http://[::1]/ HTTP/1.1\r\n\r\n",
+                b"HEAD http://[::1]/ HTTP/1.1\r\nConnection: close\r\n\r\n",
                 Target::Addr("[::1]:80".parse().unwrap()),
-                "GET / HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n",
+                "HEAD / HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n",
             ),
             (
                 b"GET http://[::1]:81/ HTTP/1.1\r\n\r\n",
                 Target::Addr("[::1]:81".parse().unwrap()),
-                "GET / HTTP/1.1\r\nHost: [::1]:81\r\nConnection: close\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: [::1]:81\r\nConnection: keep-alive\r\n\r\n",
             ),
         ] {
             let (r, n) = parse_request(req).unwrap().unwrap();
             assert_eq!(r.target, target);
-            let got = String::from_utf8(origin_head(&req[..n]).unwrap()).unwrap();
-            assert_eq!(got, head);
+            let forwarded = origin_head(&req[..n]).unwrap();
+            assert_eq!(forwarded.head_method, req.starts_with(b"HEAD"));
+            assert_eq!(forwarded.http10, req.ends_with(b"1.0\n\n"));
+            assert_eq!(String::from_utf8(forwarded.head).unwrap(), head);
         }
         // An upgrade keeps its Upgrade header and says so.
         let ws = b"GET http://a/chat HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
         let (_, n) = parse_request(ws).unwrap().unwrap();
+        let forwarded = origin_head(&ws[..n]).unwrap();
+        assert!(forwarded.upgrade);
         assert_eq!(
-            String::from_utf8(origin_head(&ws[..n]).unwrap()).unwrap(),
+            String::from_utf8(forwarded.head).unwrap(),
             "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        );
+        // A body whose length cannot be known is refused.
+        let smuggle =
+            b"POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let (_, n) = parse_request(smuggle).unwrap().unwrap();
+        assert_eq!(
+            origin_head(&smuggle[..n]),
+            Err(HttpConnectError::Framing(HttpMessageError::AmbiguousLength))
         );
         // CONNECT is a tunnel.
         let (r, _) = parse_request(b"CONNECT a:443 HTTP/1.1\r\n\r\n")
@@ -506,7 +556,8 @@ mod tests {
             if let Ok(Some((r, n))) = parse_request(&bytes) {
                 prop_assert!(n <= bytes.len());
                 if r.forward {
-                    prop_assert!(origin_head(&bytes[..n]).is_ok());
+                    let forwarded = origin_head(&bytes[..n]);
+                    prop_assert!(matches!(forwarded, Ok(_) | Err(HttpConnectError::Framing(_))));
                 }
             }
         }
@@ -524,7 +575,7 @@ mod tests {
             if let Ok(Some((r, n))) = parse_request(head.as_bytes()) {
                 prop_assert!(r.forward);
                 let out = origin_head(&head.as_bytes()[..n]).unwrap();
-                let out = String::from_utf8(out).unwrap();
+                let out = String::from_utf8(out.head).unwrap();
                 prop_assert!(out.ends_with("\r\n\r\n"));
                 prop_assert_eq!(out.matches("\r\nHost: ").count(), 1);
             }

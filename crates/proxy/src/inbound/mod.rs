@@ -8,6 +8,8 @@
 //! TUN inbound ([`tun`]) turns IP packets from a TUN device into flows.
 
 pub mod http_connect;
+pub(crate) mod http_forward;
+pub mod http_message;
 pub mod http_server;
 pub mod server;
 pub mod socks5;

@@ -63,6 +63,15 @@ pub enum InboundError {
         /// none came within [`CONNECT_WAIT`]).
         reason: &'static str,
     },
+    /// A forwarded HTTP exchange broke off after part of the response had reached the client
+    /// (the client's connection is closed).
+    #[error("{target}: forwarded HTTP exchange broke off: {reason}")]
+    ForwardBroken {
+        /// The server the request went to.
+        target: String,
+        /// What happened.
+        reason: &'static str,
+    },
     /// The SOCKS5 input is malformed.
     #[error(transparent)]
     Socks5(#[from] super::socks5::Socks5Error),
