@@ -321,8 +321,9 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
 
 /// The reply once the tunnel is open.
 pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
-/// The reply to a malformed request.
-pub const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+/// The reply to a malformed request; the connection is closed after it.
+pub const BAD_REQUEST: &[u8] =
+    b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 /// The reply when credentials are missing or wrong; the connection is closed after it, so a
 /// client retries with credentials on a new one.
 pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
