@@ -215,7 +215,7 @@ pub fn render(status: &DaemonStatus) -> String {
 fn inbound_families(e: &mut Exposition, status: &DaemonStatus) {
     use Kind::{Counter, Gauge};
     type Field = fn(&crate::transport::InboundStatus) -> u64;
-    let families: [(&str, Kind, &str, Field); 5] = [
+    let families: [(&str, Kind, &str, Field); 7] = [
         (
             "braid_inbound_connections_open",
             Gauge,
@@ -246,6 +246,19 @@ fn inbound_families(e: &mut Exposition, status: &DaemonStatus) {
             "Accepted connections that ended in an error: a bad, late or unauthenticated \
              request, an unreachable destination, a failed relay (client only).",
             |i| i.failed,
+        ),
+        (
+            "braid_inbound_http_forwarded_total",
+            Counter,
+            "Plain http:// requests answered by their server (HTTP inbound; client only).",
+            |i| i.forwarded,
+        ),
+        (
+            "braid_inbound_http_forwarded_kept_total",
+            Counter,
+            "Forwarded http:// requests sent over a flow kept from an earlier request (client \
+             only).",
+            |i| i.forwarded_kept,
         ),
     ];
     for (name, kind, help, field) in families {
@@ -993,6 +1006,7 @@ mod tests {
                 accepted: 40,
                 refused: 5,
                 failed: 2,
+                ..InboundStatus::default()
             }],
             process: Some(ProcessReport {
                 resident_bytes: 47 << 20,

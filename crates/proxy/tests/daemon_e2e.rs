@@ -532,6 +532,14 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
         head.ends_with("Connection: close") && got == "aaa",
         "{head}"
     );
+    // Thirteen answered, seven of them over a kept flow (the second to fifth, `/drop-next`,
+    // `/quiet-close` and `/close`).
+    let inbounds = client.status().await.inbounds;
+    let http_inbound = inbounds.iter().find(|i| i.name == "http").unwrap();
+    assert_eq!(
+        (http_inbound.forwarded, http_inbound.forwarded_kept),
+        (13, 7)
+    );
     let (status, _, _) = http(proxy, "GET /index.html HTTP/1.1").await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
     let smuggle = format!(

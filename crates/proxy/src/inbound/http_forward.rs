@@ -12,7 +12,7 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use super::http_connect::{BAD_GATEWAY, ForwardRequest};
 use super::http_message::{BodyFramer, BodyLength, ClientConnection, HttpMessageError, Response};
-use super::server::{InboundContext, InboundError};
+use super::server::{InboundContext, InboundCounters, InboundError};
 use crate::session::Target;
 use crate::transport::flow::{FlowMsg, FlowReader, FlowWriter};
 
@@ -86,6 +86,7 @@ pub(crate) async fn exchange(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     ctx: &InboundContext,
+    counters: &InboundCounters,
     origin: &mut Option<Origin>,
     target: Target,
     request: ForwardRequest,
@@ -158,6 +159,7 @@ pub(crate) async fn exchange(
         };
         match end {
             ResponseEnd::Done { reusable, close } => {
+                counters.count_forwarded(reused);
                 o.reused = true;
                 if !reusable && let Some(done) = origin.take() {
                     done.close().await;

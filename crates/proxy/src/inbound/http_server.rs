@@ -37,15 +37,23 @@ pub async fn serve_http_connect(
     ctx: Arc<InboundContext>,
     counters: Arc<InboundCounters>,
 ) {
-    accept_loop(listener, ctx, counters, serve_connection).await;
+    let counted = counters.clone();
+    accept_loop(listener, ctx, counters, move |stream, ctx| {
+        serve_connection(stream, ctx, counted.clone())
+    })
+    .await;
 }
 
-async fn serve_connection(stream: TcpStream, ctx: Arc<InboundContext>) -> Result<(), InboundError> {
+async fn serve_connection(
+    stream: TcpStream,
+    ctx: Arc<InboundContext>,
+    counters: Arc<InboundCounters>,
+) -> Result<(), InboundError> {
     // A response's head and body go in separate writes: Nagle's algorithm would hold the body
     // back until the head's ACK, a delayed one (40 ms) on many clients.
     let _ = stream.set_nodelay(true);
     let mut origin = None;
-    let result = serve_requests(stream, &ctx, &mut origin).await;
+    let result = serve_requests(stream, &ctx, &counters, &mut origin).await;
     if let Some(kept) = origin {
         kept.close().await;
     }
@@ -57,6 +65,7 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<InboundContext>) -> Result
 async fn serve_requests(
     mut stream: TcpStream,
     ctx: &InboundContext,
+    counters: &InboundCounters,
     origin: &mut Option<Origin>,
 ) -> Result<(), InboundError> {
     let mut buf = BytesMut::with_capacity(1024);
@@ -101,7 +110,17 @@ async fn serve_requests(
             }
         };
         buf.advance(n);
-        match http_forward::exchange(&mut stream, &mut buf, ctx, origin, target, forwarded).await? {
+        match http_forward::exchange(
+            &mut stream,
+            &mut buf,
+            ctx,
+            counters,
+            origin,
+            target,
+            forwarded,
+        )
+        .await?
+        {
             Next::Request => {}
             Next::Close => return Ok(()),
             Next::Tunnel => {

@@ -230,6 +230,8 @@ pub struct InboundCounters {
     accepted: AtomicU64,
     refused: AtomicU64,
     failed: AtomicU64,
+    forwarded: AtomicU64,
+    forwarded_kept: AtomicU64,
 }
 
 impl InboundCounters {
@@ -244,7 +246,18 @@ impl InboundCounters {
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
+            forwarded_kept: AtomicU64::new(0),
         })
+    }
+
+    /// Counts a plain `http://` request answered by its server; `kept`: over a flow kept from
+    /// an earlier request.
+    pub(crate) fn count_forwarded(&self, kept: bool) {
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
+        if kept {
+            self.forwarded_kept.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The counts now.
@@ -257,6 +270,8 @@ impl InboundCounters {
             accepted: self.accepted.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+            forwarded_kept: self.forwarded_kept.load(Ordering::Relaxed),
         }
     }
 }

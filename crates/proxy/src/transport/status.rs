@@ -271,6 +271,14 @@ pub struct InboundStatus {
     /// Accepted connections that ended in an error: a request malformed, incomplete in time or
     /// not authenticated, a destination the server could not reach, a relay that failed.
     pub failed: u64,
+    /// Plain `http://` requests answered by their server (the HTTP inbound; a connection may
+    /// carry many).
+    #[serde(default)]
+    pub forwarded: u64,
+    /// Of those, the requests sent over a flow (and server connection) kept from an earlier
+    /// request.
+    #[serde(default)]
+    pub forwarded_kept: u64,
 }
 
 /// The TUN inbound's counters since start.
@@ -363,11 +371,19 @@ impl DaemonStatus {
             );
         }
         for i in &self.inbounds {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{} on {}: {} open (limit {}), {} accepted, {} refused at the limit, {} failed",
                 i.name, i.listen, i.open, i.limit, i.accepted, i.refused, i.failed
             );
+            if i.forwarded > 0 {
+                let _ = write!(
+                    out,
+                    "; {} http:// requests forwarded, {} over a kept connection",
+                    i.forwarded, i.forwarded_kept
+                );
+            }
+            out.push('\n');
         }
         if let Some(t) = &self.tun {
             let _ = writeln!(
@@ -506,11 +522,14 @@ mod tests {
                     accepted: 40,
                     refused: 5,
                     failed: 2,
+                    ..InboundStatus::default()
                 },
                 InboundStatus {
                     name: "http".into(),
                     listen: "127.0.0.1:8080".into(),
                     limit: 1024,
+                    forwarded: 12,
+                    forwarded_kept: 9,
                     ..InboundStatus::default()
                 },
             ],
@@ -521,7 +540,8 @@ mod tests {
             table.contains(
                 "\nsocks5 on 127.0.0.1:1080: 3 open (limit 1024), 40 accepted, 5 refused at the \
                  limit, 2 failed\nhttp on 127.0.0.1:8080: 0 open (limit 1024), 0 accepted, 0 \
-                 refused at the limit, 0 failed\n"
+                 refused at the limit, 0 failed; 12 http:// requests forwarded, 9 over a kept \
+                 connection\n"
             ),
             "{table}"
         );
