@@ -71,8 +71,9 @@ pub struct ClientSources {
     pub links: Arc<LinkContext>,
     /// The TUN inbound's device name and counters.
     pub tun: Option<(String, Arc<TunCounters>)>,
-    /// The SOCKS5 and HTTP CONNECT inbounds' counters.
-    pub inbounds: Vec<Arc<InboundCounters>>,
+    /// The SOCKS5 and HTTP CONNECT inbounds' counters (replaced when a reload moves, adds or
+    /// removes a listener).
+    pub inbounds: Arc<std::sync::RwLock<Vec<Arc<InboundCounters>>>>,
 }
 
 impl StatusSource {
@@ -115,9 +116,13 @@ impl StatusSource {
                 StatusSource::Server(_) => Vec::new(),
             },
             inbounds: match self {
-                StatusSource::Client(client) => {
-                    client.inbounds.iter().map(|c| c.status()).collect()
-                }
+                StatusSource::Client(client) => client
+                    .inbounds
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .map(|c| c.status())
+                    .collect(),
                 StatusSource::Server(_) => Vec::new(),
             },
             process: crate::process::ProcessReport::now(),

@@ -104,12 +104,16 @@ fn configure_tun(name: &str, t: &crate::config::TunConfig) -> Result<(), DaemonE
 /// A running client.
 #[derive(Debug)]
 pub struct ClientHandle {
-    /// Where the SOCKS5 inbound listens.
+    /// Where the SOCKS5 inbound listened at start ([`ClientHandle::listening`] after reloads).
     pub socks_addr: SocketAddr,
-    /// Where the HTTP CONNECT inbound listens, if enabled.
+    /// Where the HTTP CONNECT inbound listened at start, if enabled.
     pub http_addr: Option<SocketAddr>,
-    /// Where the metrics endpoint listens, if enabled.
+    /// Where the metrics endpoint listened at start, if enabled.
     pub metrics_addr: Option<SocketAddr>,
+    /// The listeners now, as reloads moved, added or removed them.
+    listeners: std::sync::Mutex<Listeners>,
+    /// What the listeners' tasks are started with.
+    sources: ClientSources,
     /// The control socket.
     pub control_path: PathBuf,
     /// The TUN inbound's device name and counters, if enabled.
@@ -123,7 +127,6 @@ pub struct ClientHandle {
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
     inbound: Arc<InboundContext>,
-    inbound_counters: Vec<Arc<InboundCounters>>,
     metrics_auth: Arc<MetricsAuth>,
     /// The TUN inbound's limits, as reloads changed them.
     tun_limits: Option<watch::Sender<crate::inbound::tun::TunLimits>>,
@@ -141,7 +144,243 @@ pub struct ClientReload {
     pub links: LinkChanges,
 }
 
+/// Where the client's listeners listen now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listening {
+    /// The SOCKS5 inbound.
+    pub socks: SocketAddr,
+    /// The HTTP inbound, if enabled.
+    pub http: Option<SocketAddr>,
+    /// The metrics endpoint, if enabled.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// One of the client's TCP listeners: the address the file names (port 0: any), where it
+/// listens, and the task accepting on it (aborted when the listener goes; the connections it
+/// accepted are tasks of their own and carry on).
+#[derive(Debug)]
+struct Listener {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The client's listeners.
+#[derive(Debug)]
+struct Listeners {
+    socks: Listener,
+    http: Option<Listener>,
+    metrics: Option<Listener>,
+}
+
+/// Which listener, for [`ClientHandle::start_listener`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListenerKind {
+    Socks,
+    Http,
+    Metrics,
+}
+
+impl ListenerKind {
+    /// The setting's name in the file.
+    fn setting(self) -> &'static str {
+        match self {
+            ListenerKind::Socks => "socks_listen",
+            ListenerKind::Http => "http_listen",
+            ListenerKind::Metrics => "metrics_listen",
+        }
+    }
+
+    /// The inbound's name in the status (`None`: the metrics endpoint, which has no counters).
+    fn inbound(self) -> Option<&'static str> {
+        match self {
+            ListenerKind::Socks => Some("socks5"),
+            ListenerKind::Http => Some("http"),
+            ListenerKind::Metrics => None,
+        }
+    }
+}
+
+/// Starts serving `kind` on `listener` (bound to `bound`, as the file's `configured` says):
+/// the inbound with new counters, listed in the status, or the metrics endpoint.
+fn serve_listener(
+    kind: ListenerKind,
+    listener: tokio::net::TcpListener,
+    configured: SocketAddr,
+    bound: SocketAddr,
+    ctx: &Arc<InboundContext>,
+    sources: &ClientSources,
+    metrics_auth: &Arc<MetricsAuth>,
+) -> Listener {
+    let counters = kind
+        .inbound()
+        .map(|name| InboundCounters::new(name, bound, MAX_CONNECTIONS));
+    let task = match (kind, counters.clone()) {
+        (ListenerKind::Socks, Some(counters)) => tokio::spawn(
+            crate::inbound::socks5_server::serve_socks5(listener, ctx.clone(), counters),
+        ),
+        (ListenerKind::Http, Some(counters)) => tokio::spawn(
+            crate::inbound::http_server::serve_http_connect(listener, ctx.clone(), counters),
+        ),
+        _ => tokio::spawn(crate::metrics::serve(
+            listener,
+            StatusSource::Client(sources.clone()),
+            metrics_auth.clone(),
+        )),
+    };
+    if let Some(counters) = counters {
+        let mut inbounds = sources
+            .inbounds
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        inbounds.retain(|c| c.status().name != counters.status().name);
+        inbounds.push(counters);
+        // SOCKS5 first, as at start.
+        inbounds.sort_by_key(|c| c.status().name != "socks5");
+    }
+    Listener {
+        configured,
+        bound,
+        task,
+    }
+}
+
 impl ClientHandle {
+    /// Stops accepting on every listener.
+    fn stop_listeners(&self) {
+        let listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let all = [
+            Some(&listeners.socks),
+            listeners.http.as_ref(),
+            listeners.metrics.as_ref(),
+        ];
+        for listener in all.into_iter().flatten() {
+            listener.task.abort();
+        }
+    }
+
+    /// Where the listeners listen now (moved, added or removed by reloads).
+    pub fn listening(&self) -> Listening {
+        let listeners = self
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Listening {
+            socks: listeners.socks.bound,
+            http: listeners.http.as_ref().map(|l| l.bound),
+            metrics: listeners.metrics.as_ref().map(|l| l.bound),
+        }
+    }
+
+    /// Brings the listeners to `new` (the file read again): one whose address changed listens
+    /// on the new one from now on, one added starts, one removed stops. The connections already
+    /// accepted carry on. An address that cannot be bound is logged and the listener left as it
+    /// was. The names of the settings put in force.
+    async fn reload_listeners(&self, new: &ClientConfig) -> Vec<&'static str> {
+        let wanted = [
+            (ListenerKind::Socks, Some(new.socks_listen)),
+            (ListenerKind::Http, new.http_listen),
+            (ListenerKind::Metrics, new.metrics_listen),
+        ];
+        let mut changed = Vec::new();
+        for (kind, addr) in wanted {
+            let current = {
+                let listeners = self
+                    .listeners
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match kind {
+                    ListenerKind::Socks => Some(listeners.socks.configured),
+                    ListenerKind::Http => listeners.http.as_ref().map(|l| l.configured),
+                    ListenerKind::Metrics => listeners.metrics.as_ref().map(|l| l.configured),
+                }
+            };
+            if current == addr {
+                continue;
+            }
+            let started = match addr {
+                None => None,
+                Some(addr) => {
+                    let bound = match bind_tcp(addr).await {
+                        Ok(l) => l
+                            .local_addr()
+                            .map(|bound| (l, bound))
+                            .map_err(|source| DaemonError::Bind { addr, source }),
+                        Err(e) => Err(e),
+                    };
+                    match bound {
+                        Ok((listener, bound)) => Some(serve_listener(
+                            kind,
+                            listener,
+                            addr,
+                            bound,
+                            &self.inbound,
+                            &self.sources,
+                            &self.metrics_auth,
+                        )),
+                        Err(e) => {
+                            tracing::warn!(
+                                setting = kind.setting(),
+                                error = %e,
+                                "reload: could not listen on the new address; the listener \
+                                 stays as it was"
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            if kind == ListenerKind::Metrics {
+                warn_open_metrics(addr, new.metrics_token.is_some());
+            }
+            let gone = {
+                let mut listeners = self
+                    .listeners
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match (kind, started) {
+                    (ListenerKind::Socks, Some(l)) => {
+                        Some(std::mem::replace(&mut listeners.socks, l))
+                    }
+                    (ListenerKind::Socks, None) => None,
+                    (ListenerKind::Http, l) => std::mem::replace(&mut listeners.http, l),
+                    (ListenerKind::Metrics, l) => std::mem::replace(&mut listeners.metrics, l),
+                }
+            };
+            if addr.is_none()
+                && let Some(name) = kind.inbound()
+            {
+                self.sources
+                    .inbounds
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|c| c.status().name != name);
+            }
+            tracing::info!(
+                setting = kind.setting(),
+                from = ?gone.as_ref().map(|l| l.bound),
+                to = ?addr,
+                "reload: listener changed"
+            );
+            // Closed before the reload answers: its address refuses from then on.
+            if let Some(mut gone) = gone {
+                gone.task.abort();
+                let _ = (&mut gone.task).await;
+            }
+            changed.push(kind.setting());
+        }
+        changed
+    }
+
     /// Puts `new` (the configuration file read again) in force as far as a running client can:
     /// the SOCKS5 and HTTP CONNECT users (`[socks] users`) apply to every connection from now on
     /// (those already past their authentication keep going); the scheduler replaces the
@@ -152,7 +391,9 @@ impl ClientHandle {
     /// [`ClientReload::links`]) while the others keep their connections and the flows carry on.
     /// `[tun] address`, `routes`, `mtu`, `max_tcp` and `tcp_buffer` are put on the running device
     /// and inbound (see `reload_tun_addresses`, `reload_tun_routes`, `reload_tun_limits`).
-    /// Everything else (the server and the keys, the listeners, `[tun] name` and `offload`, the
+    /// `socks_listen`, `http_listen` and `metrics_listen` move, start or stop their listeners
+    /// (the connections already accepted carry on; see `reload_listeners`).
+    /// Everything else (the server and the keys, `[tun] name` and `offload`, the
     /// rest of `[session]`) is named
     /// in [`ClientReload::needs_restart`] and keeps its value: the session and its connections
     /// are not dropped for it.
@@ -160,6 +401,7 @@ impl ClientHandle {
         // What a reload changes lives where it is used (the inbounds' users, the links' table
         // and next scheduler); the rest is compared with the file the client started with.
         let mut changed = Vec::new();
+        changed.extend(self.reload_listeners(&new).await);
         if *new.socks_users != *self.inbound.socks_users.current() {
             warn_open_inbounds(&new);
             self.inbound.socks_users.replace(new.socks_users);
@@ -236,9 +478,6 @@ impl ClientHandle {
             ("server_fingerprint / ca_file", new.trust != old.trust),
             ("server_name", new.server_name != old.server_name),
             ("state_dir", new.state_dir != old.state_dir),
-            ("socks_listen", new.socks_listen != old.socks_listen),
-            ("http_listen", new.http_listen != old.http_listen),
-            ("metrics_listen", new.metrics_listen != old.metrics_listen),
             // The routes are reloaded in place (above); the rest waits.
             ("tun", restart_part(&new.tun) != restart_part(&old.tun)),
             (
@@ -361,14 +600,7 @@ impl ClientHandle {
 
     /// The status as `braid status` would show it.
     pub async fn status(&self) -> DaemonStatus {
-        StatusSource::Client(ClientSources {
-            session: self.session.clone(),
-            links: self.links.clone(),
-            tun: self.tun.clone(),
-            inbounds: self.inbound_counters.clone(),
-        })
-        .collect()
-        .await
+        StatusSource::Client(self.sources.clone()).collect().await
     }
 
     /// Waits until at least `paths` paths have joined; false on timeout.
@@ -426,6 +658,7 @@ impl ClientHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        self.stop_listeners();
         if tokio::time::timeout(DRAIN_TIMEOUT, close_links(&conns))
             .await
             .is_err()
@@ -443,6 +676,7 @@ impl ClientHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        self.stop_listeners();
         // Aborting the session loop leaves its driver and link tasks running: the links are
         // stopped here, and closing the session ends the driver.
         self.links.end_session();
@@ -750,45 +984,45 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
     });
-    let socks_counters = InboundCounters::new("socks5", socks_addr, MAX_CONNECTIONS);
-    let http_counters = http
-        .as_ref()
-        .map(|(_, addr)| InboundCounters::new("http", *addr, MAX_CONNECTIONS));
-    let inbound_counters: Vec<_> = std::iter::once(socks_counters.clone())
-        .chain(http_counters.clone())
-        .collect();
     let sources = ClientSources {
         session: session.clone(),
         links: link_context.clone(),
         tun: tun_status.clone(),
-        inbounds: inbound_counters.clone(),
+        inbounds: Arc::default(),
+    };
+    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
+    let serve = |kind, (listener, bound), configured| {
+        serve_listener(
+            kind,
+            listener,
+            configured,
+            bound,
+            &ctx,
+            &sources,
+            &metrics_auth,
+        )
+    };
+    let listeners = Listeners {
+        socks: serve(
+            ListenerKind::Socks,
+            (socks, socks_addr),
+            config.socks_listen,
+        ),
+        http: http
+            .zip(config.http_listen)
+            .map(|(l, configured)| serve(ListenerKind::Http, l, configured)),
+        metrics: metrics
+            .zip(config.metrics_listen)
+            .map(|(l, configured)| serve(ListenerKind::Metrics, l, configured)),
     };
     let mut tasks = vec![
         tokio::spawn(session_loop(links, slot)),
-        tokio::spawn(crate::inbound::socks5_server::serve_socks5(
-            socks,
-            ctx.clone(),
-            socks_counters,
-        )),
         tokio::spawn(control::serve(
             control_listener,
             StatusSource::Client(sources.clone()),
         )),
         tokio::spawn(crate::process::trim_loop()),
     ];
-    if let (Some((l, _)), Some(counters)) = (http, http_counters) {
-        tasks.push(tokio::spawn(
-            crate::inbound::http_server::serve_http_connect(l, ctx.clone(), counters),
-        ));
-    }
-    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
-    if let Some((l, _)) = metrics {
-        tasks.push(tokio::spawn(crate::metrics::serve(
-            l,
-            StatusSource::Client(sources),
-            metrics_auth.clone(),
-        )));
-    }
     let tun_limits = tun.map(|(device, limits, counters)| {
         let (sender, limits) = watch::channel(limits);
         tasks.push(tokio::spawn(serve_tun_watching(
@@ -803,6 +1037,8 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         socks_addr,
         http_addr,
         metrics_addr,
+        listeners: std::sync::Mutex::new(listeners),
+        sources,
         control_path,
         tun: tun_status,
         tun_routes: std::sync::Mutex::new(
@@ -823,7 +1059,6 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         tasks,
         created_dir,
         inbound: ctx,
-        inbound_counters,
         metrics_auth,
         tun_limits,
         links: link_context,

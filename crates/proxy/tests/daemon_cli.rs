@@ -354,11 +354,14 @@ fn sighup_reloads_the_server_and_the_client() {
     assert!(log.contains("user"), "{log}");
     let reloaded = text.replace("127.0.0.1:9", "127.0.0.1:10").replace(
         "socks_listen",
-        "http_listen = \"127.0.0.1:0\"\nsocks_listen",
+        "http_listen = \"127.0.0.1:0\"\nserver_name = \"elsewhere\"\nsocks_listen",
     ) + "[socks]\nusers = [{ name = \"bob\", password = \"s3cret\" }]\n";
     let log = client.reload(&client_file, &reloaded, "take effect only at a restart");
-    assert!(log.contains("changed=[\"socks.users\", \"link\"]"), "{log}");
-    assert!(log.contains("settings=[\"http_listen\"]"), "{log}");
+    assert!(
+        log.contains("changed=[\"http_listen\", \"socks.users\", \"link\"]"),
+        "{log}"
+    );
+    assert!(log.contains("settings=[\"server_name\"]"), "{log}");
     assert!(log.contains("reload: link changed; reconnecting"), "{log}");
     assert_eq!(client.stop(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();

@@ -557,3 +557,108 @@ async fn the_metrics_endpoint_asks_for_its_token_and_a_reload_changes_it() {
     assert_eq!(done.changed, ["metrics_token"]);
     assert_eq!(metrics_with(on_server, None).await.0, OK);
 }
+
+/// A reload moves the SOCKS5 listener, starts the HTTP inbound and stops the metrics endpoint
+/// (then starts it again elsewhere) without a restart: the new addresses serve, the old ones
+/// refuse, an echo connection accepted on the old SOCKS5 listener carries on, the status lists
+/// the inbounds where they listen now, and an address that cannot be bound leaves its listener
+/// as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_starts_and_stops_the_listeners() {
+    let server = start_server(
+        server_config("listeners", true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let start = ClientConfig {
+        http_listen: None,
+        ..client_config("listeners", &server, 1, KEY)
+    };
+    let client = start_client(start.clone()).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let target = test_server().await;
+    let before = client.listening();
+    assert_eq!(before.http, None);
+    let (code, mut echo) =
+        socks_connect(before.socks, &target.ip().to_string(), target.port()).await;
+    assert_eq!(code, 0);
+    echo.write_all(b"Ebefore").await.unwrap();
+    // Another loopback address, any port: a new address for the same setting.
+    let moved = ClientConfig {
+        socks_listen: "127.0.0.2:0".parse().unwrap(),
+        http_listen: Some("127.0.0.1:0".parse().unwrap()),
+        metrics_listen: None,
+        ..start.clone()
+    };
+    let done = client.reload(moved.clone()).await;
+    assert_eq!(
+        done.changed,
+        ["socks_listen", "http_listen", "metrics_listen"]
+    );
+    assert!(done.needs_restart.is_empty(), "{done:?}");
+    let now = client.listening();
+    assert_eq!(now.socks.ip().to_string(), "127.0.0.2");
+    assert_eq!(now.metrics, None);
+    let http_addr = now.http.expect("the HTTP inbound started");
+    // The old listeners refuse, the new ones serve.
+    assert!(TcpStream::connect(before.socks).await.is_err());
+    assert!(TcpStream::connect(before.metrics.unwrap()).await.is_err());
+    let got = download(now.socks, target, 100_000).await;
+    assert_eq!(got, pattern(100_000, 7));
+    let (status, _, _) = http(http_addr, "GET http://127.0.0.1:1/ HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 502 Bad Gateway");
+    // The connection accepted before the move carries on.
+    echo.write_all(b"after").await.unwrap();
+    let mut back = [0u8; 11];
+    echo.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"beforeafter");
+    let inbounds = client.status().await.inbounds;
+    let listed: Vec<_> = inbounds
+        .iter()
+        .map(|i| (i.name.as_str(), i.listen.clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("socks5", now.socks.to_string()),
+            ("http", http_addr.to_string())
+        ]
+    );
+    assert_eq!(inbounds[0].accepted, 1, "counted from the move on");
+    // An address in use: the listener stays where it is.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let done = client
+        .reload(ClientConfig {
+            socks_listen: taken.local_addr().unwrap(),
+            metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..moved.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_listen"]);
+    assert_eq!(client.listening().socks, now.socks);
+    let metrics = client
+        .listening()
+        .metrics
+        .expect("the endpoint started again");
+    let (status, _, _) = http(metrics, "GET /metrics HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    // Removed: the HTTP inbound stops and leaves the status.
+    let done = client
+        .reload(ClientConfig {
+            http_listen: None,
+            metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..moved
+        })
+        .await;
+    assert_eq!(done.changed, ["http_listen"]);
+    assert!(TcpStream::connect(http_addr).await.is_err());
+    let names: Vec<_> = client
+        .status()
+        .await
+        .inbounds
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["socks5"]);
+}
