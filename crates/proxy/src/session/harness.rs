@@ -12,11 +12,49 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use braid_sched_core::{PathId, SchedulerConfig, SchedulerKind, Timestamp};
+use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use super::{PathConfig, PathError, Role, Session, SessionConfig, SessionError};
+
+/// An application that writes `len` bytes into a stream flow as fast as the session takes them,
+/// `chunk` bytes a write, and finishes the flow once all are written.
+#[derive(Debug)]
+pub struct BulkWriter {
+    flow: FlowId,
+    len: u64,
+    written: u64,
+    finished: bool,
+    data: Vec<u8>,
+}
+
+impl BulkWriter {
+    /// A writer of `len` bytes (all `7`) into `flow`.
+    pub fn new(flow: FlowId, len: u64, chunk: usize) -> Self {
+        BulkWriter {
+            flow,
+            len,
+            written: 0,
+            finished: false,
+            data: vec![7; chunk.max(1)],
+        }
+    }
+
+    /// Writes what `session` takes now; finishes the flow once every byte is written.
+    pub fn write(&mut self, session: &mut Session) {
+        while self.written < self.len {
+            let n = (self.len - self.written).min(self.data.len() as u64) as usize;
+            match session.write(self.flow, &self.data[..n]) {
+                Ok(0) | Err(_) => break,
+                Ok(w) => self.written += w as u64,
+            }
+        }
+        if self.written == self.len && !self.finished && session.finish(self.flow).is_ok() {
+            self.finished = true;
+        }
+    }
+}
 
 /// One direction of a simulated path.
 #[derive(Clone, Debug, PartialEq)]

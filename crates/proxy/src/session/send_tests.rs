@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use braid_sched_core::{SchedulerConfig, SchedulerKind, Timestamp};
 
-use super::super::harness::{CLIENT, Harness, LinkConfig, SERVER};
+use super::super::harness::{BulkWriter, CLIENT, Harness, LinkConfig, SERVER};
 use super::super::sent::Payload;
 use super::super::{FlowKind, PathConfig, SessionConfig, Target};
 
@@ -45,9 +45,9 @@ fn bulk(flow_window: u64) -> Seen {
         .open_flow(FlowKind::Stream, target)
         .expect("open");
     let len = 2_000_000u64;
-    let data = vec![7u8; 16 * 1024];
+    let mut app = BulkWriter::new(flow, len, 16 * 1024);
     let mut buf = vec![0u8; 64 * 1024];
-    let (mut written, mut received, mut finished, mut eof) = (0u64, 0u64, false, false);
+    let (mut received, mut eof) = (0u64, false);
     // (path slot, stream offset) of each new-data packet seen -> its packet number.
     let mut seen: HashMap<(usize, u64), u64> = HashMap::new();
     let mut out = Seen {
@@ -59,16 +59,7 @@ fn bulk(flow_window: u64) -> Seen {
     };
     h.run_until(Timestamp::from_secs_f64(30.0), |h| {
         let s = &mut h.endpoints[CLIENT];
-        while written < len {
-            let n = (len - written).min(data.len() as u64) as usize;
-            match s.write(flow, &data[..n]) {
-                Ok(0) | Err(_) => break,
-                Ok(w) => written += w as u64,
-            }
-        }
-        if written == len && !finished && s.finish(flow).is_ok() {
-            finished = true;
-        }
+        app.write(s);
         for (slot, path) in s.paths[..s.path_end].iter().enumerate() {
             let Some(path) = path else { continue };
             for p in path.sent_packets() {

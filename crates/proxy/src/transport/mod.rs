@@ -58,7 +58,7 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::harness::{CLIENT, Harness, LinkConfig, SERVER};
+    use crate::session::harness::{BulkWriter, CLIENT, Harness, LinkConfig, SERVER};
     use crate::session::{FlowKind, PathConfig, Target};
     use braid_sched_core::{SchedulerKind, Timestamp};
 
@@ -89,21 +89,11 @@ mod tests {
             .client()
             .open_flow(FlowKind::Stream, target)
             .expect("open");
-        let data = vec![7u8; 64 * 1024];
+        let mut app = BulkWriter::new(flow, len, 64 * 1024);
         let mut buf = vec![0u8; 256 * 1024];
-        let (mut written, mut received, mut finished, mut done_at) = (0u64, 0u64, false, None);
+        let (mut received, mut done_at) = (0u64, None);
         h.run_until(Timestamp::from_secs_f64(60.0), |h| {
-            let s = &mut h.endpoints[CLIENT];
-            while written < len {
-                let n = (len - written).min(data.len() as u64) as usize;
-                match s.write(flow, &data[..n]) {
-                    Ok(0) | Err(_) => break,
-                    Ok(w) => written += w as u64,
-                }
-            }
-            if written == len && !finished && s.finish(flow).is_ok() {
-                finished = true;
-            }
+            app.write(&mut h.endpoints[CLIENT]);
             let now = h.now();
             let server = &mut h.endpoints[SERVER];
             while server.poll_event().is_some() {}
