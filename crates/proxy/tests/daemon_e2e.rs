@@ -282,7 +282,8 @@ async fn http_connect_tunnel() {
 /// answers by path: `/echo…` the request's head and body; `/len/N` N bytes (HEAD: the head
 /// alone, `Content-Length: 500`); `/chunked` a chunked body with a trailer; `/close` a body
 /// delimited by its close; `/quiet-close` an answer, then the connection closed unannounced;
-/// `/drop-next` an answer, then the connection closed at the next request, unanswered.
+/// `/drop-next` an answer, then the connection closed at the next request, unanswered; `/hang`
+/// no answer at all.
 async fn keep_alive_origin() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -339,6 +340,11 @@ async fn keep_alive_origin() -> (
                             5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
                             .to_vec(),
                         "/close" => b"HTTP/1.1 200 OK\r\n\r\nuntil close".to_vec(),
+                        "/hang" => {
+                            // No answer; gone once the other end has closed.
+                            let _ = s.read_buf(&mut got).await;
+                            return;
+                        }
                         "/quiet-close" | "/drop-next" => {
                             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
                         }
@@ -540,6 +546,25 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
         (http_inbound.forwarded, http_inbound.forwarded_kept),
         (13, 7)
     );
+    // A client that gives up on a server that does not answer: its close reaches the server,
+    // which lets go, and the connection ends.
+    let mut gone = TcpStream::connect(proxy).await.unwrap();
+    let hang = format!("GET http://{origin}/hang HTTP/1.1\r\nHost: h\r\n\r\n");
+    gone.write_all(hang.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(gone);
+    let open = async {
+        loop {
+            let inbounds = client.status().await.inbounds;
+            if inbounds.iter().all(|i| i.open == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), open)
+        .await
+        .expect("the connection of a client that left ends");
     let (status, _, _) = http(proxy, "GET /index.html HTTP/1.1").await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
     let smuggle = format!(

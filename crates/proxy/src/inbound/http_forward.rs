@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 
-use super::http_connect::{BAD_GATEWAY, ForwardRequest};
+use super::http_connect::{BAD_GATEWAY, ForwardRequest, MAX_HEAD};
 use super::http_message::{BodyFramer, BodyLength, ClientConnection, HttpMessageError, Response};
 use super::server::{InboundContext, InboundCounters, InboundError};
 use crate::session::Target;
@@ -135,20 +135,25 @@ pub(crate) async fn exchange(
         let outcome = {
             let (mut rd, mut wr) = stream.split();
             let body_sent = AtomicBool::new(false);
-            let up = send_body(&mut rd, buf, &o.writer, request.framing.body);
+            let up = send_body(&mut rd, buf, &o.writer, request.framing.body, &body_sent);
             let down = relay_response(&mut wr, &mut o.reader, &mut o.pending, &request, &body_sent);
             tokio::pin!(up, down);
+            let mut client_closed = false;
             loop {
+                // The body first: what it can send of the bytes at hand is sent (and, once all
+                // is, `body_sent` set) before a response is looked at, or a quick response would
+                // look early.
                 tokio::select! {
-                    result = &mut up, if !body_sent.load(Ordering::Relaxed) => match result {
-                        Ok(()) => body_sent.store(true, Ordering::Relaxed),
+                    biased;
+                    result = &mut up, if !client_closed => match result {
+                        Ok(()) => client_closed = true,
                         Err(e) => break Err(e),
                     },
-                    end = &mut down => break Ok(end),
+                    end = &mut down => break Ok((end, client_closed)),
                 }
             }
         };
-        let end = match outcome {
+        let (end, client_closed) = match outcome {
             Ok(done) => done,
             Err(e) => {
                 if let Some(done) = origin.take() {
@@ -161,10 +166,13 @@ pub(crate) async fn exchange(
             ResponseEnd::Done { reusable, close } => {
                 counters.count_forwarded(reused);
                 o.reused = true;
-                if !reusable && let Some(done) = origin.take() {
+                // A client that closed its side had it passed on: the flow is finished.
+                if (!reusable || client_closed)
+                    && let Some(done) = origin.take()
+                {
                     done.close().await;
                 }
-                return Ok(match close {
+                return Ok(match close || client_closed {
                     true => Next::Close,
                     false => Next::Request,
                 });
@@ -200,12 +208,17 @@ pub(crate) async fn exchange(
 }
 
 /// Sends a request body of `length` to the flow: what `buf` holds of it first, then what the
-/// client sends, leaving whatever follows the body (a next request) in `buf`.
+/// client sends, leaving whatever follows the body (a next request) in `buf`; then says so in
+/// `body_sent` and watches the client while the response comes: what it sends ahead is kept in
+/// `buf` (up to a request head's worth), and its close is passed on to the server as the flow's
+/// end (as a tunnel would), so that a server waiting on a client that has gone can let go.
+/// Returns once the client has closed (and never while it stays).
 async fn send_body(
     rd: &mut ReadHalf<'_>,
     buf: &mut BytesMut,
     writer: &FlowWriter,
     length: BodyLength,
+    body_sent: &AtomicBool,
 ) -> Result<(), InboundError> {
     let mut framer = BodyFramer::new(length);
     loop {
@@ -214,11 +227,22 @@ async fn send_body(
             return Err(InboundError::Closed);
         }
         if framer.is_done() {
-            return Ok(());
+            break;
         }
         buf.reserve(BODY_READ);
         if rd.read_buf(buf).await? == 0 {
             return Err(InboundError::Closed);
+        }
+    }
+    body_sent.store(true, Ordering::Relaxed);
+    loop {
+        if buf.len() > MAX_HEAD {
+            return std::future::pending().await;
+        }
+        buf.reserve(1024);
+        if rd.read_buf(buf).await? == 0 {
+            let _ = writer.finish().await;
+            return Ok(());
         }
     }
 }
