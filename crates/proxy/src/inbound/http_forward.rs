@@ -184,7 +184,7 @@ pub(crate) async fn exchange(
                 if let Some(done) = origin.take() {
                     done.close().await;
                 }
-                if retry && reused && closed_early {
+                if retry && reused && closed_early && !client_closed {
                     retry = false;
                     continue;
                 }
