@@ -1074,8 +1074,11 @@ pub struct ServerHandle {
     pub fingerprint: String,
     /// The control socket.
     pub control_path: PathBuf,
-    /// Where the metrics endpoint listens, if enabled.
+    /// Where the metrics endpoint listened at start, if enabled
+    /// ([`ServerHandle::metrics_listening`] after reloads).
     pub metrics_addr: Option<SocketAddr>,
+    /// The metrics endpoint now, as reloads moved, started or stopped it.
+    metrics: std::sync::Mutex<Option<Listener>>,
     metrics_auth: Arc<MetricsAuth>,
     shared: Arc<ServerShared>,
     endpoint: quinn::Endpoint,
@@ -1095,7 +1098,11 @@ impl ServerHandle {
     /// on), and gives the running sessions a new scheduler when the file changed it; what
     /// changed.
     pub async fn reload(&self, config: ServerConfig) -> Reload {
-        let reload = self.shared.reload(config);
+        let metrics_listen = config.metrics_listen;
+        let mut reload = self.shared.reload(config);
+        if self.reload_metrics_listen(metrics_listen).await {
+            reload.changed.push("metrics_listen");
+        }
         close_sessions(&reload.revoked).await;
         if reload.changed.contains(&"scheduler") {
             let scheduler = self.shared.config().scheduler.clone();
@@ -1115,6 +1122,64 @@ impl ServerHandle {
             }
         }
         reload
+    }
+
+    /// Where the metrics endpoint listens now (moved, started or stopped by reloads).
+    pub fn metrics_listening(&self) -> Option<SocketAddr> {
+        self.metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|l| l.bound)
+    }
+
+    /// Moves, starts or stops the metrics endpoint as `wanted` (the reloaded file's
+    /// `metrics_listen`) says: the new address bound first, the old endpoint closed before the
+    /// reload answers. True when it changed; an address that cannot be bound is logged and the
+    /// endpoint left as it was.
+    async fn reload_metrics_listen(&self, wanted: Option<SocketAddr>) -> bool {
+        let current = self
+            .metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|l| l.configured);
+        if current == wanted {
+            return false;
+        }
+        let config = self.shared.config();
+        let started = match wanted {
+            None => None,
+            Some(addr) => match bind_metrics(Some(addr), config.metrics_token.is_some()).await {
+                Ok(Some((listener, bound))) => Some(Listener {
+                    configured: addr,
+                    bound,
+                    task: tokio::spawn(crate::metrics::serve(
+                        listener,
+                        StatusSource::Server(self.shared.clone()),
+                        self.metrics_auth.clone(),
+                    )),
+                }),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(
+                        setting = "metrics_listen",
+                        error = %e,
+                        "reload: could not listen on the new address; the listener stays as it was"
+                    );
+                    return false;
+                }
+            },
+        };
+        let gone = std::mem::replace(
+            &mut *self.metrics.lock().unwrap_or_else(PoisonError::into_inner),
+            started,
+        );
+        if let Some(mut gone) = gone {
+            gone.task.abort();
+            let _ = (&mut gone.task).await;
+        }
+        true
     }
 
     /// Tells every client before stopping: no new joins, CLOSE on every session (waiting until
@@ -1146,6 +1211,9 @@ impl ServerHandle {
             .close(quinn::VarInt::from_u32(0), b"server stopping");
         for t in self.tasks.drain(..) {
             t.abort();
+        }
+        if let Some(metrics) = &*self.metrics.lock().unwrap_or_else(PoisonError::into_inner) {
+            metrics.task.abort();
         }
         for s in self.shared.sessions() {
             let commands = s.commands.clone();
@@ -1188,7 +1256,7 @@ pub async fn start_server(
     let control_listener = control::bind(&control_path)?;
     let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
     let shared = ServerShared::new(Arc::new(config));
-    let mut tasks = vec![
+    let tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), shared.clone())),
         tokio::spawn(control::serve(
             control_listener,
@@ -1196,18 +1264,24 @@ pub async fn start_server(
         )),
         tokio::spawn(crate::process::trim_loop()),
     ];
-    if let Some((l, _)) = metrics {
-        tasks.push(tokio::spawn(crate::metrics::serve(
-            l,
-            StatusSource::Server(shared.clone()),
-            metrics_auth.clone(),
-        )));
-    }
+    let metrics =
+        metrics
+            .zip(shared.config().metrics_listen)
+            .map(|((listener, bound), configured)| Listener {
+                configured,
+                bound,
+                task: tokio::spawn(crate::metrics::serve(
+                    listener,
+                    StatusSource::Server(shared.clone()),
+                    metrics_auth.clone(),
+                )),
+            });
     Ok(ServerHandle {
         addr,
         fingerprint: identity.fingerprint(),
         control_path,
         metrics_addr,
+        metrics: std::sync::Mutex::new(metrics),
         metrics_auth,
         shared,
         endpoint,

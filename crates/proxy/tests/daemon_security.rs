@@ -559,14 +559,16 @@ async fn the_metrics_endpoint_asks_for_its_token_and_a_reload_changes_it() {
 }
 
 /// A reload moves the SOCKS5 listener, starts the HTTP inbound and stops the metrics endpoint
-/// (then starts it again elsewhere) without a restart: the new addresses serve, the old ones
+/// (then starts it again elsewhere) without a restart, and moves and stops the server's metrics
+/// endpoint: the new addresses serve, the old ones
 /// refuse, an echo connection accepted on the old SOCKS5 listener carries on, the status lists
 /// the inbounds where they listen now, and an address that cannot be bound leaves its listener
 /// as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_moves_starts_and_stops_the_listeners() {
+    let server_conf = server_config("listeners", true);
     let server = start_server(
-        server_config("listeners", true),
+        server_conf.clone(),
         ServerIdentity::generate("braid").unwrap(),
     )
     .await
@@ -653,6 +655,30 @@ async fn a_reload_moves_starts_and_stops_the_listeners() {
         .await;
     assert_eq!(done.changed, ["http_listen"]);
     assert!(TcpStream::connect(http_addr).await.is_err());
+    // The server's metrics endpoint moves, then stops.
+    let old_metrics = server.metrics_listening().expect("the server's endpoint");
+    let done = server
+        .reload(braid_proxy::config::ServerConfig {
+            metrics_listen: Some("127.0.0.2:0".parse().unwrap()),
+            ..server_conf.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_listen"]);
+    assert!(done.needs_restart.is_empty(), "{:?}", done.needs_restart);
+    let moved_metrics = server.metrics_listening().unwrap();
+    assert_eq!(moved_metrics.ip().to_string(), "127.0.0.2");
+    assert!(TcpStream::connect(old_metrics).await.is_err());
+    let (status, _, _) = http(moved_metrics, "GET /metrics HTTP/1.1").await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let done = server
+        .reload(braid_proxy::config::ServerConfig {
+            metrics_listen: None,
+            ..server_conf
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_listen"]);
+    assert_eq!(server.metrics_listening(), None);
+    assert!(TcpStream::connect(moved_metrics).await.is_err());
     let names: Vec<_> = client
         .status()
         .await

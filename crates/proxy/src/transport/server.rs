@@ -99,10 +99,6 @@ impl ServerShared {
             needs_restart.push("listen");
             new.listen = old.listen;
         }
-        if new.metrics_listen != old.metrics_listen {
-            needs_restart.push("metrics_listen");
-            new.metrics_listen = old.metrics_listen;
-        }
         if new.state_dir != old.state_dir {
             needs_restart.push("state_dir");
             new.state_dir.clone_from(&old.state_dir);
