@@ -1095,8 +1095,8 @@ impl ServerHandle {
     /// Puts `config` (the configuration file read again) in force, as
     /// [`ServerShared::reload`] says, closes the sessions of the users it removes or gives
     /// another key (their clients are told, as at shutdown; their joins are refused from now
-    /// on), and gives the running sessions a new scheduler when the file changed it; what
-    /// changed.
+    /// on), gives the running sessions a new scheduler when the file changed it, and moves,
+    /// starts or stops the metrics endpoint as `metrics_listen` says; what changed.
     pub async fn reload(&self, config: ServerConfig) -> Reload {
         let metrics_listen = config.metrics_listen;
         let mut reload = self.shared.reload(config);
