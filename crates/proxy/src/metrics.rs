@@ -702,12 +702,12 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
         ),
         (
             "braid_tun_fragments_total",
-            "Fragments of UDP datagrams the application sent in pieces.",
+            "Fragments of UDP datagrams and ICMP echo requests the application sent in pieces.",
             tun.fragments,
         ),
         (
             "braid_tun_reassembled_total",
-            "UDP datagrams put back together from fragments.",
+            "UDP datagrams and echo requests put back together from fragments.",
             tun.reassembled,
         ),
         (

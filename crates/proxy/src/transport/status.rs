@@ -305,10 +305,10 @@ pub struct TunStatus {
     /// ICMP echo requests and replies dropped.
     #[serde(default)]
     pub pings_dropped: u64,
-    /// Fragments of UDP datagrams the application sent in pieces.
+    /// Fragments of UDP datagrams and ICMP echo requests the application sent in pieces.
     #[serde(default)]
     pub fragments: u64,
-    /// UDP datagrams put back together from them.
+    /// UDP datagrams and echo requests put back together from them.
     #[serde(default)]
     pub reassembled: u64,
     /// Of those fragments, dropped.
@@ -389,7 +389,7 @@ impl DaemonStatus {
             let _ = writeln!(
                 out,
                 "TUN {}: {} TCP connections ({} refused), {} UDP datagrams ({} dropped), \
-                 {} pings, {} replies ({} dropped), {} other packets dropped; {} UDP fragments ({} dropped) made {} datagrams; offloads: {} long reads, {} UDP datagrams cut from \
+                 {} pings, {} replies ({} dropped), {} other packets dropped; {} UDP and ICMP fragments ({} dropped) made {} datagrams; offloads: {} long reads, {} UDP datagrams cut from \
                  them, {} TCP checksums checked ({} wrong)",
                 t.device,
                 t.tcp_connections,
@@ -598,7 +598,7 @@ mod tests {
         assert!(
             status.to_table().contains(
                 "TUN braid0: 3 TCP connections (1 refused), 40 UDP datagrams (2 dropped), \
-                 6 pings, 4 replies (1 dropped), 5 other packets dropped; 9 UDP fragments (2 dropped) made 3 datagrams; offloads: 7 long reads, 30 UDP datagrams cut from \
+                 6 pings, 4 replies (1 dropped), 5 other packets dropped; 9 UDP and ICMP fragments (2 dropped) made 3 datagrams; offloads: 7 long reads, 30 UDP datagrams cut from \
                  them, 11 TCP checksums checked (1 wrong)"
             ),
             "{}",

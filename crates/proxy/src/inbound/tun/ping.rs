@@ -19,7 +19,7 @@ use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use super::TunCounters;
-use super::feeds::{Feeds, NotFed, ToDevice, link_only};
+use super::feeds::{Feeds, NotFed, ToDevice, fit_to_mtu, link_only};
 use crate::icmp_echo;
 use crate::inbound::server::InboundContext;
 use crate::session::{FlowKind, Target};
@@ -144,8 +144,9 @@ async fn echo_flow(
                         continue;
                     };
                     let mtu = mtu.load(Ordering::Relaxed);
-                    let reply = echo_reply(key.dst, key.src, key.ident, seq, data, mtu);
-                    match reply.is_some_and(|packet| replies.push(vec![packet])) {
+                    let reply = echo_reply(key.dst, key.src, key.ident, seq, data)
+                        .map(|packet| fit_to_mtu(packet, mtu));
+                    match reply.is_some_and(|packets| replies.push(packets)) {
                         true => counters.ping_replies.fetch_add(1, Ordering::Relaxed),
                         false => counters.pings_dropped.fetch_add(1, Ordering::Relaxed),
                     };
@@ -161,14 +162,14 @@ async fn echo_flow(
 
 /// The echo reply packet from `from` to `to` (identifier `ident`, sequence number `seq`, `data`):
 /// ICMPv4 or ICMPv6 after the families, hop limit 64; `None` when the families differ or the
-/// packet would be longer than `mtu`.
+/// packet would be longer than IP can carry (a longer one than the device's MTU goes in
+/// fragments, [`fit_to_mtu`]).
 pub(super) fn echo_reply(
     from: IpAddr,
     to: IpAddr,
     ident: u16,
     seq: u16,
     data: &[u8],
-    mtu: usize,
 ) -> Option<Vec<u8>> {
     let caps = ChecksumCapabilities::default();
     match (from, to) {
@@ -186,7 +187,7 @@ pub(super) fn echo_reply(
                 64,
             );
             let mut packet = vec![0u8; ip.header_len() + icmp.buffer_len()];
-            if packet.len() > mtu.min(usize::from(u16::MAX)) {
+            if packet.len() > usize::from(u16::MAX) {
                 return None;
             }
             ip.emit(&mut packet[..ip.header_len()], &caps);
@@ -203,7 +204,7 @@ pub(super) fn echo_reply(
             let len = icmp.buffer_len();
             let ip = IpRepr::new(src.into(), dst.into(), IpProtocol::Icmpv6, len, 64);
             let mut packet = vec![0u8; ip.header_len() + len];
-            if packet.len() > mtu || len > usize::from(u16::MAX) {
+            if len > usize::from(u16::MAX) {
                 return None;
             }
             ip.emit(&mut packet[..ip.header_len()], &caps);
@@ -249,6 +250,7 @@ pub(super) fn echo_request(src: IpAddr, dst: IpAddr, payload: &[u8]) -> Option<(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::reassembly::{self, Reassembly};
     use super::super::{Packet, classify};
     use super::*;
 
@@ -302,7 +304,7 @@ mod tests {
             let mut bad = packet.clone();
             *bad.last_mut().unwrap() ^= 1;
             assert_eq!(classify(&bad), Packet::Other);
-            let reply = echo_reply(dst, src, 0x1234, 5, b"payload", 1500).unwrap();
+            let reply = echo_reply(dst, src, 0x1234, 5, b"payload").unwrap();
             assert_eq!(classify(&reply), Packet::Other, "{a}");
             // The reply is well formed: its checksums hold (smoltcp checks them in parsing).
             let header = if src.is_ipv4() { 20 } else { 40 };
@@ -335,10 +337,35 @@ mod tests {
                 _ => unreachable!(),
             }
         }
-        // Families that differ, and a reply longer than the MTU: none.
+        // Families that differ, and a reply longer than IP carries: none.
         let (v4, v6): (IpAddr, IpAddr) = ("10.0.0.2".parse().unwrap(), "::1".parse().unwrap());
-        assert_eq!(echo_reply(v4, v6, 1, 1, b"", 1500), None);
-        assert_eq!(echo_reply(v4, v4, 1, 1, &[0; 1473], 1500), None);
-        assert!(echo_reply(v4, v4, 1, 1, &[0; 1472], 1500).is_some());
+        assert_eq!(echo_reply(v4, v6, 1, 1, b""), None);
+        assert_eq!(
+            echo_reply(v4, v4, 1, 1, &[0; 65_508]),
+            None,
+            "longer than IPv4 carries"
+        );
+        // Longer than the MTU: in fragments that put the reply back together.
+        let long: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        for (from, to) in [(v4, v4), (v6, v6)] {
+            let whole = echo_reply(from, to, 9, 3, &long).unwrap();
+            let pieces = fit_to_mtu(whole.clone(), 1280);
+            assert_eq!(pieces.len(), 3);
+            assert!(pieces.iter().all(|p| p.len() <= 1280));
+            let mut again = Reassembly::default();
+            let now = std::time::Instant::now();
+            let back = pieces
+                .iter()
+                .filter_map(|p| again.push(reassembly::piece(p).unwrap(), now))
+                .next()
+                .unwrap();
+            // The same ICMP message (the IPv4 header's identification and flags differ).
+            let header = if from.is_ipv4() { 20 } else { 40 };
+            assert_eq!(back.len(), whole.len());
+            assert!(
+                back[header..] == whole[header..],
+                "{from}: the reply put back together"
+            );
+        }
     }
 }

@@ -1,13 +1,14 @@
-//! Putting back together the UDP datagrams an application sends in IP fragments: a datagram
-//! longer than the device's MTU (a 4,096-byte DNS answer from a local resolver, a game's or a
-//! VPN's jumbo packet, once `[session] max_udp_payload` allows it) leaves the application's
-//! kernel as IPv4 fragments, or IPv6 ones with a Fragment header, and only the whole datagram
-//! can become a flow's datagram.
+//! Putting back together the UDP datagrams and ICMP echo requests an application sends in IP
+//! fragments: a datagram longer than the device's MTU (a 4,096-byte DNS answer from a local
+//! resolver, a game's or a VPN's jumbo packet, `ping -s 4000`, once `[session] max_udp_payload`
+//! allows it) leaves the application's kernel as IPv4 fragments, or IPv6 ones with a Fragment
+//! header, and only the whole datagram can become a flow's datagram.
 //!
-//! What is put back together: fragments of UDP datagrams, IPv4 ones and IPv6 ones whose Fragment
-//! header follows the fixed header (what Linux sends; fragments of other protocols, and IPv6
-//! fragments behind other extension headers, stay dropped as any packet the inbound does not
-//! carry). A datagram is known by its addresses and identification (and its protocol, IPv4).
+//! What is put back together: fragments of UDP, ICMPv4 and ICMPv6 datagrams, IPv4 ones and IPv6
+//! ones whose Fragment header follows the fixed header (what Linux sends; fragments of other
+//! protocols, and IPv6 fragments behind other extension headers, stay dropped as any packet the
+//! inbound does not carry; a whole ICMP message that is not an echo request is dropped as one
+//! that came whole). A datagram is known by its addresses, protocol and identification.
 //! Every fragment but the last carries a multiple of 8 bytes; fragments that overlap make the
 //! whole datagram dropped (RFC 5722, for IPv4 as well: nothing sends them but an attacker, and
 //! guessing which copy is meant is how overlap attacks work); a fragment alone (offset 0, no
@@ -46,9 +47,18 @@ struct Key {
     src: IpAddr,
     dst: IpAddr,
     ident: u32,
+    protocol: IpProtocol,
 }
 
-/// One fragment of a UDP datagram, as read from the device.
+/// Whether fragments of `protocol` are put back together.
+fn carried(protocol: IpProtocol) -> bool {
+    matches!(
+        protocol,
+        IpProtocol::Udp | IpProtocol::Icmp | IpProtocol::Icmpv6
+    )
+}
+
+/// One fragment of a UDP or ICMP datagram, as read from the device.
 #[derive(Debug)]
 pub struct Piece<'a> {
     key: Key,
@@ -62,8 +72,9 @@ pub struct Piece<'a> {
     data: &'a [u8],
 }
 
-/// The fragment `packet` is, if it is one of a UDP datagram; `None` for anything else (whole
-/// packets, fragments of other protocols, malformed packets: [`super::classify`] judges them).
+/// The fragment `packet` is, if it is one of a UDP or ICMP datagram; `None` for anything else
+/// (whole packets, fragments of other protocols, malformed packets: [`super::classify`] judges
+/// them).
 pub fn piece(packet: &[u8]) -> Option<Piece<'_>> {
     match packet.first()? >> 4 {
         4 => {
@@ -73,7 +84,7 @@ pub fn piece(packet: &[u8]) -> Option<Piece<'_>> {
                 return None;
             }
             let ip = Ipv4Packet::new_checked(packet).ok()?;
-            if ip.next_header() != IpProtocol::Udp {
+            if !carried(ip.next_header()) {
                 return None;
             }
             let header = usize::from(ip.header_len());
@@ -82,6 +93,7 @@ pub fn piece(packet: &[u8]) -> Option<Piece<'_>> {
                     src: IpAddr::V4(ip.src_addr()),
                     dst: IpAddr::V4(ip.dst_addr()),
                     ident: u32::from(ip.ident()),
+                    protocol: ip.next_header(),
                 },
                 header: &packet[..header],
                 offset: usize::from(ip.frag_offset()),
@@ -96,7 +108,8 @@ pub fn piece(packet: &[u8]) -> Option<Piece<'_>> {
             let ip = Ipv6Packet::new_checked(packet).ok()?;
             let end = IPV6_HEADER + usize::from(ip.payload_len());
             let fragment = packet.get(IPV6_HEADER..IPV6_HEADER + FRAGMENT_HEADER)?;
-            if end < IPV6_HEADER + FRAGMENT_HEADER || fragment[0] != u8::from(IpProtocol::Udp) {
+            let protocol = IpProtocol::from(fragment[0]);
+            if end < IPV6_HEADER + FRAGMENT_HEADER || !carried(protocol) {
                 return None;
             }
             let field = u16::from_be_bytes([fragment[2], fragment[3]]);
@@ -105,6 +118,7 @@ pub fn piece(packet: &[u8]) -> Option<Piece<'_>> {
                     src: IpAddr::V6(ip.src_addr()),
                     dst: IpAddr::V6(ip.dst_addr()),
                     ident: u32::from_be_bytes([fragment[4], fragment[5], fragment[6], fragment[7]]),
+                    protocol,
                 },
                 header: &packet[..IPV6_HEADER],
                 offset: usize::from(field & !7),
@@ -163,7 +177,7 @@ impl Reassembly {
         if piece.offset == 0 && !piece.more {
             // An atomic fragment: the datagram is this one piece (RFC 6946: apart from any
             // datagram in pieces of the same identification).
-            return whole(piece.header, piece.data);
+            return whole(piece.header, piece.data, piece.key.protocol);
         }
         if !self.partials.iter().any(|p| p.key == piece.key) {
             self.make_room(end, None);
@@ -215,7 +229,7 @@ impl Reassembly {
         // No overlaps, and the bytes received are the payload's length: every byte has come.
         let done = self.partials.swap_remove(i);
         self.held -= done.data.len();
-        whole(&done.header, &done.data)
+        whole(&done.header, &done.data, done.key.protocol)
     }
 
     /// Datagrams in pieces now.
@@ -284,9 +298,9 @@ impl Reassembly {
     }
 }
 
-/// The unfragmented IP packet of `header` (a first fragment's) and `payload`; `None` when the
-/// header is missing or the packet would be too long.
-fn whole(header: &[u8], payload: &[u8]) -> Option<Vec<u8>> {
+/// The unfragmented IP packet of `header` (a first fragment's) and `payload` of `protocol`;
+/// `None` when the header is missing or the packet would be too long.
+fn whole(header: &[u8], payload: &[u8], protocol: IpProtocol) -> Option<Vec<u8>> {
     let mut packet = Vec::with_capacity(header.len() + payload.len());
     packet.extend_from_slice(header);
     packet.extend_from_slice(payload);
@@ -302,7 +316,7 @@ fn whole(header: &[u8], payload: &[u8]) -> Option<Vec<u8>> {
         _ => {
             let len = u16::try_from(payload.len()).ok()?;
             let mut ip = Ipv6Packet::new_unchecked(&mut packet[..]);
-            ip.set_next_header(IpProtocol::Udp);
+            ip.set_next_header(protocol);
             ip.set_payload_len(len);
         }
     }
@@ -352,7 +366,8 @@ mod tests {
         p
     }
 
-    /// The fragment of `whole` (from [`udp`]) carrying its IP payload's bytes `range`, with
+    /// The fragment of `whole` (from [`udp`], its protocol maybe changed) carrying its IP
+    /// payload's bytes `range`, with
     /// identification `ident`, as Linux writes them (IPv6: a Fragment header after the fixed
     /// header).
     fn fragment(whole: &[u8], range: std::ops::Range<usize>, more: bool, ident: u32) -> Vec<u8> {
@@ -371,7 +386,7 @@ mod tests {
             ip.fill_checksum();
         } else {
             let field = u16::try_from(range.start).unwrap() | u16::from(more);
-            p.extend_from_slice(&[17, 0]);
+            p.extend_from_slice(&[whole[6], 0]);
             p.extend_from_slice(&field.to_be_bytes());
             p.extend_from_slice(&ident.to_be_bytes());
             p.extend_from_slice(data);
@@ -493,6 +508,49 @@ mod tests {
         tcp[9] = 6;
         assert!(piece(&tcp).is_none(), "a TCP fragment");
         assert!(matches!(classify(&tcp), Packet::Other));
+    }
+
+    /// ICMP datagrams (`ping -s 4000`) are put back together too, apart from a UDP datagram of
+    /// the same addresses and identification.
+    #[test]
+    fn icmp_datagrams_come_back_whole_apart_from_udp_ones() {
+        for (src, dst) in [V4, V6] {
+            let udp_whole = udp(src, dst, &payload(3000));
+            let mut icmp_whole = udp_whole.clone();
+            match icmp_whole[0] >> 4 {
+                4 => {
+                    icmp_whole[9] = 1;
+                    let mut ip = Ipv4Packet::new_unchecked(&mut icmp_whole[..]);
+                    ip.fill_checksum();
+                }
+                _ => icmp_whole[6] = 58,
+            }
+            let (u, i) = (
+                fragments(&udp_whole, 1480, 5),
+                fragments(&icmp_whole, 1480, 5),
+            );
+            let now = Instant::now();
+            let mut r = Reassembly::default();
+            assert_eq!(push(&mut r, &u[0], now), None);
+            assert_eq!(push(&mut r, &i[0], now), None);
+            assert_eq!(r.len(), 2, "two datagrams");
+            // The same as sent after the IP header (IPv4's identification stays the
+            // fragments'), and the protocol kept.
+            let same = |packet: Option<Vec<u8>>, sent: &[u8]| {
+                let packet = packet.expect("the datagram");
+                let (header, protocol) = if src.starts_with('[') {
+                    (40, 6)
+                } else {
+                    (20, 9)
+                };
+                packet[header..] == sent[header..] && packet[protocol] == sent[protocol]
+            };
+            assert_eq!(push(&mut r, &i[1], now), None);
+            assert!(same(push(&mut r, &i[2], now), &icmp_whole), "{src}");
+            assert_eq!(push(&mut r, &u[1], now), None);
+            assert!(same(push(&mut r, &u[2], now), &udp_whole), "{src}");
+            assert_eq!(r.take_dropped(), 0);
+        }
     }
 
     #[test]

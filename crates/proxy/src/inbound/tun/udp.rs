@@ -6,7 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -15,7 +15,7 @@ use smoltcp::wire::{IpProtocol, IpRepr, UdpPacket, UdpRepr};
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
-use super::feeds::{Feeds, NotFed, ToDevice, link_only};
+use super::feeds::{Feeds, NotFed, ToDevice, fit_to_mtu, link_only};
 use super::{MAX_UDP, TunCounters};
 use crate::inbound::server::InboundContext;
 use crate::inbound::socks5;
@@ -144,75 +144,20 @@ async fn associate(
     let _ = writer.reset(0).await;
 }
 
-/// Identification of the next answer sent in fragments (IPv4 uses its low 16 bits).
-static NEXT_FRAGMENT_ID: AtomicU32 = AtomicU32::new(1);
-
 /// The IP packets carrying `payload` from `from` to `to`, none longer than `mtu`: the one
 /// packet [`udp_packet`] builds, or, for an answer longer than the MTU allows (a DNS answer
-/// with EDNS0, say), its fragments, which the kernel puts back together: IPv4 fragments, or
-/// IPv6 ones with a Fragment header (braid is the packet's source on the device's side, and
-/// a source may fragment). Each fragment but the last carries a multiple of 8 bytes. Empty
-/// when [`udp_packet`] builds none at any size: families that differ, or a datagram longer
-/// than IP can carry.
+/// with EDNS0, say), its fragments ([`fit_to_mtu`]). Empty when [`udp_packet`] builds none at
+/// any size: families that differ, or a datagram longer than IP can carry.
 pub(super) fn udp_packets(
     from: SocketAddr,
     to: SocketAddr,
     payload: &[u8],
     mtu: usize,
 ) -> Vec<Vec<u8>> {
-    let Some(whole) = udp_packet(from, to, payload, usize::MAX) else {
-        return Vec::new();
-    };
-    if whole.len() <= mtu {
-        return vec![whole];
+    match udp_packet(from, to, payload, usize::MAX) {
+        Some(whole) => fit_to_mtu(whole, mtu),
+        None => Vec::new(),
     }
-    fragments(
-        &whole,
-        mtu,
-        NEXT_FRAGMENT_ID.fetch_add(1, Ordering::Relaxed),
-    )
-}
-
-/// The fragments of `whole`, an IP packet with no options or extension headers (as
-/// [`udp_packet`] writes it), each at most `mtu` bytes: the header with its lengths, flags and
-/// identification set (IPv4; DF clear), or the fixed header followed by a Fragment header
-/// (IPv6), then the next piece of the payload.
-fn fragments(whole: &[u8], mtu: usize, ident: u32) -> Vec<Vec<u8>> {
-    const NEXT_HEADER_FRAGMENT: u8 = 44;
-    let v4 = whole[0] >> 4 == 4;
-    let (header, extra) = if v4 { (20, 0) } else { (40, 8) };
-    let (fixed, data) = whole.split_at(header);
-    let step = (mtu.saturating_sub(header + extra) & !7).max(8);
-    data.chunks(step)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let offset = i * step;
-            // The offset in 8-byte units (13 bits), and whether more pieces follow.
-            let units = u16::try_from(offset / 8).unwrap_or(0x1fff);
-            let more = offset + chunk.len() < data.len();
-            let mut packet = Vec::with_capacity(header + extra + chunk.len());
-            packet.extend_from_slice(fixed);
-            if v4 {
-                let total = u16::try_from(header + chunk.len()).unwrap_or(u16::MAX);
-                packet[2..4].copy_from_slice(&total.to_be_bytes());
-                packet[4..6].copy_from_slice(&ident.to_be_bytes()[2..]);
-                packet[6..8].copy_from_slice(&((u16::from(more) << 13) | units).to_be_bytes());
-                packet[10..12].fill(0);
-                let checksum = !smoltcp::wire::checksum::data(&packet);
-                packet[10..12].copy_from_slice(&checksum.to_be_bytes());
-            } else {
-                let payload_len = u16::try_from(extra + chunk.len()).unwrap_or(u16::MAX);
-                packet[4..6].copy_from_slice(&payload_len.to_be_bytes());
-                let next_header = std::mem::replace(&mut packet[6], NEXT_HEADER_FRAGMENT);
-                // Next header, reserved, offset with M, identification.
-                packet.extend_from_slice(&[next_header, 0]);
-                packet.extend_from_slice(&((units << 3) | u16::from(more)).to_be_bytes());
-                packet.extend_from_slice(&ident.to_be_bytes());
-            }
-            packet.extend_from_slice(chunk);
-            packet
-        })
-        .collect()
 }
 
 /// The IP packet carrying `payload` from `from` to `to`; `None` when the two are of different
