@@ -12,7 +12,10 @@
 //! `IPPROTO_ICMP` / `IPPROTO_ICMPV6`; Linux allows it to the groups in
 //! `net.ipv4.ping_group_range`, which systemd opens to all), or, where that is refused, a raw
 //! ICMP socket (`CAP_NET_RAW`: root, or the capability given to the service). It is connected to
-//! the destination, so it hears only that address.
+//! the destination, so it hears only that address; a raw socket also has a socket filter
+//! (`reply_filter`) so that the kernel hands it only the echo replies with its identifier,
+//! not every ICMP message from the destination (each of 256 ping flows to one host would
+//! otherwise read and pass over the replies of all the others).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -57,6 +60,48 @@ fn checksum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Classic BPF (Linux `filter.txt`): the instruction classes, sizes, modes and operations the
+/// reply filter uses.
+mod bpf {
+    pub const LD: u16 = 0x00;
+    pub const LDX: u16 = 0x01;
+    pub const JMP: u16 = 0x05;
+    pub const RET: u16 = 0x06;
+    pub const H: u16 = 0x08;
+    pub const B: u16 = 0x10;
+    pub const ABS: u16 = 0x20;
+    pub const IND: u16 = 0x40;
+    pub const MSH: u16 = 0xa0;
+    pub const JEQ: u16 = 0x10;
+    pub const K: u16 = 0x00;
+}
+
+/// The socket filter of a raw echo socket: the kernel keeps a message only when it is an echo
+/// reply (ICMPv4 type 0, ICMPv6 type 129) with identifier `ident`. A raw IPv4 socket's packet
+/// starts with the IP header (its length from the first byte), an IPv6 one's with the ICMPv6
+/// message.
+fn reply_filter(v6: bool, ident: u16) -> Vec<socket2::SockFilter> {
+    use bpf::*;
+    use socket2::SockFilter as F;
+    let (keep, drop) = (F::new(RET | K, 0, 0, u32::MAX), F::new(RET | K, 0, 0, 0));
+    let mut program = match v6 {
+        false => vec![
+            // X = the IP header's length; A = the ICMP type.
+            F::new(LDX | B | MSH, 0, 0, 0),
+            F::new(LD | B | IND, 0, 0, 0),
+            F::new(JMP | JEQ | K, 0, 3, u32::from(V4_REPLY)),
+            F::new(LD | H | IND, 0, 0, 4),
+        ],
+        true => vec![
+            F::new(LD | B | ABS, 0, 0, 0),
+            F::new(JMP | JEQ | K, 0, 3, u32::from(V6_REPLY)),
+            F::new(LD | H | ABS, 0, 0, 4),
+        ],
+    };
+    program.extend([F::new(JMP | JEQ | K, 0, 1, u32::from(ident)), keep, drop]);
+    program
+}
+
 /// How the server's socket was opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EchoSocketKind {
@@ -94,14 +139,23 @@ impl EchoSocket {
             ),
             Err(e) => return Err(e),
         };
+        let ident = rand::random();
+        if kind == EchoSocketKind::Raw {
+            socket.attach_filter(&reply_filter(to.is_ipv6(), ident))?;
+        }
         socket.set_nonblocking(true)?;
         socket.connect(&SocketAddr::new(to, 0).into())?;
         let std: std::net::UdpSocket = socket.into();
+        if kind == EchoSocketKind::Raw {
+            // What arrived before the filter was in place (from anyone) goes unread.
+            let mut scrap = [0u8; 64];
+            while std.recv(&mut scrap).is_ok() {}
+        }
         Ok(EchoSocket {
             socket: tokio::net::UdpSocket::from_std(std)?,
             kind,
             v6: to.is_ipv6(),
-            ident: rand::random(),
+            ident,
         })
     }
 
@@ -221,6 +275,44 @@ mod tests {
             socket.reply(&raw_v4_read(0, 1, 2, b"")[20..]),
             Some((2, 8..8))
         );
+    }
+
+    /// A raw socket's filter keeps its own replies in the kernel: beside a socket that pings
+    /// 127.0.0.1 and ::1, another raw socket to the same address has nothing to read (without
+    /// the filter it holds the request and the reply the loopback delivered to every raw
+    /// ICMP socket).
+    #[tokio::test]
+    async fn a_raw_socket_is_handed_only_its_own_replies() {
+        for to in ["127.0.0.1", "::1"] {
+            let to: IpAddr = to.parse().unwrap();
+            let (Ok(ours), Ok(other)) = (EchoSocket::open(to), EchoSocket::open(to)) else {
+                eprintln!("no ICMP socket may be opened here (ping_group_range, CAP_NET_RAW)");
+                return;
+            };
+            if ours.kind() != EchoSocketKind::Raw {
+                eprintln!("skipped: unprivileged ICMP sockets here, no filter to check");
+                return;
+            }
+            assert_ne!(
+                ours.ident, other.ident,
+                "two random identifiers (1 in 65,536)"
+            );
+            ours.send(5, b"filtered").await.unwrap();
+            let mut buf = vec![0u8; MAX_ECHO];
+            let (seq, data) =
+                tokio::time::timeout(std::time::Duration::from_secs(5), ours.recv(&mut buf))
+                    .await
+                    .expect("no echo reply within 5 s")
+                    .unwrap();
+            assert_eq!((seq, &buf[data]), (5, &b"filtered"[..]), "{to}");
+            let unread = other.socket.try_recv(&mut buf);
+            assert!(
+                unread
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock),
+                "{to}: the other socket read {unread:?}"
+            );
+        }
     }
 
     /// An echo to 127.0.0.1 and ::1 comes back with its sequence number and data, through
