@@ -239,10 +239,10 @@ fn serve_listener(
             .inbounds
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        inbounds.retain(|c| c.status().name != counters.status().name);
+        inbounds.retain(|c| c.name() != counters.name());
         inbounds.push(counters);
         // SOCKS5 first, as at start.
-        inbounds.sort_by_key(|c| c.status().name != "socks5");
+        inbounds.sort_by_key(|c| c.name() != "socks5");
     }
     Listener {
         configured,
@@ -363,7 +363,7 @@ impl ClientHandle {
                     .inbounds
                     .write()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .retain(|c| c.status().name != name);
+                    .retain(|c| c.name() != name);
             }
             tracing::info!(
                 setting = kind.setting(),

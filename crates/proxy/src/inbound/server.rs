@@ -251,6 +251,11 @@ impl InboundCounters {
         })
     }
 
+    /// The inbound's name (`socks5`, `http`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// Counts a plain `http://` request answered by its server; `kept`: over a flow kept from
     /// an earlier request.
     pub(crate) fn count_forwarded(&self, kept: bool) {
