@@ -161,7 +161,7 @@ fn check_validates_without_starting_anything() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curl_through_socks5_and_http_connect() {
+async fn curl_through_every_proxy_inbound() {
     if Command::new("curl").arg("--version").output().is_err() {
         eprintln!("curl not installed; skipped");
         return;
@@ -192,8 +192,12 @@ async fn curl_through_socks5_and_http_connect() {
     let socks = format!("127.0.0.1:{}", client.socks_addr.port());
     let http = format!("http://127.0.0.1:{}", client.http_addr.unwrap().port());
     let url = format!("http://localhost:{}/file", web.port());
+    // SOCKS5 with the name resolved at the server; SOCKS4a likewise, SOCKS4 with the address
+    // curl resolved; an HTTP CONNECT tunnel; a forwarded plain request.
     for args in [
         vec!["-sS", "--max-time", "30", "--socks5-hostname", &socks, &url],
+        vec!["-sS", "--max-time", "30", "--socks4a", &socks, &url],
+        vec!["-sS", "--max-time", "30", "--socks4", &socks, &url],
         vec![
             "-sS",
             "--max-time",
@@ -203,6 +207,7 @@ async fn curl_through_socks5_and_http_connect() {
             &http,
             &url,
         ],
+        vec!["-sS", "--max-time", "30", "--proxy", &http, &url],
     ] {
         let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
         let out =

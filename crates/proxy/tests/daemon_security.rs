@@ -274,6 +274,7 @@ async fn socks_login(proxy: SocketAddr, user: &str, password: &str) -> (u8, TcpS
     (status[1], s)
 }
 
+/// With users, SOCKS5 asks for their username and password, and SOCKS4 is rejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socks_username_password_is_enforced() {
     let (_server, client, _) = pair_with_user_bob("socksauth").await;
@@ -281,6 +282,21 @@ async fn socks_username_password_is_enforced() {
     assert_eq!(socks_method(client.socks_addr, 0).await.0, 0xff);
     assert_eq!(socks_login(client.socks_addr, "bob", "wrong").await.0, 1);
     assert_eq!(socks_login(client.socks_addr, "bob", "s3cret").await.0, 0);
+    // SOCKS4 and 4a carry no password: rejected (91), even with a user's name as the user id,
+    // and the connection closed.
+    for request in [
+        &b"\x04\x01\x00\x50\x7f\x00\x00\x01bob\x00"[..],
+        b"\x04\x01\x00\x50\x00\x00\x00\x01bob\x00localhost\x00",
+    ] {
+        let mut s = TcpStream::connect(client.socks_addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut reply))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(reply, [0, 91, 0, 0, 0, 0, 0, 0]);
+    }
 }
 
 /// The HTTP CONNECT head for `target` with an optional `Proxy-Authorization` value, sent on a

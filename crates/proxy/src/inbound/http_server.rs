@@ -19,11 +19,9 @@ use tokio::time::Instant;
 use super::http_connect::{self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
 use super::http_forward::{self, Next, Origin};
 use super::server::{
-    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message,
+    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message, relay,
 };
 use crate::session::Target;
-use crate::transport::flow::{FlowReader, FlowWriter};
-use crate::transport::relay::{RelayError, relay_tcp};
 
 /// How long a client connection may wait between forwarded requests before braid closes it
 /// (browsers keep an idle proxy connection for up to two minutes, and open another when braid
@@ -191,18 +189,5 @@ async fn tunnel(
             stream.write_all(ESTABLISHED).await?;
             relay(stream, writer, reader, up, first).await
         }
-    }
-}
-
-async fn relay(
-    stream: TcpStream,
-    writer: FlowWriter,
-    reader: FlowReader,
-    up: Bytes,
-    down: Bytes,
-) -> Result<(), InboundError> {
-    match relay_tcp(stream, writer, reader, up, down).await {
-        Err(RelayError::Io(e)) => Err(InboundError::Io(e)),
-        _ => Ok(()),
     }
 }

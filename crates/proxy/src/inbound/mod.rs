@@ -12,6 +12,7 @@ pub(crate) mod http_forward;
 pub mod http_message;
 pub mod http_server;
 pub mod server;
+pub mod socks4;
 pub mod socks5;
 pub mod socks5_server;
 pub mod tun;

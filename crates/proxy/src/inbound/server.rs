@@ -22,6 +22,7 @@ use crate::transport::InboundStatus;
 use crate::transport::flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionHandle,
 };
+use crate::transport::relay::{RelayError, relay_tcp};
 
 /// How long the client waits for the server to connect a flow's destination.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
@@ -72,6 +73,13 @@ pub enum InboundError {
         /// What happened.
         reason: &'static str,
     },
+    /// A SOCKS4 request came to an inbound with users: SOCKS4 carries no password, so it was
+    /// rejected.
+    #[error("SOCKS4 request refused: the inbound has users, and SOCKS4 carries no password")]
+    Socks4WithUsers,
+    /// The SOCKS4 input is malformed.
+    #[error(transparent)]
+    Socks4(#[from] super::socks4::Socks4Error),
     /// The SOCKS5 input is malformed.
     #[error(transparent)]
     Socks5(#[from] super::socks5::Socks5Error),
@@ -217,6 +225,22 @@ where
         if read? == 0 {
             return Err(InboundError::Closed);
         }
+    }
+}
+
+/// Relays between the client's `stream` and a connected flow (see [`relay_tcp`]): `up` the
+/// bytes the client sent after its request, `down` those that came with the server's verdict.
+/// Only a socket error is the connection's failure; a flow the server ended or reset is not.
+pub(crate) async fn relay(
+    stream: TcpStream,
+    writer: FlowWriter,
+    reader: FlowReader,
+    up: Bytes,
+    down: Bytes,
+) -> Result<(), InboundError> {
+    match relay_tcp(stream, writer, reader, up, down).await {
+        Err(RelayError::Io(e)) => Err(InboundError::Io(e)),
+        _ => Ok(()),
     }
 }
 

@@ -3,6 +3,8 @@
 //! socket on the listener's address; its datagrams travel, header and all, on one datagram flow
 //! per association, which lives as long as the TCP control connection), and BIND answered with
 //! "command not supported". Server-side failures come back as the matching SOCKS5 reply code.
+//! The same listener takes SOCKS4 and 4a CONNECT requests from older applications
+//! ([`super::socks4`]), told apart by their first byte, when the inbound has no users.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -12,12 +14,12 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
 use super::server::{
-    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message,
+    Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message, relay,
 };
+use super::socks4;
 use super::socks5::{self, Command, Method, Reply};
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::FlowMsg;
-use crate::transport::relay::relay_tcp;
 
 /// Serves SOCKS5 on `listener` until the task is dropped, counting its connections in
 /// `counters`.
@@ -106,6 +108,14 @@ pub(super) async fn serve_connection(
 ) -> Result<(), InboundError> {
     let mut buf = BytesMut::with_capacity(512);
     let deadline = Deadline::start(&ctx);
+    // The first byte says which protocol: 4 for a SOCKS4 or 4a request, else a SOCKS5 greeting.
+    read_message(&mut stream, &mut buf, 1, deadline, |b| {
+        Ok::<_, socks5::Socks5Error>((!b.is_empty()).then_some(0))
+    })
+    .await?;
+    if buf.first() == Some(&socks4::VERSION) {
+        return serve_socks4(stream, buf, &ctx, deadline).await;
+    }
     authenticate(&mut stream, &mut buf, &ctx, deadline).await?;
     let n = read_message(&mut stream, &mut buf, socks5::MAX_REQUEST, deadline, |b| {
         socks5::parse_request(b).map(|o| o.map(|(_, n)| n))
@@ -135,6 +145,57 @@ pub(super) async fn serve_connection(
     }
 }
 
+/// A SOCKS4 or 4a request: CONNECT relayed as SOCKS5's is, BIND rejected; rejected as a whole
+/// when the inbound has users (a SOCKS4 user id is no credential).
+async fn serve_socks4(
+    mut stream: TcpStream,
+    mut buf: BytesMut,
+    ctx: &InboundContext,
+    deadline: Deadline,
+) -> Result<(), InboundError> {
+    let rejected = socks4::encode_reply(socks4::REJECTED);
+    let n = read_message(&mut stream, &mut buf, socks4::MAX_REQUEST, deadline, |b| {
+        socks4::parse_request(b).map(|o| o.map(|(_, n)| n))
+    })
+    .await;
+    let n = match n {
+        Ok(n) => n,
+        Err(e @ InboundError::Socks4(_)) => {
+            stream.write_all(&rejected).await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let Some((request, _)) = socks4::parse_request(&buf[..n])? else {
+        return Err(InboundError::Closed);
+    };
+    buf.advance(n);
+    if ctx.socks_users.required() {
+        stream.write_all(&rejected).await?;
+        return Err(InboundError::Socks4WithUsers);
+    }
+    if request.command == socks4::Command::Bind {
+        stream.write_all(&rejected).await?;
+        return Ok(());
+    }
+    let asked = request.target.to_string();
+    match ctx.connect(request.target).await {
+        Err(code) => {
+            stream.write_all(&rejected).await?;
+            Err(InboundError::Refused {
+                target: asked,
+                reason: code.name(),
+            })
+        }
+        Ok((writer, reader, first)) => {
+            stream
+                .write_all(&socks4::encode_reply(socks4::GRANTED))
+                .await?;
+            relay(stream, writer, reader, buf.freeze(), first).await
+        }
+    }
+}
+
 /// 0.0.0.0:0: the bound address of replies that name none, and the target of a UDP
 /// association's datagram flow (each datagram names its own destination).
 pub(crate) fn unspecified() -> SocketAddr {
@@ -158,12 +219,7 @@ async fn connect(
         }
         Ok((writer, reader, first)) => {
             reply(&mut stream, Reply::Succeeded, unspecified()).await?;
-            relay_tcp(stream, writer, reader, early, first)
-                .await
-                .or_else(|e| match e {
-                    crate::transport::relay::RelayError::Io(io) => Err(InboundError::Io(io)),
-                    _ => Ok(()),
-                })
+            relay(stream, writer, reader, early, first).await
         }
     }
 }
