@@ -450,8 +450,8 @@ impl KeptConnection {
 /// headers left out; bodies follow, and answers come back whole. One client connection carries
 /// request after request, and one flow (one connection of the origin server's) carries those to
 /// one server: bodies of every framing, HEAD, a switch to another server and back, a kept
-/// connection the server closes, unannounced or at the next request; a body delimited by its
-/// close ends the client's connection too. A request meant for a server (origin form) is
+/// connection the server closes, unannounced or at the next request (a GET is sent again, a
+/// POST answered 502); a body delimited by its close ends the client's connection too. A request meant for a server (origin form) is
 /// answered 400, one whose body's length is stated two ways 400, an unreachable server 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
@@ -521,12 +521,18 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
     let (_, got) = conn.ask_get(&format!("http://{origin}/len/7")).await;
     assert_eq!(got.len(), 7);
     assert_eq!(connections.load(Ordering::SeqCst), 3);
+    // The same for a POST: not sent again (it might have been applied), answered 502.
+    conn.ask_get(&format!("http://{origin}/drop-next")).await;
+    let post = format!("POST http://{origin}/len/7 HTTP/1.1\r\nHost: h\r\n\r\n");
+    let (head, _) = conn.ask(post.as_bytes()).await;
+    assert!(head.starts_with("HTTP/1.1 502 "), "{head}");
+    let mut conn = KeptConnection::open(proxy).await;
     // Closed by the server between requests: the next one goes on a new connection.
     conn.ask_get(&format!("http://{origin}/quiet-close")).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (_, got) = conn.ask_get(&format!("http://{origin}/len/5")).await;
     assert_eq!(got.len(), 5);
-    assert_eq!(connections.load(Ordering::SeqCst), 4);
+    assert_eq!(connections.load(Ordering::SeqCst), 5);
     // A body that ends with the server's close ends the client's connection.
     let (head, got) = conn.ask_get(&format!("http://{origin}/close")).await;
     assert!(head.ends_with("Connection: close\r\n\r\n"), "{head}");
@@ -538,13 +544,13 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
         head.ends_with("Connection: close") && got == "aaa",
         "{head}"
     );
-    // Thirteen answered, seven of them over a kept flow (the second to fifth, `/drop-next`,
-    // `/quiet-close` and `/close`).
+    // Fourteen answered, seven of them over a kept flow (the second to fifth, the two
+    // `/drop-next` and `/close`).
     let inbounds = client.status().await.inbounds;
     let http_inbound = inbounds.iter().find(|i| i.name == "http").unwrap();
     assert_eq!(
         (http_inbound.forwarded, http_inbound.forwarded_kept),
-        (13, 7)
+        (14, 7)
     );
     // A client that gives up on a server that does not answer: its close reaches the server,
     // which lets go, and the connection ends.

@@ -169,6 +169,9 @@ pub struct ForwardRequest {
     pub upgrade: bool,
     /// The method is HEAD (whose response has no body, whatever its headers say).
     pub head_method: bool,
+    /// The method is idempotent (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), so
+    /// the request may be sent again when a kept connection closes under it.
+    pub idempotent: bool,
     /// An HTTP/1.0 request (not to be sent interim responses, RFC 9110 §15.2).
     pub http10: bool,
 }
@@ -222,6 +225,10 @@ pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
         framing,
         upgrade,
         head_method: method == "HEAD",
+        idempotent: matches!(
+            method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        ),
         http10: version == "HTTP/1.0",
     })
 }
@@ -406,6 +413,7 @@ mod tests {
             }
         );
         assert!(!forwarded.upgrade && !forwarded.head_method && !forwarded.http10);
+        assert!(!forwarded.idempotent, "POST");
         // Port 80 by default, `/` for no path, addresses, bare LF, the scheme in any case.
         for (req, target, head) in [
             (
@@ -436,6 +444,7 @@ mod tests {
             assert_eq!(r.target, target);
             let forwarded = origin_head(&req[..n]).unwrap();
             assert_eq!(forwarded.head_method, req.starts_with(b"HEAD"));
+            assert!(forwarded.idempotent, "GET and HEAD");
             assert_eq!(forwarded.http10, req.ends_with(b"1.0\n\n"));
             assert_eq!(String::from_utf8(forwarded.head).unwrap(), head);
         }

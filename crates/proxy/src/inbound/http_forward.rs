@@ -80,8 +80,8 @@ enum ResponseEnd {
 
 /// Forwards `request` (its head parsed out of `buf`; its body, and maybe the next request,
 /// in `buf` and on `stream` after it) to `target` over `origin`: the kept flow when it goes to
-/// the same host and port, else a new one. A request without a body that meets a kept
-/// connection the server has just closed is sent again on a new one.
+/// the same host and port, else a new one. An idempotent request without a body that meets a
+/// kept connection the server has just closed is sent again on a new one.
 pub(crate) async fn exchange(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
@@ -94,7 +94,9 @@ pub(crate) async fn exchange(
     if let Some(kept) = origin.take_if(|o| o.target != target) {
         kept.close().await;
     }
-    let mut retry = request.framing.body == BodyLength::Empty;
+    // Sent again only when nothing of it can have been applied twice: an idempotent method
+    // (RFC 9110 §9.2.2) and no body to replay.
+    let mut retry = request.idempotent && request.framing.body == BodyLength::Empty;
     loop {
         let o = match origin {
             Some(o) => o,
