@@ -165,6 +165,24 @@ struct Listener {
     task: JoinHandle<()>,
 }
 
+impl Listener {
+    /// The metrics endpoint on `listener` (bound to `bound`, as the file's `configured` says),
+    /// answering `source`'s status.
+    fn metrics(
+        listener: tokio::net::TcpListener,
+        configured: SocketAddr,
+        bound: SocketAddr,
+        source: StatusSource,
+        auth: &Arc<MetricsAuth>,
+    ) -> Listener {
+        Listener {
+            configured,
+            bound,
+            task: tokio::spawn(crate::metrics::serve(listener, source, auth.clone())),
+        }
+    }
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
         self.task.abort();
@@ -218,32 +236,32 @@ fn serve_listener(
     sources: &ClientSources,
     metrics_auth: &Arc<MetricsAuth>,
 ) -> Listener {
-    let counters = kind
-        .inbound()
-        .map(|name| InboundCounters::new(name, bound, MAX_CONNECTIONS));
-    let task = match (kind, counters.clone()) {
-        (ListenerKind::Socks, Some(counters)) => tokio::spawn(
-            crate::inbound::socks5_server::serve_socks5(listener, ctx.clone(), counters),
-        ),
-        (ListenerKind::Http, Some(counters)) => tokio::spawn(
-            crate::inbound::http_server::serve_http_connect(listener, ctx.clone(), counters),
-        ),
-        _ => tokio::spawn(crate::metrics::serve(
+    let Some(name) = kind.inbound() else {
+        let source = StatusSource::Client(sources.clone());
+        return Listener::metrics(listener, configured, bound, source, metrics_auth);
+    };
+    let counters = InboundCounters::new(name, bound, MAX_CONNECTIONS);
+    let task = match kind {
+        ListenerKind::Http => tokio::spawn(crate::inbound::http_server::serve_http_connect(
             listener,
-            StatusSource::Client(sources.clone()),
-            metrics_auth.clone(),
+            ctx.clone(),
+            counters.clone(),
+        )),
+        _ => tokio::spawn(crate::inbound::socks5_server::serve_socks5(
+            listener,
+            ctx.clone(),
+            counters.clone(),
         )),
     };
-    if let Some(counters) = counters {
-        let mut inbounds = sources
-            .inbounds
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        inbounds.retain(|c| c.name() != counters.name());
-        inbounds.push(counters);
-        // SOCKS5 first, as at start.
-        inbounds.sort_by_key(|c| c.name() != "socks5");
-    }
+    let mut inbounds = sources
+        .inbounds
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    inbounds.retain(|c| c.name() != name);
+    inbounds.push(counters);
+    // SOCKS5 first, as at start.
+    inbounds.sort_by_key(|c| c.name() != "socks5");
+    drop(inbounds);
     Listener {
         configured,
         bound,
@@ -309,35 +327,26 @@ impl ClientHandle {
             }
             let started = match addr {
                 None => None,
-                Some(addr) => {
-                    let bound = match bind_tcp(addr).await {
-                        Ok(l) => l
-                            .local_addr()
-                            .map(|bound| (l, bound))
-                            .map_err(|source| DaemonError::Bind { addr, source }),
-                        Err(e) => Err(e),
-                    };
-                    match bound {
-                        Ok((listener, bound)) => Some(serve_listener(
-                            kind,
-                            listener,
-                            addr,
-                            bound,
-                            &self.inbound,
-                            &self.sources,
-                            &self.metrics_auth,
-                        )),
-                        Err(e) => {
-                            tracing::warn!(
-                                setting = kind.setting(),
-                                error = %e,
-                                "reload: could not listen on the new address; the listener \
-                                 stays as it was"
-                            );
-                            continue;
-                        }
+                Some(addr) => match bind_tcp(addr).await {
+                    Ok((listener, bound)) => Some(serve_listener(
+                        kind,
+                        listener,
+                        addr,
+                        bound,
+                        &self.inbound,
+                        &self.sources,
+                        &self.metrics_auth,
+                    )),
+                    Err(e) => {
+                        tracing::warn!(
+                            setting = kind.setting(),
+                            error = %e,
+                            "reload: could not listen on the new address; the listener \
+                             stays as it was"
+                        );
+                        continue;
                     }
-                }
+                },
             };
             if kind == ListenerKind::Metrics {
                 warn_open_metrics(addr, new.metrics_token.is_some());
@@ -752,9 +761,14 @@ fn remove_control(control_path: &Path, created_dir: Option<PathBuf>) {
     }
 }
 
-async fn bind_tcp(addr: SocketAddr) -> Result<tokio::net::TcpListener, DaemonError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
+/// A TCP listener bound to `addr`, and the address it took (the port, when `addr` names 0).
+async fn bind_tcp(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), DaemonError> {
+    let bind = async {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        Ok((listener, bound))
+    };
+    bind.await
         .map_err(|source| DaemonError::Bind { addr, source })
 }
 
@@ -831,12 +845,9 @@ async fn bind_metrics(
     let Some(addr) = addr else {
         return Ok(None);
     };
-    let listener = bind_tcp(addr).await?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| DaemonError::Bind { addr, source })?;
+    let bound = bind_tcp(addr).await?;
     warn_open_metrics(Some(addr), token);
-    Ok(Some((listener, bound)))
+    Ok(Some(bound))
 }
 
 /// Warns when the metrics endpoint listens beyond loopback with no token.
@@ -920,19 +931,9 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
     let mut client_config = quinn::ClientConfig::new(Arc::new(quic));
     client_config.transport_config(Arc::new(transport_config()));
-    let socks = bind_tcp(config.socks_listen).await?;
-    let socks_addr = socks.local_addr().map_err(|source| DaemonError::Bind {
-        addr: config.socks_listen,
-        source,
-    })?;
+    let (socks, socks_addr) = bind_tcp(config.socks_listen).await?;
     let http = match config.http_listen {
-        Some(addr) => {
-            let listener = bind_tcp(addr).await?;
-            let bound = listener
-                .local_addr()
-                .map_err(|source| DaemonError::Bind { addr, source })?;
-            Some((listener, bound))
-        }
+        Some(addr) => Some(bind_tcp(addr).await?),
         None => None,
     };
     let http_addr = http.as_ref().map(|(_, addr)| *addr);
@@ -1151,15 +1152,13 @@ impl ServerHandle {
         let started = match wanted {
             None => None,
             Some(addr) => match bind_metrics(Some(addr), config.metrics_token.is_some()).await {
-                Ok(Some((listener, bound))) => Some(Listener {
-                    configured: addr,
+                Ok(Some((listener, bound))) => Some(Listener::metrics(
+                    listener,
+                    addr,
                     bound,
-                    task: tokio::spawn(crate::metrics::serve(
-                        listener,
-                        StatusSource::Server(self.shared.clone()),
-                        self.metrics_auth.clone(),
-                    )),
-                }),
+                    StatusSource::Server(self.shared.clone()),
+                    &self.metrics_auth,
+                )),
                 Ok(None) => None,
                 Err(e) => {
                     tracing::warn!(
@@ -1267,14 +1266,14 @@ pub async fn start_server(
     let metrics =
         metrics
             .zip(shared.config().metrics_listen)
-            .map(|((listener, bound), configured)| Listener {
-                configured,
-                bound,
-                task: tokio::spawn(crate::metrics::serve(
+            .map(|((listener, bound), configured)| {
+                Listener::metrics(
                     listener,
+                    configured,
+                    bound,
                     StatusSource::Server(shared.clone()),
-                    metrics_auth.clone(),
-                )),
+                    &metrics_auth,
+                )
             });
     Ok(ServerHandle {
         addr,

@@ -5,7 +5,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::http_message::{HttpMessageError, RequestFraming, request_framing};
+use super::http_message::{
+    HttpMessageError, RequestFraming, connection_tokens, head_length, request_framing,
+};
 use crate::session::frame::Target;
 
 /// Longest request head accepted (request line and headers, through the blank line).
@@ -58,15 +60,18 @@ pub enum HttpConnectError {
 /// buffer).
 pub fn parse_request(buf: &[u8]) -> Result<Option<(ProxyRequest<'_>, usize)>, HttpConnectError> {
     let window = &buf[..buf.len().min(MAX_HEAD)];
-    let Some((end, length)) = head_end(window) else {
+    let Some(length) = head_length(window) else {
         return if buf.len() >= MAX_HEAD {
             Err(HttpConnectError::HeadTooLong)
         } else {
             Ok(None)
         };
     };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| HttpConnectError::NotText)?;
-    let mut lines = head.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
+    let head = std::str::from_utf8(&buf[..length]).map_err(|_| HttpConnectError::NotText)?;
+    let mut lines = head
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .take_while(|l| !l.is_empty());
     let request_line = lines.next().ok_or(HttpConnectError::BadRequestLine)?;
     let (method, request_target, version) = request_line_parts(request_line)?;
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
@@ -196,12 +201,7 @@ pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
         .map(|l| l.split_once(':').ok_or(HttpConnectError::BadHeader))
         .collect::<Result<_, _>>()?;
     let framing = request_framing(version, headers.iter().copied())?;
-    let named: Vec<String> = headers
-        .iter()
-        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, value)| value.split(','))
-        .map(|token| token.trim().to_ascii_lowercase())
-        .collect();
+    let named = connection_tokens(headers.iter().copied());
     let upgrade = named.iter().any(|t| t == "upgrade")
         && headers
             .iter()
@@ -230,21 +230,6 @@ pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
             "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
         ),
         http10: version == "HTTP/1.0",
-    })
-}
-
-/// Where the head ends: the index of its last line's terminating LF and the length through the
-/// blank line. Lines end in CRLF or, as RFC 9112 §2.2 lets a recipient accept, a bare LF.
-fn head_end(window: &[u8]) -> Option<(usize, usize)> {
-    window.iter().enumerate().find_map(|(i, &b)| {
-        if b != b'\n' {
-            return None;
-        }
-        match &window[i + 1..] {
-            [b'\n', ..] => Some((i, i + 2)),
-            [b'\r', b'\n', ..] => Some((i, i + 3)),
-            _ => None,
-        }
     })
 }
 

@@ -141,6 +141,17 @@ fn content_length<'a, I: Iterator<Item = (&'a str, &'a str)> + Clone>(
     value.ok_or(HttpMessageError::BadContentLength)
 }
 
+/// The options `Connection` headers name, lowercased: connection options, and the headers
+/// meant for this hop only (RFC 9110 §7.6.1).
+pub(super) fn connection_tokens<'a>(
+    headers: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+) -> Vec<String> {
+    Fields::of(headers, "connection")
+        .values()
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
 /// The connection options of `Connection` (and, for a request, `Proxy-Connection`) headers.
 #[derive(Clone, Copy, Debug, Default)]
 struct ConnectionOptions {
@@ -392,11 +403,8 @@ impl Response {
             // Both lengths: the coding wins (RFC 9112 §6.3), and the connection is not trusted
             // for another request.
             && !(codings.any() && lengths.any());
-        let named: Vec<String> = pairs()
-            .filter(|(n, _)| n.trim().eq_ignore_ascii_case("connection"))
-            .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
-            .filter(|t| t != "transfer-encoding" && t != "content-length")
-            .collect();
+        let mut named = connection_tokens(pairs());
+        named.retain(|t| t != "transfer-encoding" && t != "content-length");
         let mut kept = Vec::with_capacity(length);
         kept.extend_from_slice(status_line);
         kept.extend_from_slice(b"\r\n");
@@ -454,8 +462,9 @@ fn status_line_parts(line: &[u8]) -> Option<(u8, u16)> {
     (100..=999).contains(&status).then_some((minor, status))
 }
 
-/// The length of a head through its blank line (lines ending in CRLF or a bare LF).
-fn head_length(window: &[u8]) -> Option<usize> {
+/// The length of a head (request or response) through its blank line; lines end in CRLF or,
+/// as RFC 9112 §2.2 lets a recipient accept, a bare LF.
+pub(super) fn head_length(window: &[u8]) -> Option<usize> {
     window.iter().enumerate().find_map(|(i, &b)| {
         if b != b'\n' {
             return None;
