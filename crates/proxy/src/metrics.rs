@@ -391,6 +391,31 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
         "Flows open now.",
         per_session(status, |s| (s.counters.flows_open as u64).into()),
     );
+    let gauges: [Family<SessionStatus, u64>; 4] = [
+        (
+            "braid_session_send_buffered_bytes",
+            "Stream bytes written and not yet acknowledged, all flows.",
+            |s| s.counters.send_buffered_bytes,
+        ),
+        (
+            "braid_session_receive_buffered_bytes",
+            "Stream bytes received and not yet read, all flows.",
+            |s| s.counters.receive_buffered_bytes,
+        ),
+        (
+            "braid_session_memory_bytes",
+            "Bytes the session's buffers and tables take.",
+            |s| s.counters.memory_bytes,
+        ),
+        (
+            "braid_session_largest_flow_window_bytes",
+            "The largest receive window of the flows open.",
+            |s| s.counters.largest_flow_window,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        e.family(name, Gauge, help, per_session(status, |s| value(s).into()));
+    }
     let counters: [Family<SessionStatus, u64>; 11] = [
         (
             "braid_session_flows_total",

@@ -156,6 +156,8 @@ pub(crate) struct RawSession {
     /// Signed, so that a negative value is refused by name with its range.
     flow_receive_window_kib: Option<i64>,
     /// Signed, like the window.
+    flow_receive_window_max_kib: Option<i64>,
+    /// Signed, like the window.
     max_udp_payload: Option<i64>,
     /// The congestion controller of every path, by name.
     congestion: Option<String>,
@@ -164,8 +166,11 @@ pub(crate) struct RawSession {
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionLimits {
-    /// Each stream flow's receive window, bytes (`flow_receive_window_kib`).
+    /// Each stream flow's first receive window, bytes (`flow_receive_window_kib`).
     pub flow_receive_window: u64,
+    /// The most a flow's receive window grows to, bytes (`flow_receive_window_max_kib`; at
+    /// least `flow_receive_window`).
+    pub flow_receive_window_max: u64,
     /// The longest UDP payload carried, bytes (`max_udp_payload`): the session's
     /// `max_datagram_payload` less the longest SOCKS5 UDP header of an address.
     pub max_udp_payload: usize,
@@ -177,6 +182,7 @@ impl Default for SessionLimits {
     fn default() -> Self {
         SessionLimits {
             flow_receive_window: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
+            flow_receive_window_max: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW_MAX,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
             congestion: crate::session::congestion::CongestionAlgorithm::default(),
         }
@@ -205,23 +211,31 @@ pub(crate) fn session_limits(
     file: &Path,
     raw: &RawSession,
 ) -> Result<SessionLimits, ConfigFileError> {
+    let window_kib = |field: &str, kib: i64, least: u64| match u64::try_from(kib) {
+        Ok(kib) if kib >= least && FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => Ok(kib * 1024),
+        _ => Err(invalid(
+            file,
+            format!("session.{field}"),
+            format!("KiB in {least}..={}", FLOW_RECEIVE_WINDOW_KIB.end()),
+            kib,
+        )),
+    };
     let flow_receive_window = match raw.flow_receive_window_kib {
         None => crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW,
-        Some(kib) => match u64::try_from(kib) {
-            Ok(kib) if FLOW_RECEIVE_WINDOW_KIB.contains(&kib) => kib * 1024,
-            _ => {
-                return Err(invalid(
-                    file,
-                    "session.flow_receive_window_kib",
-                    format!(
-                        "KiB in {}..={}",
-                        FLOW_RECEIVE_WINDOW_KIB.start(),
-                        FLOW_RECEIVE_WINDOW_KIB.end()
-                    ),
-                    kib,
-                ));
-            }
-        },
+        Some(kib) => window_kib(
+            "flow_receive_window_kib",
+            kib,
+            *FLOW_RECEIVE_WINDOW_KIB.start(),
+        )?,
+    };
+    // Unset, the window grows to the default largest, or not at all from a larger first one.
+    let flow_receive_window_max = match raw.flow_receive_window_max_kib {
+        None => crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW_MAX.max(flow_receive_window),
+        Some(kib) => window_kib(
+            "flow_receive_window_max_kib",
+            kib,
+            (flow_receive_window / 1024).max(*FLOW_RECEIVE_WINDOW_KIB.start()),
+        )?,
     };
     let max_udp_payload = match raw.max_udp_payload {
         None => DEFAULT_MAX_UDP_PAYLOAD,
@@ -254,6 +268,7 @@ pub(crate) fn session_limits(
     };
     Ok(SessionLimits {
         flow_receive_window,
+        flow_receive_window_max,
         max_udp_payload,
         congestion,
     })
@@ -481,6 +496,7 @@ mod tests {
         let f = Path::new("f.toml");
         let raw = |kib, bytes| RawSession {
             flow_receive_window_kib: kib,
+            flow_receive_window_max_kib: None,
             max_udp_payload: bytes,
             congestion: None,
         };
@@ -494,9 +510,43 @@ mod tests {
             session_limits(f, &raw(Some(4096), Some(8922))).unwrap(),
             SessionLimits {
                 flow_receive_window: 4 << 20,
+                flow_receive_window_max: 16 << 20,
                 max_udp_payload: 8922,
                 congestion: CongestionAlgorithm::Cubic,
             }
+        );
+        // The largest window: by default 16 MiB, or the first window where that is larger;
+        // never below the first window.
+        let grown = |kib, max| {
+            session_limits(
+                f,
+                &RawSession {
+                    flow_receive_window_max_kib: max,
+                    ..raw(kib, None)
+                },
+            )
+        };
+        assert_eq!(
+            grown(Some(32768), None).unwrap().flow_receive_window_max,
+            32 << 20
+        );
+        assert_eq!(
+            grown(None, Some(2048)).unwrap().flow_receive_window_max,
+            2 << 20
+        );
+        assert_eq!(
+            grown(Some(64), Some(1 << 20))
+                .unwrap()
+                .flow_receive_window_max,
+            1 << 30
+        );
+        assert_eq!(
+            grown(Some(4096), Some(2048)).unwrap_err().to_string(),
+            "f.toml: session.flow_receive_window_max_kib: expected KiB in 4096..=1048576, got \"2048\""
+        );
+        assert_eq!(
+            grown(None, Some(-5)).unwrap_err().to_string(),
+            "f.toml: session.flow_receive_window_max_kib: expected KiB in 2048..=1048576, got \"-5\""
         );
         let named = |name: &str| {
             session_limits(

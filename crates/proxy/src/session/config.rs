@@ -137,9 +137,18 @@ pub struct SessionConfig {
     pub max_flows: usize,
     /// Bytes a flow buffers for sending (written but not yet acknowledged).
     pub flow_send_buffer: u64,
+    /// Most bytes a flow buffers for sending while the peer grants it more credit than
+    /// `flow_send_buffer` (a peer whose window grew); at most `flow_send_buffer` when not above
+    /// it (the default, 0).
+    pub flow_send_buffer_max: u64,
     /// Bytes a flow may receive beyond what the application has read (its flow-control window
-    /// and the size of its receive/reorder buffer).
+    /// and the size of its receive/reorder buffer) at first. Both ends assume the peer's first
+    /// window is their own: set it alike on both.
     pub flow_receive_window: u64,
+    /// Most bytes a flow's window grows to when its application reads a whole window in less
+    /// than two round trips (the window doubles each time, announced by MAX_FLOW_DATA); the
+    /// window stays at `flow_receive_window` when not above it (the default, 0).
+    pub flow_receive_window_max: u64,
     /// Stream bytes all flows together may receive beyond what has been read.
     pub session_receive_window: u64,
     /// Datagrams queued for sending, all flows together.
@@ -179,7 +188,9 @@ impl Default for SessionConfig {
         SessionConfig {
             max_flows: 1024,
             flow_send_buffer: 1 << 20,
+            flow_send_buffer_max: 0,
             flow_receive_window: 1 << 20,
+            flow_receive_window_max: 0,
             session_receive_window: 16 << 20,
             datagram_send_queue: 512,
             datagram_receive_queue: 256,
@@ -221,10 +232,16 @@ impl SessionConfig {
         if self.max_flows > MAX_FLOWS_LIMIT {
             return Err(err("max_flows", self.max_flows, "at most 65536"));
         }
-        if self.flow_send_buffer > BUFFER_LIMIT || self.flow_receive_window > BUFFER_LIMIT {
+        let buffers = [
+            self.flow_send_buffer,
+            self.flow_send_buffer_max,
+            self.flow_receive_window,
+            self.flow_receive_window_max,
+        ];
+        if let Some(&largest) = buffers.iter().find(|&&b| b > BUFFER_LIMIT) {
             return Err(err(
-                "flow_send_buffer/flow_receive_window",
-                self.flow_send_buffer.max(self.flow_receive_window),
+                "flow_send_buffer/flow_receive_window (or their _max)",
+                largest,
                 "at most 1 GiB",
             ));
         }
@@ -275,6 +292,12 @@ impl SessionConfig {
         c.max_flows = c.max_flows.clamp(1, MAX_FLOWS_LIMIT);
         c.flow_send_buffer = c.flow_send_buffer.clamp(1, BUFFER_LIMIT);
         c.flow_receive_window = c.flow_receive_window.clamp(1, BUFFER_LIMIT);
+        c.flow_send_buffer_max = c
+            .flow_send_buffer_max
+            .clamp(c.flow_send_buffer, BUFFER_LIMIT);
+        c.flow_receive_window_max = c
+            .flow_receive_window_max
+            .clamp(c.flow_receive_window, BUFFER_LIMIT);
         c.session_receive_window = c
             .session_receive_window
             .clamp(c.flow_receive_window, BUFFER_LIMIT * 64);
@@ -307,11 +330,14 @@ impl SessionConfig {
         // the record of the flows the peer opened (ranges of flow numbers); a range table that
         // grew by doubling may have twice the room it holds.
         let ranges = 2 * std::mem::size_of::<std::ops::Range<u64>>() as u64;
+        // Buffers that grow are counted at their largest.
+        let send = self.flow_send_buffer.max(self.flow_send_buffer_max);
+        let window = self.flow_receive_window.max(self.flow_receive_window_max);
         let flows = self.max_flows as u64
-            * (self.flow_send_buffer
-                + self.flow_receive_window
+            * (send
+                + window
                 + FLOW_OVERHEAD
-                + (super::stream::max_recv_ranges(self.flow_receive_window) as u64 + 1) * ranges)
+                + (super::stream::max_recv_ranges(window) as u64 + 1) * ranges)
             + (self.max_peer_flow_ranges() as u64 + 1) * ranges;
         // The send queue and its pool (with the pieces of one datagram being cut), the
         // datagrams of flows not opened yet, each flow's inbox and the datagrams it is putting

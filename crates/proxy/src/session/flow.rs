@@ -60,8 +60,10 @@ impl Flow {
     pub fn new(kind: FlowKind, target: Target, local: bool, config: &super::SessionConfig) -> Self {
         let body = match kind {
             FlowKind::Stream => Body::Stream {
-                send: SendStream::new(config.flow_send_buffer, config.flow_receive_window),
-                recv: RecvStream::new(config.flow_receive_window),
+                send: SendStream::new(config.flow_send_buffer, config.flow_receive_window)
+                    .growing_to(config.flow_send_buffer_max),
+                recv: RecvStream::new(config.flow_receive_window)
+                    .growing_to(config.flow_receive_window_max),
             },
             FlowKind::Datagram | FlowKind::Ping => Body::Datagram(DatagramFlow {
                 next_seq: 0,
@@ -199,6 +201,25 @@ impl Session {
         }
     }
 
+    /// The flow's receive window now: the configured first window, or more once it grew
+    /// ([`SessionConfig::flow_receive_window_max`](super::SessionConfig::flow_receive_window_max)).
+    pub fn flow_receive_window(&self, id: FlowId) -> Result<u64, FlowError> {
+        match &self.flows.get(&id).ok_or(FlowError::UnknownFlow(id))?.body {
+            Body::Stream { recv, .. } => Ok(recv.window()),
+            Body::Datagram(_) => Err(FlowError::WrongKind(id)),
+        }
+    }
+
+    /// The largest receive window of the stream flows open now (0 without any).
+    pub fn largest_flow_window(&self) -> u64 {
+        self.flows
+            .values()
+            .filter_map(Flow::stream_recv)
+            .map(RecvStream::window)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Reads in-order bytes. `Ok(Some(0))`: nothing yet; `Ok(None)`: the peer finished and
     /// everything was read.
     pub fn read(&mut self, id: FlowId, out: &mut [u8]) -> Result<Option<usize>, FlowError> {
@@ -214,6 +235,7 @@ impl Session {
         max: usize,
         sink: impl FnMut(&[u8]),
     ) -> Result<Option<usize>, FlowError> {
+        let (now, rtt) = (self.clock, self.longest_rtt());
         let flow = self.flows.get_mut(&id).ok_or(FlowError::UnknownFlow(id))?;
         let Body::Stream { recv, .. } = &mut flow.body else {
             return Err(FlowError::WrongKind(id));
@@ -223,7 +245,7 @@ impl Session {
         }
         let n = recv.read_with(max, sink);
         flow.readable_signalled = false;
-        let update = recv.window_update();
+        let update = recv.window_update(now, rtt);
         let finished = recv.is_finished();
         self.consumed_total += n as u64;
         self.report.report.delivered_bytes += n as u64;
@@ -239,6 +261,18 @@ impl Session {
         // directions are over: the reader must still be able to read the end (`Ok(None)`);
         // forgotten here, its next read would find no flow.
         Ok(Some(n))
+    }
+
+    /// The longest smoothed RTT of the paths that have not failed (the initial RTT without
+    /// any): a flow's bytes take every path, so a window covers the slowest one's round trip.
+    fn longest_rtt(&self) -> std::time::Duration {
+        self.paths[..self.path_end]
+            .iter()
+            .flatten()
+            .filter(|p| !p.is_failed())
+            .map(|p| p.rtt.srtt())
+            .max()
+            .unwrap_or(self.config.initial_rtt)
     }
 
     pub(crate) fn update_session_window(&mut self) {

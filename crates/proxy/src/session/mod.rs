@@ -241,6 +241,9 @@ pub struct Session {
     all_failed_since: Option<Timestamp>,
     path_status_seq: u64,
     peer_report: Option<ReceiverReport>,
+    /// The latest time the driver handed in (the reads of flows, which take none, judge a
+    /// window's growth by it).
+    clock: Timestamp,
 }
 
 impl Session {
@@ -304,6 +307,7 @@ impl Session {
             all_failed_since: Some(now),
             path_status_seq: 0,
             peer_report: None,
+            clock: now,
             config,
         }
     }
@@ -681,6 +685,7 @@ impl Session {
         if self.state == SessionState::Closed {
             return;
         }
+        self.clock = self.clock.max(now);
         if self.pacing_wakeup.is_some_and(|w| w <= now) {
             self.pacing_wakeup = None;
         }

@@ -43,6 +43,7 @@ impl Session {
         if self.state == SessionState::Closed {
             return Ok(());
         }
+        self.clock = self.clock.max(now);
         let frame_err = |source| SessionError::Frame { path, source };
         let (pn, frames) = parse_packet(data).map_err(frame_err)?;
         let mut added = Added::default();
@@ -149,10 +150,17 @@ impl Session {
                 }
             }
             Frame::MaxFlowData { flow, max } => {
-                if let Some(send) = self.flows.get_mut(&flow).and_then(Flow::stream_send)
+                if let Some(f) = self.flows.get_mut(&flow)
+                    && let Body::Stream { send, .. } = &mut f.body
                     && max > send.max_data
                 {
+                    // More credit may also let the send buffer grow (`SendStream::growing_to`).
+                    let before = send.writable();
                     send.max_data = max;
+                    if f.write_blocked && send.writable() > before {
+                        f.write_blocked = false;
+                        self.events.push_back(Event::FlowWritable(flow));
+                    }
                     self.enqueue_send(flow);
                 }
             }

@@ -92,6 +92,7 @@ impl Session {
     /// Writes the next packet into `buf` and says on which path to send it; `None` when
     /// nothing can be sent now (see [`Session::poll_timeout`]).
     pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<Transmit> {
+        self.clock = self.clock.max(now);
         match self.state {
             SessionState::Closed => None,
             SessionState::Closing { code, pending } => self.transmit_close(buf, code, pending),

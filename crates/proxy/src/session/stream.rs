@@ -4,7 +4,9 @@
 //! allocated at their first use, sized to what they hold (at least [`MIN_RING`] bytes), and grow
 //! ([`RING_GROWTH`]-fold) up to their configured size when more must be held: a flow that
 //! carries a few kilobytes never touches a window-sized buffer, and a ring stops growing once it
-//! holds what the flow keeps outstanding, so nothing here allocates per packet. A ring given up
+//! holds what the flow keeps outstanding, so nothing here allocates per packet; a ring grown for
+//! a window (or a peer's credit) that has since shrunk is moved into a smaller one once what it
+//! holds fits (`Ring::shrink_to`). A ring given up
 //! (outgrown, or its flow dropped) goes to a small pool ([`POOL_MAX_BYTES`]) that the
 //! next ring of a fitting size takes instead of fresh memory, so short flows and back-to-back
 //! sessions (the simulator's runs) do not fault in and zero new pages every time. A reused ring
@@ -13,6 +15,8 @@
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use braid_sched_core::Timestamp;
 
 use super::ranges::RangeSet;
 
@@ -54,6 +58,20 @@ pub(crate) fn max_recv_ranges(window: u64) -> usize {
 /// pages do not all gain (minrtt page time: github 3.36 against 3.49 s, stackoverflow 5.46
 /// against 5.88 s, google 0.926 against 0.866 s; not investigated further).
 pub(crate) const CREDIT_UPDATE_FRACTION: u64 = 8;
+
+/// A receive window that grows ([`RecvStream::growing_to`]) doubles when the application read
+/// a whole window in less than this many round trips: the flow then moved at least half a
+/// window per round trip, so the window may be what holds it back (a flow moves at most one
+/// window per round trip). It thus settles at about twice the bandwidth-delay product the flow
+/// reaches, or at its largest, and a flow whose application reads slowly never grows its own.
+pub(crate) const WINDOW_GROWTH_RTTS: u32 = 2;
+
+/// A window that grew halves again (not below its first size) when less than a whole window
+/// was read in this many round trips: the application reads slowly now (a burst its socket
+/// buffers took at first made the flow look fast, say), or the path slowed, or the flow paused,
+/// and the credit granted (what waits unread here, and what the sender buffers for it) falls
+/// back. The gap to [`WINDOW_GROWTH_RTTS`] keeps a window from swinging between two sizes.
+pub(crate) const WINDOW_SHRINK_RTTS: u32 = 8;
 
 /// Smallest ring allocated.
 const MIN_RING: u64 = 4096;
@@ -157,15 +175,35 @@ impl Ring {
             .checked_next_power_of_two()
             .unwrap_or(u64::MAX)
             .min(limit.max(need));
-        let mut grown = take_ring(need as usize, size as usize);
+        self.move_to(lo, live_end, need, size);
+    }
+
+    /// Gives the ring back for one of `size` bytes (a power of two at least [`MIN_RING`]) when it
+    /// is at least twice that, keeping the bytes at `[lo, live_end)` (at most `size` of them):
+    /// a flow that needed a large ring once does not hold it for ever.
+    fn shrink_to(&mut self, lo: u64, live_end: u64, size: u64) {
+        let size = size
+            .max(MIN_RING)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX);
+        if (self.buf.len() as u64) >= size.saturating_mul(2) && live_end - lo <= size {
+            self.move_to(lo, live_end, live_end - lo, size);
+        }
+    }
+
+    /// Moves the bytes at `[lo, live_end)` into a ring of `size` bytes (a spare one of at least
+    /// `need` bytes may be taken instead), and gives the old one to the pool.
+    fn move_to(&mut self, lo: u64, live_end: u64, need: u64, size: u64) {
+        let old = self.buf.len() as u64;
+        let mut moved = take_ring(need as usize, size as usize);
         let mut o = lo;
         while old > 0 && o < live_end {
             let start = (o % old) as usize;
             let take = ((live_end - o) as usize).min(self.buf.len() - start);
-            ring_copy_in(&mut grown, o, &self.buf[start..start + take]);
+            ring_copy_in(&mut moved, o, &self.buf[start..start + take]);
             o += take as u64;
         }
-        give_back_ring(std::mem::replace(&mut self.buf, grown));
+        give_back_ring(std::mem::replace(&mut self.buf, moved));
     }
 
     fn copy_in(&mut self, offset: u64, data: &[u8]) {
@@ -223,7 +261,10 @@ pub(crate) struct Chunk {
 #[derive(Debug)]
 pub(crate) struct SendStream {
     ring: Ring,
+    /// Bytes the application may always have buffered.
     capacity: u64,
+    /// Most bytes it may have buffered while the peer's credit is larger ([`Self::growing_to`]).
+    capacity_max: u64,
     /// Every byte below is acknowledged and freed.
     acked_below: u64,
     /// Next byte the application writes.
@@ -250,6 +291,7 @@ impl SendStream {
         SendStream {
             ring: Ring::default(),
             capacity: capacity.max(1),
+            capacity_max: capacity.max(1),
             acked_below: 0,
             write_offset: 0,
             sent_below: 0,
@@ -264,12 +306,29 @@ impl SendStream {
         }
     }
 
+    /// Lets the buffer grow past its capacity, up to `capacity_max` bytes, as far as the peer's
+    /// credit reaches beyond the bytes acknowledged: a peer whose receive window grew (see
+    /// [`RecvStream::growing_to`]) takes that much in flight, and a buffer smaller than its
+    /// window would hold the flow below it. A peer that reads slowly grants little credit, so
+    /// the buffer stays at its capacity.
+    pub fn growing_to(mut self, capacity_max: u64) -> Self {
+        self.capacity_max = capacity_max.max(self.capacity);
+        self
+    }
+
+    /// Bytes the application may have buffered now: the capacity, or the peer's credit beyond
+    /// the bytes acknowledged where that is larger, at most `capacity_max`.
+    fn limit(&self) -> u64 {
+        (self.max_data.saturating_sub(self.acked_below)).clamp(self.capacity, self.capacity_max)
+    }
+
     /// Bytes the application may still write.
     pub fn writable(&self) -> u64 {
         if self.finished || self.reset {
             return 0;
         }
-        self.capacity - (self.write_offset - self.acked_below)
+        self.limit()
+            .saturating_sub(self.write_offset - self.acked_below)
     }
 
     /// Buffers as much of `data` as fits; returns how much.
@@ -280,7 +339,7 @@ impl SendStream {
         }
         let end = self.write_offset + n as u64;
         self.ring
-            .reserve(self.acked_below, self.write_offset, end, self.capacity);
+            .reserve(self.acked_below, self.write_offset, end, self.capacity_max);
         self.ring.copy_in(self.write_offset, &data[..n]);
         self.write_offset += n as u64;
         n
@@ -407,6 +466,12 @@ impl SendStream {
             self.fin_acked = true;
             self.fin_lost = false;
         }
+        if self.capacity_max > self.capacity && !self.finished {
+            // The peer's credit fell back (its window shrank, or its reader paused): so may
+            // the ring (not once the flow is finished: it goes at the end anyway).
+            self.ring
+                .shrink_to(self.acked_below, self.write_offset, self.limit());
+        }
         was_lost
     }
 
@@ -486,7 +551,14 @@ pub(crate) enum RecvViolation {
 #[derive(Debug)]
 pub(crate) struct RecvStream {
     ring: Ring,
+    /// The flow-control window now: the most bytes received beyond the read offset.
     window: u64,
+    /// The first window, the least it shrinks back to.
+    window_min: u64,
+    /// The most the window grows to ([`Self::growing_to`]).
+    window_max: u64,
+    /// Where and when the window's last growth check began: the read offset and the time.
+    epoch: Option<(u64, Timestamp)>,
     read_offset: u64,
     /// Ranges received at or above `read_offset`.
     received: RangeSet,
@@ -505,6 +577,9 @@ impl RecvStream {
         RecvStream {
             ring: Ring::default(),
             window: window.max(1),
+            window_min: window.max(1),
+            window_max: window.max(1),
+            epoch: None,
             read_offset: 0,
             received: RangeSet::with_capacity(RANGE_CAPACITY),
             highest: 0,
@@ -513,6 +588,19 @@ impl RecvStream {
             reset: None,
             discarding: false,
         }
+    }
+
+    /// Lets the window grow from its first size up to `window_max` bytes: it doubles whenever
+    /// the application read a whole window in less than [`WINDOW_GROWTH_RTTS`] round trips
+    /// (checked at [`Self::window_update`]).
+    pub fn growing_to(mut self, window_max: u64) -> Self {
+        self.window_max = window_max.max(self.window);
+        self
+    }
+
+    /// The flow-control window now.
+    pub fn window(&self) -> u64 {
+        self.window
     }
 
     /// Stores a STREAM frame's bytes.
@@ -569,7 +657,8 @@ impl RecvStream {
             out.new_bytes = new;
             out.duplicate_bytes += (end - start) - new;
             if new > 0 {
-                // `end <= max_data <= read_offset + window`: the ring never outgrows the window.
+                // `end <= max_data`: the ring never outgrows the credit given (the window, or
+                // a larger one before it shrank).
                 self.ring.reserve(
                     self.read_offset,
                     live_end.max(self.read_offset),
@@ -663,13 +752,37 @@ impl RecvStream {
     }
 
     /// A new MAX_FLOW_DATA to advertise once `window / CREDIT_UPDATE_FRACTION` was read, else
-    /// `None`.
-    pub fn window_update(&mut self) -> Option<u64> {
+    /// `None`. `now` and the round trip `rtt` decide whether the window grows first (see
+    /// [`Self::growing_to`]); a window that grew is advertised at once.
+    pub fn window_update(&mut self, now: Timestamp, rtt: Duration) -> Option<u64> {
         if self.final_size.is_some() || self.reset.is_some() {
             return None;
         }
+        if self.window_max > self.window_min {
+            match self.epoch {
+                None => self.epoch = Some((self.read_offset, now)),
+                Some((from, since)) => {
+                    let took = now - since;
+                    let whole = self.read_offset - from >= self.window;
+                    let slow = took > rtt.saturating_mul(WINDOW_SHRINK_RTTS);
+                    if whole && took < rtt.saturating_mul(WINDOW_GROWTH_RTTS) {
+                        self.window = self.window.saturating_mul(2).min(self.window_max);
+                    } else if slow {
+                        self.window = (self.window / 2).max(self.window_min);
+                    }
+                    if whole || slow {
+                        self.epoch = Some((self.read_offset, now));
+                    }
+                }
+            }
+            // Once the credit given fits the window again, a ring grown for a larger one goes.
+            if self.max_data - self.read_offset <= self.window {
+                self.ring
+                    .shrink_to(self.read_offset, self.highest, self.window);
+            }
+        }
         let target = self.read_offset + self.window;
-        if target - self.max_data >= (self.window / CREDIT_UPDATE_FRACTION).max(1) {
+        if target.saturating_sub(self.max_data) >= (self.window / CREDIT_UPDATE_FRACTION).max(1) {
             self.max_data = target;
             return Some(target);
         }

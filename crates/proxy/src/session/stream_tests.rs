@@ -2,6 +2,9 @@
 
 use super::*;
 
+const T0: Timestamp = Timestamp::ZERO;
+const RTT: Duration = Duration::from_millis(100);
+
 #[test]
 fn send_stream_retransmits_lost_ranges_then_frees_acked_bytes() {
     let mut s = SendStream::new(100, 1_000);
@@ -80,20 +83,171 @@ fn recv_stream_reorders_and_enforces_limits() {
 fn recv_window_moves_after_a_fraction_is_read() {
     let mut r = RecvStream::new(100);
     r.on_data(0, &[0; 60], false).unwrap();
-    assert_eq!(r.window_update(), None);
+    assert_eq!(r.window_update(T0, RTT), None);
     let mut out = [0u8; 60];
     let step = 100 / CREDIT_UPDATE_FRACTION as usize;
     // One byte short of the fraction: no update yet.
     assert_eq!(r.read(&mut out[..step - 1]), step - 1);
-    assert_eq!(r.window_update(), None);
+    assert_eq!(r.window_update(T0, RTT), None);
     assert_eq!(r.read(&mut out[step - 1..60]), 61 - step);
-    assert_eq!(r.window_update(), Some(160));
+    assert_eq!(r.window_update(T0, RTT), Some(160));
     // The ring wraps around without corrupting data.
     let data: Vec<u8> = (0..100).collect();
     r.on_data(60, &data, false).unwrap();
     let mut back = [0u8; 100];
     assert_eq!(r.read(&mut back), 100);
     assert_eq!(&back[..], &data[..]);
+}
+
+/// Reads everything readable and returns the window update, at `now`.
+fn drain(r: &mut RecvStream, now: Timestamp) -> Option<u64> {
+    let mut out = vec![0u8; 1 << 16];
+    while r.read(&mut out) > 0 {}
+    r.window_update(now, RTT)
+}
+
+#[test]
+fn a_window_grows_while_the_reader_keeps_up_and_never_past_its_largest() {
+    let ms = Timestamp::from_millis;
+    let mut r = RecvStream::new(1000).growing_to(3000);
+    assert_eq!(r.window(), 1000);
+    r.on_data(0, &[1; 500], false).unwrap();
+    // The first read starts the measure: 500 bytes at 0 ms.
+    assert_eq!(drain(&mut r, ms(0)), Some(1500));
+    r.on_data(500, &[2; 1000], false).unwrap();
+    // A whole window (1000 bytes) read 150 ms later, under two round trips: the window doubles
+    // and the new credit covers it at once.
+    assert_eq!(drain(&mut r, ms(150)), Some(1500 + 2000));
+    assert_eq!(r.window(), 2000);
+    // Bytes beyond the first window's reach are now taken.
+    r.on_data(1500, &[3; 2000], false).unwrap();
+    // 2000 bytes read 150 ms later: doubled again, but to the largest only.
+    assert_eq!(drain(&mut r, ms(300)), Some(3500 + 3000));
+    assert_eq!(r.window(), 3000);
+    r.on_data(3500, &[4; 3000], false).unwrap();
+    assert_eq!(drain(&mut r, ms(310)), Some(6500 + 3000));
+    assert_eq!(r.window(), 3000);
+
+    // A reader that takes longer than two round trips over each window keeps the first.
+    let mut slow = RecvStream::new(1000).growing_to(8000);
+    let mut at = 0;
+    for step in 0..20u64 {
+        slow.on_data(at, &[5; 250], false).unwrap();
+        at += 250;
+        drain(&mut slow, ms(step * 60));
+    }
+    assert_eq!(slow.window(), 1000, "1000 bytes per 240 ms");
+    // Without a largest above the first, the window stays whatever the pace.
+    let mut fixed = RecvStream::new(1000);
+    fixed.on_data(0, &[6; 1000], false).unwrap();
+    drain(&mut fixed, ms(0));
+    fixed.on_data(1000, &[6; 1000], false).unwrap();
+    assert_eq!(drain(&mut fixed, ms(1)), Some(3000));
+    assert_eq!(fixed.window(), 1000);
+}
+
+#[test]
+fn a_grown_window_and_its_ring_shrink_back_once_the_reader_slows() {
+    const K: u64 = 1024;
+    let ms = Timestamp::from_millis;
+    let mut r = RecvStream::new(16 * K).growing_to(128 * K);
+    let mut at = 0;
+    let feed = |r: &mut RecvStream, at: &mut u64, len: u64| {
+        r.on_data(*at, &vec![9; len as usize], false).unwrap();
+        *at += len;
+    };
+    // A reader that keeps up: 16, 32, 64 KiB windows each read in 50 ms.
+    drain(&mut r, ms(0));
+    for (step, len) in [16 * K, 32 * K, 64 * K].into_iter().enumerate() {
+        feed(&mut r, &mut at, len);
+        drain(&mut r, ms(50 * (step as u64 + 1)));
+    }
+    assert_eq!(r.window(), 128 * K);
+    // The sender fills the window; the ring grows to hold it.
+    let credit = r.max_data - at;
+    feed(&mut r, &mut at, credit);
+    let grown = r.allocated();
+    assert!(grown >= 128 * K, "{grown}");
+    // Now 1 KiB read every 100 ms from 300 ms on: less than a window in eight round trips
+    // (800 ms), the window halves, and again every 800 ms, never below the first.
+    let mut out = [0u8; 1024];
+    let mut windows = Vec::new();
+    for step in 1..=60u64 {
+        r.read(&mut out);
+        r.window_update(ms(200 + step * 100), RTT);
+        windows.push(r.window());
+    }
+    // (The measure began at the last growth, at 150 ms.)
+    assert_eq!(windows[6], 128 * K, "{windows:?}");
+    assert_eq!(windows[7], 64 * K, "{windows:?}");
+    assert_eq!(windows[15], 64 * K, "{windows:?}");
+    assert_eq!(windows[16], 32 * K, "{windows:?}");
+    assert_eq!(windows[25], 16 * K, "{windows:?}");
+    assert_eq!(*windows.last().unwrap(), 16 * K, "{windows:?}");
+    // The credit granted was not taken back: no update until the reader is past it.
+    assert_eq!(r.max_data, at);
+    // Once the bytes held fit the smaller window, the ring shrinks with it, bytes intact.
+    while r.readable() > 16 * K {
+        r.read(&mut out);
+    }
+    r.window_update(ms(10_000), RTT);
+    assert!(r.allocated() < grown / 2, "{} of {grown}", r.allocated());
+    let left = r.readable() as usize;
+    let mut rest = vec![0u8; left];
+    assert_eq!(r.read(&mut rest), left);
+    assert!(rest.iter().all(|&b| b == 9));
+}
+
+#[test]
+fn a_send_buffer_grows_with_the_credit_up_to_its_largest() {
+    let mut s = SendStream::new(100, 100).growing_to(400);
+    assert_eq!(s.writable(), 100, "credit 100: the capacity");
+    s.max_data = 300;
+    assert_eq!(s.writable(), 300, "credit beyond the acknowledged bytes");
+    assert_eq!(s.write(&[1; 500]), 300);
+    s.max_data = 1000;
+    assert_eq!(s.writable(), 100, "at most the largest, 400");
+    assert_eq!(s.write(&[2; 200]), 100);
+    let c = s.peek(250, u64::MAX).unwrap();
+    s.on_sent(c);
+    s.on_acked(0..250, false);
+    assert_eq!(s.writable(), 250);
+    // The bytes written survive the ring's growth.
+    let mut out = [0u8; 150];
+    s.read_chunk(250, &mut out[..50]);
+    s.read_chunk(300, &mut out[50..]);
+    assert_eq!(&out[..50], &[1; 50]);
+    assert_eq!(&out[50..], &[2; 100]);
+    // Once the peer's credit falls back, so does the ring grown for it.
+    const K: u64 = 1024;
+    let mut big = SendStream::new(16 * K, 16 * K).growing_to(128 * K);
+    big.max_data = 128 * K;
+    assert_eq!(big.write(&vec![3; 128 * K as usize]), 128 * K as usize);
+    let grown = big.allocated();
+    assert!(grown >= 128 * K, "{grown}");
+    while let Some(c) = big.peek(1200, u64::MAX) {
+        big.on_sent(c);
+        big.on_acked(c.offset..c.offset + u64::from(c.len), false);
+    }
+    assert_eq!(
+        big.writable(),
+        16 * K,
+        "no credit beyond the bytes acknowledged"
+    );
+    assert!(
+        big.allocated() < grown / 4,
+        "{} of {grown}",
+        big.allocated()
+    );
+    assert_eq!(big.write(&vec![4; 16 * K as usize]), 16 * K as usize);
+    let mut back = vec![0u8; 16 * K as usize];
+    big.read_chunk(128 * K, &mut back);
+    assert!(back.iter().all(|&b| b == 4));
+    // A buffer that may not grow keeps its capacity whatever the credit.
+    let mut fixed = SendStream::new(100, 1000);
+    assert_eq!(fixed.writable(), 100);
+    fixed.max_data = 5000;
+    assert_eq!(fixed.writable(), 100);
 }
 
 #[test]

@@ -28,24 +28,39 @@ pub use status::{
 /// over the emulated 30 + 20 Mbit/s links, 4 MiB 91%).
 pub const DEFAULT_FLOW_RECEIVE_WINDOW: u64 = 2 << 20;
 
+/// The default largest per-flow receive window (`[session] flow_receive_window_max_kib`): a
+/// flow whose application keeps up grows its window from 2 MiB to this, enough for some
+/// 300 Mbit/s over 200 ms of round trip.
+pub const DEFAULT_FLOW_RECEIVE_WINDOW_MAX: u64 = 16 << 20;
+
 /// The smallest send buffer of a stream flow in the daemons.
 pub const MIN_FLOW_SEND_BUFFER: u64 = 2 << 20;
 
-/// The session limits both daemons use, with the configured per-flow receive window, longest
-/// UDP payload and congestion controller. A flow's send buffer is 2 MiB, or the configured
-/// window where that is larger: a sender has at most its buffer in flight, so the window the
-/// peer grants is used only as far as the buffer holds it (60 MB through a 16 MiB window over a
-/// 200 Mbit/s path of 200 ms RTT took 7.17 s with a 2 MiB buffer, 4.13 s with 16 MiB, in
-/// virtual time: test `a_raised_window_raises_the_send_buffer_with_it`). Its rings are allocated at first use, so
-/// memory grows with the flows that actually move data (1024 flows at most). All flows of a
-/// session together may receive 32 MiB ahead of the application, or one flow window where that
-/// is larger. A datagram may be the UDP payload with the longest SOCKS5 UDP header of an
-/// address.
+/// The session limits both daemons use, with the configured per-flow receive windows, longest
+/// UDP payload and congestion controller.
+///
+/// A flow's receive window starts at the configured first window and doubles while its
+/// application reads a whole window in less than two round trips, up to the configured largest
+/// (the window is what a flow moves per round trip at most, so a fixed one holds a flow below
+/// the bandwidth-delay product of a fast, long path; growing only when the reader keeps up, it
+/// costs memory only where the flow uses it), and halves again when less than a window was read
+/// in eight round trips. A flow's send buffer is 2 MiB, or the first
+/// window where that is larger, and grows as far as the peer's credit reaches, up to the largest
+/// window: a sender has at most its buffer in flight, so a window larger than the buffer is used
+/// only as far as the buffer holds it (60 MB through a 16 MiB window over a 200 Mbit/s path of
+/// 200 ms RTT took 7.17 s with a 2 MiB buffer, 4.13 s with 16 MiB, in virtual time). Rings are
+/// allocated at first use and grow with what they hold, so memory grows with the flows that
+/// actually move data (1024 flows at most). All flows of a session together may receive
+/// 32 MiB ahead of the application, or one largest flow window where that is larger. A
+/// datagram may be the UDP payload with the longest SOCKS5 UDP header of an address.
 pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::SessionConfig {
+    let send_buffer = limits.flow_receive_window.max(MIN_FLOW_SEND_BUFFER);
     crate::session::SessionConfig {
-        flow_send_buffer: limits.flow_receive_window.max(MIN_FLOW_SEND_BUFFER),
+        flow_send_buffer: send_buffer,
+        flow_send_buffer_max: limits.flow_receive_window_max.max(send_buffer),
         flow_receive_window: limits.flow_receive_window,
-        session_receive_window: limits.flow_receive_window.max(32 << 20),
+        flow_receive_window_max: limits.flow_receive_window_max,
+        session_receive_window: limits.flow_receive_window_max.max(32 << 20),
         max_datagram_payload: limits.max_udp_payload + crate::inbound::socks5::MAX_REPLY,
         congestion: crate::session::congestion::CongestionConfig {
             algorithm: limits.congestion,
@@ -58,21 +73,30 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SessionLimits;
     use crate::session::harness::{BulkWriter, CLIENT, Harness, LinkConfig, SERVER};
-    use crate::session::{FlowKind, PathConfig, Target};
+    use crate::session::{FlowKind, PathConfig, SessionConfig, Target};
     use braid_sched_core::{SchedulerKind, Timestamp};
 
-    /// Virtual seconds until `len` bytes uploaded through the daemons' session limits with a
-    /// `window`-byte flow window have all been read at the server, over one 200 Mbit/s path of
-    /// 100 ms one way.
-    fn upload_seconds(window: u64, send_buffer: Option<u64>, len: u64) -> f64 {
-        let mut config = session_config(&crate::config::SessionLimits {
-            flow_receive_window: window,
-            ..crate::config::SessionLimits::default()
-        });
-        if let Some(buffer) = send_buffer {
-            config.flow_send_buffer = buffer;
-        }
+    /// What one upload did.
+    #[derive(Debug)]
+    struct Upload {
+        /// Virtual seconds until every byte was read at the server.
+        seconds: f64,
+        /// The flow's receive window at the server at the end.
+        window: u64,
+        /// Its largest receive window.
+        largest_window: u64,
+        /// The most bytes the client's send buffer held.
+        send_buffered: u64,
+        /// The client's and the server's session memory at the last read, bytes.
+        memory_at_end: u64,
+    }
+
+    /// Uploads `len` bytes under `config` over one 200 Mbit/s path of 100 ms one way, the
+    /// server's application reading as fast as the bytes come, or with `paced: Some((rate,
+    /// from))` at most `rate` bytes per second from `from` seconds on.
+    fn upload(config: SessionConfig, len: u64, paced: Option<(f64, f64)>) -> Upload {
         let links = [LinkConfig::new(200.0, 100.0)];
         let mut h = Harness::new(
             3,
@@ -91,16 +115,38 @@ mod tests {
             .expect("open");
         let mut app = BulkWriter::new(flow, len, 64 * 1024);
         let mut buf = vec![0u8; 256 * 1024];
-        let (mut received, mut done_at) = (0u64, None);
+        let (mut received, mut done_at, mut window) = (0u64, None, 0);
+        let (mut send_buffered, mut tokens, mut paced_at) = (0, 0.0, Timestamp::ZERO);
+        let (mut largest_window, mut memory_at_end) = (0, 0);
         h.run_until(Timestamp::from_secs_f64(60.0), |h| {
             app.write(&mut h.endpoints[CLIENT]);
+            let client = h.endpoints[CLIENT].memory_usage();
+            send_buffered = send_buffered.max(client.send_buffered);
             let now = h.now();
             let server = &mut h.endpoints[SERVER];
             while server.poll_event().is_some() {}
             loop {
-                match server.read(flow, &mut buf) {
+                // A paced reader takes at most a quarter second's worth at once (a token bucket:
+                // it reads only at the simulation's events).
+                let read_rate = paced.filter(|&(_, from)| now.as_secs_f64() >= from);
+                let allowed = read_rate.map_or(u64::MAX, |(rate, _)| {
+                    let elapsed = (now - std::mem::replace(&mut paced_at, now)).as_secs_f64();
+                    tokens = (tokens + elapsed * rate).min(rate / 4.0);
+                    tokens as u64
+                });
+                let take = allowed.min(buf.len() as u64) as usize;
+                if take == 0 {
+                    break;
+                }
+                window = server.flow_receive_window(flow).unwrap_or(window);
+                largest_window = largest_window.max(window);
+                match server.read(flow, &mut buf[..take]) {
                     Ok(Some(0)) | Err(_) => break,
-                    Ok(Some(n)) => received += n as u64,
+                    Ok(Some(n)) => {
+                        received += n as u64;
+                        tokens -= n as f64;
+                        memory_at_end = server.memory_usage().allocated + client.allocated;
+                    }
                     Ok(None) => {
                         done_at.get_or_insert(now);
                         break;
@@ -109,26 +155,96 @@ mod tests {
             }
         });
         assert_eq!(received, len);
-        done_at.expect("the upload ends").as_secs_f64()
+        Upload {
+            seconds: done_at.expect("the upload ends").as_secs_f64(),
+            window,
+            largest_window,
+            send_buffered,
+            memory_at_end,
+        }
+    }
+
+    /// The daemons' session limits with a first window of `kib` KiB growing to `max_kib`.
+    fn limits(kib: u64, max_kib: u64) -> SessionLimits {
+        SessionLimits {
+            flow_receive_window: kib << 10,
+            flow_receive_window_max: max_kib << 10,
+            ..SessionLimits::default()
+        }
     }
 
     /// A flow has at most its send buffer in flight: a window raised past the 2 MiB buffer
     /// must raise the buffer too, or the sender cannot use it (deterministic virtual time).
     #[test]
     fn a_raised_window_raises_the_send_buffer_with_it() {
-        let limits = |kib: u64| crate::config::SessionLimits {
-            flow_receive_window: kib << 10,
-            ..crate::config::SessionLimits::default()
-        };
-        assert_eq!(session_config(&limits(64)).flow_send_buffer, 2 << 20);
-        assert_eq!(session_config(&limits(2048)).flow_send_buffer, 2 << 20);
-        assert_eq!(session_config(&limits(16384)).flow_send_buffer, 16 << 20);
+        assert_eq!(session_config(&limits(64, 64)).flow_send_buffer, 2 << 20);
+        assert_eq!(
+            session_config(&limits(2048, 2048)).flow_send_buffer,
+            2 << 20
+        );
+        let fixed = session_config(&limits(16384, 16384));
+        assert_eq!(
+            (fixed.flow_send_buffer, fixed.flow_send_buffer_max),
+            (16 << 20, 16 << 20)
+        );
         let len = 60_000_000;
-        let held_back = upload_seconds(16 << 20, Some(2 << 20), len);
-        let matched = upload_seconds(16 << 20, None, len);
+        let held_back = upload(
+            SessionConfig {
+                flow_send_buffer: 2 << 20,
+                flow_send_buffer_max: 2 << 20,
+                ..fixed.clone()
+            },
+            len,
+            None,
+        );
+        let matched = upload(fixed, len, None);
         assert!(
-            matched * 1.4 < held_back,
-            "16 MiB window: {matched:.2} s with a matched buffer, {held_back:.2} s with 2 MiB"
+            matched.seconds * 1.4 < held_back.seconds,
+            "16 MiB window: {matched:?} with a matched buffer, {held_back:?} with 2 MiB"
+        );
+    }
+
+    /// With the default limits a flow's window and send buffer grow from 2 MiB as far as a
+    /// long fast path needs (an upload as quick as with 16 MiB fixed on both ends, much quicker
+    /// than with 2 MiB fixed), while a flow whose reader is slower than the path keeps both at
+    /// 2 MiB, and one whose reader slows down after its window grew goes back to 2 MiB and
+    /// gives the memory back (deterministic virtual time).
+    #[test]
+    fn windows_grow_only_for_a_flow_that_uses_them() {
+        let defaults = session_config(&SessionLimits::default());
+        assert_eq!(
+            (
+                defaults.flow_receive_window,
+                defaults.flow_receive_window_max
+            ),
+            (2 << 20, 16 << 20)
+        );
+        let len = 60_000_000;
+        let fixed_small = upload(session_config(&limits(2048, 2048)), len, None);
+        let fixed_large = upload(session_config(&limits(16384, 16384)), len, None);
+        let growing = upload(defaults.clone(), len, None);
+        assert_eq!(fixed_small.window, 2 << 20);
+        assert_eq!(growing.window, 16 << 20, "{growing:?}");
+        assert!(
+            growing.seconds * 1.4 < fixed_small.seconds
+                && growing.seconds < fixed_large.seconds * 1.15,
+            "growing {growing:?}, 2 MiB fixed {fixed_small:?}, 16 MiB fixed {fixed_large:?}"
+        );
+        // A reader paced at 20 Mbit/s, a tenth of the path (it reads only at the simulation's
+        // events, so less on average): a 2 MiB window takes it over two round trips to read.
+        let slow = upload(defaults.clone(), 10_000_000, Some((2.5e6, 0.0)));
+        assert!(slow.seconds > 4.0, "{slow:?}");
+        assert_eq!(slow.window, 2 << 20, "{slow:?}");
+        assert!(slow.send_buffered <= 2 << 20, "{slow:?}");
+        // A reader that keeps up for 2 s, then slows to 20 Mbit/s: the window grew, and falls
+        // back to 2 MiB, and the buffers grown for it are given back.
+        let slowed = upload(defaults, 60_000_000, Some((2.5e6, 3.0)));
+        assert_eq!(slowed.largest_window, 16 << 20, "{slowed:?}");
+        assert_eq!(slowed.window, 2 << 20, "{slowed:?}");
+        assert!(
+            slowed.memory_at_end < slow.memory_at_end + (2 << 20)
+                && slowed.memory_at_end + (8 << 20) < growing.memory_at_end,
+            "memory at the last read: slowed {slowed:?}, never grown {slow:?}, grown {growing:?}"
         );
     }
 }

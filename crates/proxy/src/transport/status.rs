@@ -152,6 +152,19 @@ pub struct SessionCounters {
     pub packets_refused: u64,
     /// Paths joined (rejoins included).
     pub path_joins: u64,
+    /// Stream bytes written and not yet acknowledged by the peer, all flows, now.
+    #[serde(default)]
+    pub send_buffered_bytes: u64,
+    /// Stream bytes received and not yet read (in order or waiting to be reordered), now.
+    #[serde(default)]
+    pub receive_buffered_bytes: u64,
+    /// Bytes the session's buffers and tables take now (`Session::memory_usage`).
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// The largest receive window of the flows open now (flows' windows grow from the first
+    /// window while their application keeps up: `[session] flow_receive_window_max_kib`).
+    #[serde(default)]
+    pub largest_flow_window: u64,
 }
 
 /// One session.
@@ -431,7 +444,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}",
+                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -448,7 +461,11 @@ impl DaemonStatus {
                 c.datagrams_split,
                 c.datagrams_reassembled,
                 c.bad_packets,
-                c.packets_refused
+                c.packets_refused,
+                c.memory_bytes / 1024,
+                c.send_buffered_bytes / 1024,
+                c.receive_buffered_bytes / 1024,
+                c.largest_flow_window / 1024
             );
             let _ = writeln!(
                 out,

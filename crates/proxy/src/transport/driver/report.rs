@@ -67,7 +67,12 @@ impl Driver {
             });
         }
         let mut counters = self.counters.clone();
-        counters.flows_open = self.session.memory_usage().flows;
+        let memory = self.session.memory_usage();
+        counters.flows_open = memory.flows;
+        counters.send_buffered_bytes = memory.send_buffered;
+        counters.receive_buffered_bytes = memory.receive_buffered;
+        counters.memory_bytes = memory.allocated;
+        counters.largest_flow_window = self.session.largest_flow_window();
         counters.datagrams_dropped = self.session.datagrams_dropped();
         counters.datagrams_split = self.session.datagrams_split();
         counters.datagrams_reassembled = self.session.datagrams_reassembled();
