@@ -413,9 +413,6 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
             |s| s.counters.largest_flow_window,
         ),
     ];
-    for (name, help, value) in gauges {
-        e.family(name, Gauge, help, per_session(status, |s| value(s).into()));
-    }
     let counters: [Family<SessionStatus, u64>; 11] = [
         (
             "braid_session_flows_total",
@@ -473,13 +470,10 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
             |s| s.counters.path_joins,
         ),
     ];
-    for (name, help, value) in counters {
-        e.family(
-            name,
-            Counter,
-            help,
-            per_session(status, |s| value(s).into()),
-        );
+    for (kind, families) in [(Gauge, &gauges[..]), (Counter, &counters[..])] {
+        for (name, help, value) in families {
+            e.family(name, kind, help, per_session(status, |s| value(s).into()));
+        }
     }
 }
 
@@ -1007,6 +1001,7 @@ mod tests {
                 paths: vec![wifi, bbr],
                 counters: SessionCounters {
                     bytes_written: 1 << 60,
+                    largest_flow_window: 16 << 20,
                     ..SessionCounters::default()
                 },
             }],
@@ -1112,6 +1107,10 @@ mod tests {
         assert_eq!(
             value(&samples, "braid_session_written_bytes_total", ""),
             (1u64 << 60).to_string()
+        );
+        assert_eq!(
+            value(&samples, "braid_session_largest_flow_window_bytes", ""),
+            "16777216"
         );
         assert_eq!(
             value(&samples, "braid_path_srtt_seconds", "name=\"wifi\""),

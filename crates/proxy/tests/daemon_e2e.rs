@@ -182,6 +182,8 @@ async fn the_metrics_endpoints_serve_the_status_as_prometheus_text() {
     assert_eq!(sample(&text, "braid_info", &["role=\"server\""]), 1.0);
     assert_eq!(sample(&text, "braid_joins_accepted_total", &[]), 2.0);
     assert!(sample(&text, "braid_session_written_bytes_total", &[]) >= 4e6);
+    // The session's tables at least (the download's flow may be gone, and its buffers with it).
+    assert!(sample(&text, "braid_session_memory_bytes", &[]) > 0.0);
     // The process (the test binary, which runs both daemons).
     assert!(sample(&text, "process_resident_memory_bytes", &[]) > 1e6);
     assert!(sample(&text, "process_open_fds", &[]) >= 3.0);
