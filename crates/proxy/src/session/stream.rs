@@ -317,9 +317,15 @@ impl SendStream {
     }
 
     /// Bytes the application may have buffered now: the capacity, or the peer's credit beyond
-    /// the bytes acknowledged where that is larger, at most `capacity_max`.
+    /// the bytes acknowledged where that is larger, at most `capacity_max` and at most the
+    /// bytes the peer has acknowledged so far. The last bound is for a hostile peer: granting
+    /// credit costs it nothing, so without it a peer that never acknowledges could make every
+    /// flow buffer its largest; this way a flow's buffer grows only as fast as the peer takes
+    /// its bytes (a window grown to 16 MiB has carried some 14 MiB by then).
     fn limit(&self) -> u64 {
-        (self.max_data.saturating_sub(self.acked_below)).clamp(self.capacity, self.capacity_max)
+        (self.max_data.saturating_sub(self.acked_below))
+            .min(self.acked_below)
+            .clamp(self.capacity, self.capacity_max)
     }
 
     /// Bytes the application may still write.

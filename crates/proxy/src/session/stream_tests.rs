@@ -198,33 +198,55 @@ fn a_grown_window_and_its_ring_shrink_back_once_the_reader_slows() {
     assert!(rest.iter().all(|&b| b == 9));
 }
 
+/// Writes `len` bytes of `byte`, sends them and has them all acknowledged.
+fn pass_through(s: &mut SendStream, len: usize, byte: u8) {
+    assert_eq!(s.write(&vec![byte; len]), len);
+    while let Some(c) = s.peek(1200, u64::MAX) {
+        s.on_sent(c);
+        s.on_acked(c.offset..c.offset + u64::from(c.len), false);
+    }
+}
+
 #[test]
 fn a_send_buffer_grows_with_the_credit_up_to_its_largest() {
     let mut s = SendStream::new(100, 100).growing_to(400);
     assert_eq!(s.writable(), 100, "credit 100: the capacity");
-    s.max_data = 300;
-    assert_eq!(s.writable(), 300, "credit beyond the acknowledged bytes");
-    assert_eq!(s.write(&[1; 500]), 300);
     s.max_data = 1000;
-    assert_eq!(s.writable(), 100, "at most the largest, 400");
-    assert_eq!(s.write(&[2; 200]), 100);
-    let c = s.peek(250, u64::MAX).unwrap();
+    assert_eq!(s.writable(), 100, "credit, but nothing acknowledged yet");
+    pass_through(&mut s, 100, 0);
+    pass_through(&mut s, 100, 0);
+    assert_eq!(s.writable(), 200, "as far as the bytes acknowledged");
+    pass_through(&mut s, 100, 0);
+    assert_eq!(s.writable(), 300);
+    assert_eq!(s.write(&[1; 500]), 300);
+    let c = s.peek(100, u64::MAX).unwrap();
     s.on_sent(c);
-    s.on_acked(0..250, false);
-    assert_eq!(s.writable(), 250);
+    s.on_acked(300..400, false);
+    assert_eq!(s.writable(), 200, "at most the largest, 400, held");
+    assert_eq!(s.write(&[2; 500]), 200);
     // The bytes written survive the ring's growth.
-    let mut out = [0u8; 150];
-    s.read_chunk(250, &mut out[..50]);
-    s.read_chunk(300, &mut out[50..]);
-    assert_eq!(&out[..50], &[1; 50]);
-    assert_eq!(&out[50..], &[2; 100]);
+    let mut out = [0u8; 400];
+    s.read_chunk(400, &mut out);
+    assert_eq!(&out[..200], &[1; 200]);
+    assert_eq!(&out[200..], &[2; 200]);
+    s.max_data = 700;
+    assert_eq!(
+        s.writable(),
+        0,
+        "credit 300 beyond the acknowledged bytes, 400 held"
+    );
+
     // Once the peer's credit falls back, so does the ring grown for it.
     const K: u64 = 1024;
     let mut big = SendStream::new(16 * K, 16 * K).growing_to(128 * K);
-    big.max_data = 128 * K;
+    big.max_data = 1 << 30;
+    while big.writable() < 128 * K {
+        pass_through(&mut big, 16 * K as usize, 3);
+    }
     assert_eq!(big.write(&vec![3; 128 * K as usize]), 128 * K as usize);
     let grown = big.allocated();
     assert!(grown >= 128 * K, "{grown}");
+    big.max_data = big.write_offset;
     while let Some(c) = big.peek(1200, u64::MAX) {
         big.on_sent(c);
         big.on_acked(c.offset..c.offset + u64::from(c.len), false);
@@ -239,9 +261,10 @@ fn a_send_buffer_grows_with_the_credit_up_to_its_largest() {
         "{} of {grown}",
         big.allocated()
     );
+    let end = big.write_offset;
     assert_eq!(big.write(&vec![4; 16 * K as usize]), 16 * K as usize);
     let mut back = vec![0u8; 16 * K as usize];
-    big.read_chunk(128 * K, &mut back);
+    big.read_chunk(end, &mut back);
     assert!(back.iter().all(|&b| b == 4));
     // A buffer that may not grow keeps its capacity whatever the credit.
     let mut fixed = SendStream::new(100, 1000);
