@@ -14,7 +14,8 @@ use braid_proxy::session::varint::Writer;
 use braid_proxy::session::{Event, FlowKind, PathConfig, Role, Session, SessionConfig, Target};
 use braid_sched_core::{FlowId, PathId, SchedulerConfig, SchedulerKind, Timestamp};
 
-/// The small session the targets talk to: few flows and short buffers, so that limits are met.
+/// The small session the targets talk to: few flows and short buffers, so that limits are met;
+/// flow windows and send buffers that grow (and shrink), as in the daemons.
 pub fn fuzz_config() -> SessionConfig {
     SessionConfig {
         max_flows: 4,
@@ -22,7 +23,9 @@ pub fn fuzz_config() -> SessionConfig {
         datagram_send_queue: 8,
         datagram_receive_queue: 8,
         flow_send_buffer: 4096,
+        flow_send_buffer_max: 16384,
         flow_receive_window: 4096,
+        flow_receive_window_max: 16384,
         session_receive_window: 8192,
         ..SessionConfig::default()
     }
