@@ -70,8 +70,10 @@ pub(crate) const WINDOW_GROWTH_RTTS: u32 = 2;
 /// was read in this many round trips: the application reads slowly now (a burst its socket
 /// buffers took at first made the flow look fast, say), or the path slowed, or the flow paused,
 /// and the credit granted (what waits unread here, and what the sender buffers for it) falls
-/// back. The gap to [`WINDOW_GROWTH_RTTS`] keeps a window from swinging between two sizes.
-pub(crate) const WINDOW_SHRINK_RTTS: u32 = 8;
+/// back. Twice [`WINDOW_GROWTH_RTTS`], as a window doubles or halves: a window that just
+/// doubled takes under four round trips to read at the pace that grew it, one that just halved
+/// over two, so a steady reader's window does not swing between two sizes.
+pub(crate) const WINDOW_SHRINK_RTTS: u32 = 4;
 
 /// Smallest ring allocated.
 const MIN_RING: u64 = 4096;
@@ -565,6 +567,9 @@ pub(crate) struct RecvStream {
     window_max: u64,
     /// Where and when the window's last growth check began: the read offset and the time.
     epoch: Option<(u64, Timestamp)>,
+    /// The most bytes that waited readable (in order, unread) when bytes arrived since the
+    /// epoch began: a window grows only while the application kept up.
+    epoch_backlog: u64,
     read_offset: u64,
     /// Ranges received at or above `read_offset`.
     received: RangeSet,
@@ -586,6 +591,7 @@ impl RecvStream {
             window_min: window.max(1),
             window_max: window.max(1),
             epoch: None,
+            epoch_backlog: 0,
             read_offset: 0,
             received: RangeSet::with_capacity(RANGE_CAPACITY),
             highest: 0,
@@ -598,7 +604,8 @@ impl RecvStream {
 
     /// Lets the window grow from its first size up to `window_max` bytes: it doubles whenever
     /// the application read a whole window in less than [`WINDOW_GROWTH_RTTS`] round trips
-    /// (checked at [`Self::window_update`]).
+    /// without letting half a window wait unread, and halves, not below the first, when it read
+    /// less than a window in [`WINDOW_SHRINK_RTTS`] (checked at [`Self::window_update`]).
     pub fn growing_to(mut self, window_max: u64) -> Self {
         self.window_max = window_max.max(self.window);
         self
@@ -673,6 +680,7 @@ impl RecvStream {
                 );
                 let skip = (start - offset) as usize;
                 self.ring.copy_in(start, &data[skip..]);
+                self.epoch_backlog = self.epoch_backlog.max(self.readable());
             }
         }
         Ok(out)
@@ -766,18 +774,25 @@ impl RecvStream {
         }
         if self.window_max > self.window_min {
             match self.epoch {
-                None => self.epoch = Some((self.read_offset, now)),
+                None => {
+                    self.epoch = Some((self.read_offset, now));
+                    self.epoch_backlog = self.readable();
+                }
                 Some((from, since)) => {
                     let took = now - since;
                     let whole = self.read_offset - from >= self.window;
                     let slow = took > rtt.saturating_mul(WINDOW_SHRINK_RTTS);
-                    if whole && took < rtt.saturating_mul(WINDOW_GROWTH_RTTS) {
+                    // Half a window or more waiting unread: the application, not the window,
+                    // held the flow back (a burst read from a backlog is not a fast flow).
+                    let kept_up = self.epoch_backlog <= self.window / 2;
+                    if whole && kept_up && took < rtt.saturating_mul(WINDOW_GROWTH_RTTS) {
                         self.window = self.window.saturating_mul(2).min(self.window_max);
                     } else if slow {
                         self.window = (self.window / 2).max(self.window_min);
                     }
                     if whole || slow {
                         self.epoch = Some((self.read_offset, now));
+                        self.epoch_backlog = self.readable();
                     }
                 }
             }

@@ -106,27 +106,44 @@ fn drain(r: &mut RecvStream, now: Timestamp) -> Option<u64> {
     r.window_update(now, RTT)
 }
 
+/// Stores `len` bytes at `*at` in pieces of `piece`, the reader taking each as it comes, at
+/// `now`.
+fn keep_up(r: &mut RecvStream, at: &mut u64, len: u64, piece: u64, now: Timestamp) {
+    let end = *at + len;
+    while *at < end {
+        let n = piece.min(end - *at);
+        r.on_data(*at, &vec![1; n as usize], false).unwrap();
+        *at += n;
+        drain(r, now);
+    }
+}
+
 #[test]
 fn a_window_grows_while_the_reader_keeps_up_and_never_past_its_largest() {
     let ms = Timestamp::from_millis;
     let mut r = RecvStream::new(1000).growing_to(3000);
     assert_eq!(r.window(), 1000);
-    r.on_data(0, &[1; 500], false).unwrap();
-    // The first read starts the measure: 500 bytes at 0 ms.
-    assert_eq!(drain(&mut r, ms(0)), Some(1500));
-    r.on_data(500, &[2; 1000], false).unwrap();
-    // A whole window (1000 bytes) read 150 ms later, under two round trips: the window doubles
-    // and the new credit covers it at once.
-    assert_eq!(drain(&mut r, ms(150)), Some(1500 + 2000));
-    assert_eq!(r.window(), 2000);
-    // Bytes beyond the first window's reach are now taken.
-    r.on_data(1500, &[3; 2000], false).unwrap();
-    // 2000 bytes read 150 ms later: doubled again, but to the largest only.
-    assert_eq!(drain(&mut r, ms(300)), Some(3500 + 3000));
-    assert_eq!(r.window(), 3000);
-    r.on_data(3500, &[4; 3000], false).unwrap();
-    assert_eq!(drain(&mut r, ms(310)), Some(6500 + 3000));
-    assert_eq!(r.window(), 3000);
+    let mut at = 0;
+    // The first read starts the measure, at 0 ms.
+    assert_eq!(drain(&mut r, ms(0)), None);
+    // A whole window (1000 bytes) read as it came, by 150 ms, under two round trips: the
+    // window doubles and the new credit covers it at once.
+    keep_up(&mut r, &mut at, 1000, 250, ms(150));
+    assert_eq!((r.window(), r.max_data), (2000, 1000 + 2000));
+    // Bytes beyond the first window's reach are now taken; 2000 more by 300 ms: doubled
+    // again, but to the largest only.
+    keep_up(&mut r, &mut at, 2000, 250, ms(300));
+    assert_eq!((r.window(), r.max_data), (3000, 3000 + 3000));
+    keep_up(&mut r, &mut at, 3000, 250, ms(310));
+    assert_eq!((r.window(), r.max_data), (3000, 6000 + 3000));
+
+    // A reader that let half a window or more wait does not grow it, however quickly it then
+    // reads: the application held the flow back, not the window.
+    let mut lagging = RecvStream::new(1000).growing_to(8000);
+    drain(&mut lagging, ms(0));
+    lagging.on_data(0, &[7; 1000], false).unwrap();
+    assert_eq!(drain(&mut lagging, ms(10)), Some(2000));
+    assert_eq!(lagging.window(), 1000);
 
     // A reader that takes longer than two round trips over each window keeps the first.
     let mut slow = RecvStream::new(1000).growing_to(8000);
@@ -159,8 +176,7 @@ fn a_grown_window_and_its_ring_shrink_back_once_the_reader_slows() {
     // A reader that keeps up: 16, 32, 64 KiB windows each read in 50 ms.
     drain(&mut r, ms(0));
     for (step, len) in [16 * K, 32 * K, 64 * K].into_iter().enumerate() {
-        feed(&mut r, &mut at, len);
-        drain(&mut r, ms(50 * (step as u64 + 1)));
+        keep_up(&mut r, &mut at, len, 4 * K, ms(50 * (step as u64 + 1)));
     }
     assert_eq!(r.window(), 128 * K);
     // The sender fills the window; the ring grows to hold it.
@@ -168,8 +184,9 @@ fn a_grown_window_and_its_ring_shrink_back_once_the_reader_slows() {
     feed(&mut r, &mut at, credit);
     let grown = r.allocated();
     assert!(grown >= 128 * K, "{grown}");
-    // Now 1 KiB read every 100 ms from 300 ms on: less than a window in eight round trips
-    // (800 ms), the window halves, and again every 800 ms, never below the first.
+    // Now 1 KiB read every 100 ms from 300 ms on: less than a window in four round trips
+    // (400 ms), the window halves, and again every 500 ms (at the next read), never below the
+    // first.
     let mut out = [0u8; 1024];
     let mut windows = Vec::new();
     for step in 1..=60u64 {
@@ -178,11 +195,12 @@ fn a_grown_window_and_its_ring_shrink_back_once_the_reader_slows() {
         windows.push(r.window());
     }
     // (The measure began at the last growth, at 150 ms.)
-    assert_eq!(windows[6], 128 * K, "{windows:?}");
+    assert_eq!(windows[2], 128 * K, "{windows:?}");
+    assert_eq!(windows[3], 64 * K, "{windows:?}");
     assert_eq!(windows[7], 64 * K, "{windows:?}");
-    assert_eq!(windows[15], 64 * K, "{windows:?}");
-    assert_eq!(windows[16], 32 * K, "{windows:?}");
-    assert_eq!(windows[25], 16 * K, "{windows:?}");
+    assert_eq!(windows[8], 32 * K, "{windows:?}");
+    assert_eq!(windows[12], 32 * K, "{windows:?}");
+    assert_eq!(windows[13], 16 * K, "{windows:?}");
     assert_eq!(*windows.last().unwrap(), 16 * K, "{windows:?}");
     // The credit granted was not taken back: no update until the reader is past it.
     assert_eq!(r.max_data, at);

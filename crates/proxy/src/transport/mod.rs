@@ -44,7 +44,7 @@ pub const MIN_FLOW_SEND_BUFFER: u64 = 2 << 20;
 /// (the window is what a flow moves per round trip at most, so a fixed one holds a flow below
 /// the bandwidth-delay product of a fast, long path; growing only when the reader keeps up, it
 /// costs memory only where the flow uses it), and halves again when less than a window was read
-/// in eight round trips. A flow's send buffer is 2 MiB, or the first
+/// in four round trips. A flow's send buffer is 2 MiB, or the first
 /// window where that is larger, and grows as far as the peer's credit reaches, up to the largest
 /// window: a sender has at most its buffer in flight, so a window larger than the buffer is used
 /// only as far as the buffer holds it (60 MB through a 16 MiB window over a 200 Mbit/s path of
