@@ -680,7 +680,9 @@ impl RecvStream {
                 );
                 let skip = (start - offset) as usize;
                 self.ring.copy_in(start, &data[skip..]);
-                self.epoch_backlog = self.epoch_backlog.max(self.readable());
+                if self.window_max > self.window_min {
+                    self.epoch_backlog = self.epoch_backlog.max(self.readable());
+                }
             }
         }
         Ok(out)
@@ -774,10 +776,7 @@ impl RecvStream {
         }
         if self.window_max > self.window_min {
             match self.epoch {
-                None => {
-                    self.epoch = Some((self.read_offset, now));
-                    self.epoch_backlog = self.readable();
-                }
+                None => self.restart_epoch(now),
                 Some((from, since)) => {
                     let took = now - since;
                     let whole = self.read_offset - from >= self.window;
@@ -791,8 +790,7 @@ impl RecvStream {
                         self.window = (self.window / 2).max(self.window_min);
                     }
                     if whole || slow {
-                        self.epoch = Some((self.read_offset, now));
-                        self.epoch_backlog = self.readable();
+                        self.restart_epoch(now);
                     }
                 }
             }
@@ -808,6 +806,12 @@ impl RecvStream {
             return Some(target);
         }
         None
+    }
+
+    /// Begins the window's next growth check at the read offset, at `now`.
+    fn restart_epoch(&mut self, now: Timestamp) {
+        self.epoch = Some((self.read_offset, now));
+        self.epoch_backlog = self.readable();
     }
 
     /// The peer reset the flow; drops what was buffered. Returns bytes of session credit the
