@@ -349,7 +349,7 @@ impl ClientHandle {
                 },
             };
             if kind == ListenerKind::Metrics {
-                warn_open_metrics(addr, new.metrics_token.is_some());
+                warn_open_metrics(addr, new.metrics_token.is_some(), new.metrics_tls.is_some());
             }
             let gone = {
                 let mut listeners = self
@@ -416,9 +416,17 @@ impl ClientHandle {
             self.inbound.socks_users.replace(new.socks_users);
             changed.push("socks.users");
         }
-        if self.metrics_auth.replace(new.metrics_token.clone()) {
-            warn_open_metrics(new.metrics_listen, new.metrics_token.is_some());
+        let token = self.metrics_auth.replace(new.metrics_token.clone());
+        let tls = self.metrics_auth.replace_tls(new.metrics_tls.clone());
+        if token || tls {
+            let (has_token, has_tls) = (new.metrics_token.is_some(), new.metrics_tls.is_some());
+            warn_open_metrics(new.metrics_listen, has_token, has_tls);
+        }
+        if token {
             changed.push("metrics_token");
+        }
+        if tls {
+            changed.push("metrics_tls");
         }
         let scheduler = {
             let mut next = self
@@ -841,22 +849,33 @@ fn restart_part(tun: &Option<TunConfig>) -> Option<TunConfig> {
 async fn bind_metrics(
     addr: Option<SocketAddr>,
     token: bool,
+    tls: bool,
 ) -> Result<Option<(tokio::net::TcpListener, SocketAddr)>, DaemonError> {
     let Some(addr) = addr else {
         return Ok(None);
     };
     let bound = bind_tcp(addr).await?;
-    warn_open_metrics(Some(addr), token);
+    warn_open_metrics(Some(addr), token, tls);
     Ok(Some(bound))
 }
 
-/// Warns when the metrics endpoint listens beyond loopback with no token.
-fn warn_open_metrics(addr: Option<SocketAddr>, token: bool) {
-    if let Some(addr) = addr.filter(|a| !a.ip().is_loopback() && !token) {
+/// Warns when the metrics endpoint listens beyond loopback with no token, or with a token
+/// that crosses the network in clear (no TLS).
+fn warn_open_metrics(addr: Option<SocketAddr>, token: bool, tls: bool) {
+    let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) else {
+        return;
+    };
+    if !token {
         tracing::warn!(
             %addr,
             "the metrics endpoint listens beyond loopback with no authentication and names \
              users and sessions: set metrics_token, or keep it on a management network"
+        );
+    } else if !tls {
+        tracing::warn!(
+            %addr,
+            "the metrics endpoint listens beyond loopback over plain HTTP: its token and \
+             figures cross the network in clear; set metrics_tls_cert and metrics_tls_key"
         );
     }
 }
@@ -937,7 +956,12 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         None => None,
     };
     let http_addr = http.as_ref().map(|(_, addr)| *addr);
-    let metrics = bind_metrics(config.metrics_listen, config.metrics_token.is_some()).await?;
+    let metrics = bind_metrics(
+        config.metrics_listen,
+        config.metrics_token.is_some(),
+        config.metrics_tls.is_some(),
+    )
+    .await?;
     let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let tun = match &config.tun {
         Some(t) => {
@@ -991,7 +1015,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         tun: tun_status.clone(),
         inbounds: Arc::default(),
     };
-    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
+    let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
     let serve = |kind, (listener, bound), configured| {
         serve_listener(
             kind,
@@ -1097,7 +1121,8 @@ impl ServerHandle {
     /// [`ServerShared::reload`] says, closes the sessions of the users it removes or gives
     /// another key (their clients are told, as at shutdown; their joins are refused from now
     /// on), gives the running sessions a new scheduler when the file changed it, and moves,
-    /// starts or stops the metrics endpoint as `metrics_listen` says; what changed.
+    /// starts or stops the metrics endpoint as `metrics_listen` says (with the token and TLS
+    /// identity the file gives it); what changed.
     pub async fn reload(&self, config: ServerConfig) -> Reload {
         let metrics_listen = config.metrics_listen;
         let mut reload = self.shared.reload(config);
@@ -1111,10 +1136,12 @@ impl ServerHandle {
                 let _ = session.replace_scheduler(scheduler.build()).await;
             }
         }
-        if reload.changed.contains(&"metrics_token") {
+        if reload.changed.contains(&"metrics_token") || reload.changed.contains(&"metrics_tls") {
             let config = self.shared.config();
             self.metrics_auth.replace(config.metrics_token.clone());
-            warn_open_metrics(config.metrics_listen, config.metrics_token.is_some());
+            self.metrics_auth.replace_tls(config.metrics_tls.clone());
+            let (token, tls) = (config.metrics_token.is_some(), config.metrics_tls.is_some());
+            warn_open_metrics(config.metrics_listen, token, tls);
         }
         if reload.changed.contains(&"session.congestion") {
             let algorithm = self.shared.config().session.congestion;
@@ -1151,7 +1178,13 @@ impl ServerHandle {
         let config = self.shared.config();
         let started = match wanted {
             None => None,
-            Some(addr) => match bind_metrics(Some(addr), config.metrics_token.is_some()).await {
+            Some(addr) => match bind_metrics(
+                Some(addr),
+                config.metrics_token.is_some(),
+                config.metrics_tls.is_some(),
+            )
+            .await
+            {
                 Ok(Some((listener, bound))) => Some(Listener::metrics(
                     listener,
                     addr,
@@ -1248,12 +1281,17 @@ pub async fn start_server(
         addr: config.listen,
         source,
     })?;
-    let metrics = bind_metrics(config.metrics_listen, config.metrics_token.is_some()).await?;
+    let metrics = bind_metrics(
+        config.metrics_listen,
+        config.metrics_token.is_some(),
+        config.metrics_tls.is_some(),
+    )
+    .await?;
     let metrics_addr = metrics.as_ref().map(|(_, addr)| *addr);
     let control_path = control::socket_path(&config.state_dir, Role::Server);
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
-    let metrics_auth = MetricsAuth::new(config.metrics_token.clone());
+    let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
     let shared = ServerShared::new(Arc::new(config));
     let tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), shared.clone())),

@@ -5,11 +5,15 @@
 //! (`metrics_listen`).
 //!
 //! With `metrics_token` set, every request must carry `Authorization: Bearer TOKEN` (401
-//! otherwise); without it the endpoint has no authentication. It names users and sessions and
-//! speaks plain HTTP, so it belongs on loopback or a management network (the daemons warn when
-//! it listens elsewhere with no token). It answers `GET` and
+//! otherwise); without it the endpoint has no authentication. With `metrics_tls_cert` and
+//! `metrics_tls_key` it speaks HTTPS (TLS 1.3 or 1.2), so the token and the figures do not
+//! cross the network in clear; a plain HTTP request to it is answered 400 and told so, without
+//! reading its headers. Otherwise it speaks plain HTTP. It names users and sessions, so it
+//! belongs on loopback or a management network (the daemons warn when it listens elsewhere with
+//! no token, or with a token in clear). It answers `GET` and
 //! `HEAD` of `/metrics`, 404 for another path, 405 for another method and 400 for a request it
-//! cannot read; a request head must arrive whole within 5 s and 8 KiB, a connection is closed
+//! cannot read; the TLS handshake and request head must arrive whole within 5 s and 8 KiB of
+//! head, a connection is closed
 //! after 30 s whatever it does, and at most [`MAX_CONNECTIONS`] connections are served at once
 //! (more are closed at once).
 
@@ -17,12 +21,13 @@ use std::fmt::Write as _;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tracing::debug;
 
-use crate::config::MetricsToken;
+use crate::config::{MetricsTls, MetricsToken};
 use crate::control::StatusSource;
 use crate::transport::status::{DaemonStatus, PathReport, SessionStatus};
 
@@ -761,29 +766,52 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
     }
 }
 
-/// The token the endpoint asks for now (none: no authentication), replaced when the daemon
-/// reloads its file.
+/// How the endpoint is reached now: the token it asks for (none: no authentication) and its
+/// TLS identity (none: plain HTTP), each replaced when the daemon reloads its file. A change
+/// applies from the next request or connection on.
 #[derive(Debug, Default)]
-pub struct MetricsAuth(RwLock<Option<MetricsToken>>);
+pub struct MetricsAuth {
+    token: RwLock<Option<MetricsToken>>,
+    tls: RwLock<Option<MetricsTls>>,
+}
 
 impl MetricsAuth {
-    /// Asks for `token`, when there is one.
-    pub fn new(token: Option<MetricsToken>) -> Arc<MetricsAuth> {
-        Arc::new(MetricsAuth(RwLock::new(token)))
+    /// Asks for `token`, when there is one, over TLS with `tls`, when there is one.
+    pub fn new(token: Option<MetricsToken>, tls: Option<MetricsTls>) -> Arc<MetricsAuth> {
+        Arc::new(MetricsAuth {
+            token: RwLock::new(token),
+            tls: RwLock::new(tls),
+        })
     }
 
     /// Asks for `token` from the next request on; whether that changed the token.
     pub fn replace(&self, token: Option<MetricsToken>) -> bool {
-        let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.token.write().unwrap_or_else(PoisonError::into_inner);
         let changed = *current != token;
         *current = token;
         changed
     }
 
+    /// Serves the next connections over TLS with `tls` (none: plain HTTP); whether that changed
+    /// anything (another file, or the same files holding another certificate or key).
+    pub fn replace_tls(&self, tls: Option<MetricsTls>) -> bool {
+        let mut current = self.tls.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != tls;
+        *current = tls;
+        changed
+    }
+
+    /// The TLS acceptor for a connection accepted now, when the endpoint speaks HTTPS.
+    fn acceptor(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        let tls = self.tls.read().unwrap_or_else(PoisonError::into_inner);
+        tls.as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config()))
+    }
+
     /// Whether the request with this head (request line and headers) may be answered: no
     /// token is set, or its first `Authorization` header is `Bearer` and the token.
     fn allows(&self, head: &[u8]) -> bool {
-        let token = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
         let Some(token) = token.as_ref() else {
             return true;
         };
@@ -825,7 +853,7 @@ pub async fn serve(listener: TcpListener, source: StatusSource, auth: Arc<Metric
         let auth = auth.clone();
         tokio::spawn(async move {
             // A client that stops reading must not hold its slot for ever either.
-            let answered = answer(stream, &source, &auth);
+            let answered = connection(stream, &source, &auth);
             match tokio::time::timeout(CONNECTION_TIMEOUT, answered).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => debug!(%peer, error = %e, "metrics request not answered"),
@@ -879,7 +907,55 @@ fn parse_request(head: &[u8]) -> Request {
     }
 }
 
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+/// The first byte of a TLS handshake record (RFC 8446 §5.1): what a TLS client sends first.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// Serves one accepted connection: over TLS when the endpoint speaks HTTPS now, where a
+/// client speaking plain HTTP instead is answered 400 and told so.
+async fn connection(
+    stream: TcpStream,
+    source: &StatusSource,
+    auth: &MetricsAuth,
+) -> std::io::Result<()> {
+    // The handshake and the request head share one deadline.
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let Some(acceptor) = auth.acceptor() else {
+        return answer(stream, deadline, source, auth).await;
+    };
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first))
+        .await
+        .map_err(|_| timed_out("TLS handshake"))??;
+    if peeked == 1 && first[0] != TLS_HANDSHAKE_RECORD {
+        return refuse_plain_http(stream, deadline).await;
+    }
+    let stream = tokio::time::timeout_at(deadline, acceptor.accept(stream))
+        .await
+        .map_err(|_| timed_out("TLS handshake"))??;
+    answer(stream, deadline, source, auth).await
+}
+
+fn timed_out(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_owned())
+}
+
+/// Answers a plain HTTP request sent to the HTTPS endpoint: 400, saying so. The head is read
+/// (not parsed, so no token is looked at) so that the answer is not lost to a reset.
+async fn refuse_plain_http(mut stream: TcpStream, deadline: Instant) -> std::io::Result<()> {
+    tokio::time::timeout_at(deadline, read_head(&mut stream))
+        .await
+        .map_err(|_| timed_out("request head"))??;
+    let body = "this endpoint speaks HTTPS: ask for https://…/metrics\n";
+    let response = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Option<Vec<u8>>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -898,14 +974,15 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
     }
 }
 
-async fn answer(
-    mut stream: TcpStream,
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    deadline: Instant,
     source: &StatusSource,
     auth: &MetricsAuth,
 ) -> std::io::Result<()> {
-    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
+    let head = tokio::time::timeout_at(deadline, read_head(&mut stream))
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request head"))??;
+        .map_err(|_| timed_out("request head"))??;
     let mut request = head.as_deref().map_or(Request::Bad, parse_request);
     if request != Request::Bad && !head.as_deref().is_some_and(|h| auth.allows(h)) {
         request = Request::Unauthorized;
@@ -1243,11 +1320,14 @@ mod tests {
 
     #[test]
     fn a_set_token_must_come_as_the_first_authorization_bearer_header() {
-        let open = MetricsAuth::new(None);
+        let open = MetricsAuth::new(None, None);
         assert!(open.allows(b"GET /metrics HTTP/1.1"));
         let token = "0123456789abcdef0123";
         let file = std::path::Path::new("c.toml");
-        let auth = MetricsAuth::new(crate::config::metrics_token(file, Some(token)).unwrap());
+        let auth = MetricsAuth::new(
+            crate::config::metrics_token(file, Some(token)).unwrap(),
+            None,
+        );
         for (head, allowed) in [
             (&b"GET /metrics HTTP/1.1\r\nHost: x"[..], false),
             (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer 0123456789abcdef0123", true),

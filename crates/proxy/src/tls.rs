@@ -177,6 +177,21 @@ pub fn server_crypto(identity: &ServerIdentity) -> Result<rustls::ServerConfig, 
     Ok(config)
 }
 
+/// The metrics endpoint's rustls configuration (HTTPS, `metrics_tls_cert` and
+/// `metrics_tls_key`): TLS 1.3 and 1.2, which Prometheus and curl speak, ALPN `http/1.1`.
+/// rustls checks that `key` is the private key of the chain's first certificate.
+pub fn metrics_crypto(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 /// The client's rustls configuration for `trust`: TLS 1.3 only, ALPN `braid/1`.
 pub fn client_crypto(trust: &ServerTrust) -> Result<rustls::ClientConfig, TlsError> {
     let provider = provider();

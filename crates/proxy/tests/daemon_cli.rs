@@ -127,7 +127,7 @@ fn check_validates_without_starting_anything() {
         format!(
             "{server}: a valid server configuration: listen 127.0.0.1:{port}, 2 users, scheduler \
              minrtt, egress private addresses allowed, 1 network denied, ports 25, 6881-6889 \
-             denied, metrics [::1]:9464 (bearer token)\n"
+             denied, metrics http://[::1]:9464/metrics (bearer token)\n"
         )
     );
     let client = write(

@@ -1,7 +1,7 @@
 //! Security defaults of the daemons: a wrong key is refused without detail, a wrong pin never
 //! joins, loopback egress is refused by the default policy, SOCKS5 username/password and the
 //! HTTP CONNECT inbound's Basic credentials are enforced, reloads put new users in force, and the
-//! metrics endpoint asks for its bearer token.
+//! metrics endpoint asks for its bearer token and speaks HTTPS with its certificate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_common;
@@ -572,6 +572,150 @@ async fn the_metrics_endpoint_asks_for_its_token_and_a_reload_changes_it() {
         .await;
     assert_eq!(done.changed, ["metrics_token"]);
     assert_eq!(metrics_with(on_server, None).await.0, OK);
+}
+
+/// A fresh self-signed certificate for `localhost` and its key, written as PEM to `dir/cert.pem`
+/// and `dir/key.pem` (replacing what was there); the certificate (DER).
+fn write_metrics_identity(dir: &std::path::Path) -> rustls::pki_types::CertificateDer<'static> {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), ck.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), ck.signing_key.serialize_pem()).unwrap();
+    ck.cert.der().clone()
+}
+
+/// `GET /metrics` over TLS on `addr`, trusting only `trusted` (as `localhost`), with `token`
+/// as the bearer token; the status line and the body, or the handshake's error.
+async fn metrics_over_tls(
+    addr: SocketAddr,
+    trusted: &rustls::pki_types::CertificateDer<'static>,
+    token: Option<&str>,
+) -> Result<(String, String), std::io::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(trusted.clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .unwrap()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: braid\r\n{auth}\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    Ok((head.lines().next().unwrap().to_owned(), body.to_owned()))
+}
+
+/// With `metrics_tls_cert` and `metrics_tls_key` the endpoint speaks HTTPS: a client trusting
+/// the certificate gets the metrics (with the token), one trusting another certificate does
+/// not get past the handshake, and a plain HTTP request is answered 400 and told to use HTTPS.
+/// A reload of the same files with a renewed certificate serves the new one from the next
+/// connection on; a reload turns HTTPS on in the client and off in the server, without moving
+/// the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoint_speaks_https_with_its_certificate_and_a_reload_renews_it() {
+    use braid_proxy::config::{MetricsTls, MetricsToken, ServerConfig};
+    let dir = std::env::temp_dir().join(format!("braid-test-metrics-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let read = || MetricsTls::read(std::path::Path::new("test.toml"), &cert, &key).unwrap();
+    let first = write_metrics_identity(&dir);
+    let token = "https-token-0123456789";
+    let server_conf = ServerConfig {
+        metrics_token: Some(MetricsToken::new(token).unwrap()),
+        metrics_tls: Some(read()),
+        ..server_config("metricstls", true)
+    };
+    let server = start_server(
+        server_conf.clone(),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client_conf = client_config("metricstls", &server, 1, KEY);
+    let client = start_client(client_conf.clone()).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let on_server = server.metrics_addr.unwrap();
+    const OK: &str = "HTTP/1.1 200 OK";
+
+    let (status, body) = metrics_over_tls(on_server, &first, Some(token))
+        .await
+        .unwrap();
+    assert_eq!(status, OK);
+    assert!(body.contains("braid_joins_accepted_total 1"), "{body}");
+    let (status, _) = metrics_over_tls(on_server, &first, None).await.unwrap();
+    assert_eq!(status, "HTTP/1.1 401 Unauthorized");
+    let (status, head) = metrics_with(on_server, Some(token)).await;
+    assert_eq!(status, "HTTP/1.1 400 Bad Request");
+    assert!(!head.contains("braid_"), "{head}");
+    let (_, _, said) = http(on_server, "GET /metrics HTTP/1.1").await;
+    assert!(said.contains("speaks HTTPS"), "{said}");
+    let elsewhere = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let other = elsewhere.cert.der().clone();
+    assert!(
+        metrics_over_tls(on_server, &other, Some(token))
+            .await
+            .is_err()
+    );
+
+    // The same files renewed: the next connection gets the new certificate.
+    let renewed = write_metrics_identity(&dir);
+    let done = server
+        .reload(ServerConfig {
+            metrics_tls: Some(read()),
+            ..server_conf.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_tls"]);
+    assert!(
+        metrics_over_tls(on_server, &first, Some(token))
+            .await
+            .is_err()
+    );
+    let (status, _) = metrics_over_tls(on_server, &renewed, Some(token))
+        .await
+        .unwrap();
+    assert_eq!(status, OK);
+    assert_eq!(server.metrics_listening(), Some(on_server));
+
+    // The client's endpoint turns HTTPS on; the server's off.
+    let on_client = client.metrics_addr.unwrap();
+    assert_eq!(metrics_with(on_client, None).await.0, OK);
+    let done = client
+        .reload(ClientConfig {
+            metrics_tls: Some(read()),
+            ..client_conf.clone()
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_tls"]);
+    assert!(done.needs_restart.is_empty(), "{:?}", done.needs_restart);
+    let (status, body) = metrics_over_tls(on_client, &renewed, None).await.unwrap();
+    assert_eq!(status, OK);
+    assert!(body.contains("braid_link_joined"), "{body}");
+    assert_eq!(
+        metrics_with(on_client, None).await.0,
+        "HTTP/1.1 400 Bad Request"
+    );
+    let done = server
+        .reload(ServerConfig {
+            metrics_tls: None,
+            ..server_conf
+        })
+        .await;
+    assert_eq!(done.changed, ["metrics_tls"]);
+    assert_eq!(metrics_with(on_server, Some(token)).await.0, OK);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A reload moves the SOCKS5 listener, starts the HTTP inbound and stops the metrics endpoint

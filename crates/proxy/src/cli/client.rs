@@ -39,7 +39,11 @@ fn summary(config: &ClientConfig) -> String {
         links.join(", "),
         config.scheduler.kind().name(),
         inbounds.join(", "),
-        super::metrics_summary(config.metrics_listen, config.metrics_token.is_some()),
+        super::metrics_summary(
+            config.metrics_listen,
+            config.metrics_token.is_some(),
+            config.metrics_tls.is_some(),
+        ),
     )
 }
 

@@ -79,14 +79,19 @@ pub fn main() -> ExitCode {
 
 /// The metrics endpoint's part of a `--check` line: `, metrics ADDR (bearer token)` or
 /// `(no authentication)`; nothing when it is off.
-pub(crate) fn metrics_summary(listen: Option<std::net::SocketAddr>, token: bool) -> String {
+pub(crate) fn metrics_summary(
+    listen: Option<std::net::SocketAddr>,
+    token: bool,
+    tls: bool,
+) -> String {
     listen.map_or_else(String::new, |addr| {
         let auth = if token {
             "bearer token"
         } else {
             "no authentication"
         };
-        format!(", metrics {addr} ({auth})")
+        let scheme = if tls { "https" } else { "http" };
+        format!(", metrics {scheme}://{addr}/metrics ({auth})")
     })
 }
 

@@ -53,7 +53,11 @@ fn summary(config: &ServerConfig) -> String {
         config.users.len(),
         if config.users.len() == 1 { "" } else { "s" },
         config.scheduler.kind().name(),
-        super::metrics_summary(config.metrics_listen, config.metrics_token.is_some()),
+        super::metrics_summary(
+            config.metrics_listen,
+            config.metrics_token.is_some(),
+            config.metrics_tls.is_some(),
+        ),
     )
 }
 

@@ -71,6 +71,8 @@ pub struct ClientConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The bearer token a metrics request must carry, when one is set.
     pub metrics_token: Option<super::MetricsToken>,
+    /// The metrics endpoint's certificate and key, when it speaks HTTPS.
+    pub metrics_tls: Option<super::MetricsTls>,
     /// SOCKS5 users; empty means no authentication.
     pub socks_users: Vec<SocksUser>,
     /// The TUN inbound (`[tun]`), when enabled.
@@ -167,6 +169,8 @@ struct RawClient {
     http_listen: Option<String>,
     metrics_listen: Option<String>,
     metrics_token: Option<String>,
+    metrics_tls_cert: Option<PathBuf>,
+    metrics_tls_key: Option<PathBuf>,
     #[serde(default)]
     socks: RawSocks,
     tun: Option<RawTun>,
@@ -291,6 +295,12 @@ impl ClientConfig {
             None => None,
         };
         let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
+        let metrics_tls = super::metrics_tls(
+            file,
+            raw.metrics_tls_cert.as_deref(),
+            raw.metrics_tls_key.as_deref(),
+            metrics_listen.is_some(),
+        )?;
         let socks_users = socks_users(file, &raw.socks)?;
         let tun = raw.tun.as_ref().map(|t| tun(file, t)).transpose()?;
         if raw.link.is_empty() || raw.link.len() > braid_sched_core::MAX_PATHS {
@@ -329,6 +339,7 @@ impl ClientConfig {
             http_listen,
             metrics_listen,
             metrics_token,
+            metrics_tls,
             socks_users,
             tun,
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,

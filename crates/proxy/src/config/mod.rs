@@ -370,6 +370,164 @@ pub(crate) fn metrics_token(
         .transpose()
 }
 
+/// The metrics endpoint's TLS identity (`metrics_tls_cert`, `metrics_tls_key`): the PEM files
+/// are read with the configuration file, at start and at each reload, so a renewed certificate
+/// is taken up by a reload. Two are equal when they name the same files holding the same
+/// certificates and key. Its `Debug` shows the files and the certificate's fingerprint, never
+/// the key.
+#[derive(Clone)]
+pub struct MetricsTls {
+    /// The certificate chain's file.
+    pub cert_file: PathBuf,
+    /// The private key's file.
+    pub key_file: PathBuf,
+    /// The end-entity certificate's SHA-256 fingerprint.
+    pub fingerprint: String,
+    /// SHA-256 over the chain and the key, for comparing one reading with the next.
+    digest: [u8; 32],
+    server: std::sync::Arc<rustls::ServerConfig>,
+}
+
+impl MetricsTls {
+    /// Reads the certificate chain (PEM, the endpoint's certificate first) and its private key
+    /// (PEM: PKCS#8, PKCS#1 or SEC1); errors name `file`, the setting and the file read.
+    pub fn read(
+        file: &Path,
+        cert_file: &Path,
+        key_file: &Path,
+    ) -> Result<MetricsTls, ConfigFileError> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let cert_expected = "a readable PEM file of certificates, the endpoint's first";
+        let bad_cert = |why: &dyn std::fmt::Display| {
+            invalid(
+                file,
+                "metrics_tls_cert",
+                cert_expected,
+                format!("{}: {why}", cert_file.display()),
+            )
+        };
+        let pem = read_pem(cert_file).map_err(|e| bad_cert(&e))?;
+        let chain = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad_cert(&e))?;
+        let Some(leaf) = chain.first() else {
+            return Err(bad_cert(&"no CERTIFICATE block"));
+        };
+        let fingerprint = crate::tls::fingerprint(leaf);
+        let bad_key = |why: &dyn std::fmt::Display| {
+            invalid(
+                file,
+                "metrics_tls_key",
+                "a readable PEM file with the private key of metrics_tls_cert's first \
+                 certificate (PKCS#8, PKCS#1 or SEC1)",
+                format!("{}: {why}", key_file.display()),
+            )
+        };
+        let pem = read_pem(key_file).map_err(|e| bad_key(&e))?;
+        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| bad_key(&e))?;
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for cert in &chain {
+            digest.update(&(cert.len() as u64).to_le_bytes());
+            digest.update(cert);
+        }
+        digest.update(key.secret_der());
+        let mut sum = [0u8; 32];
+        sum.copy_from_slice(digest.finish().as_ref());
+        let server = crate::tls::metrics_crypto(chain, key).map_err(|e| match e {
+            crate::tls::TlsError::Rustls(rustls::Error::InconsistentKeys(_)) => {
+                bad_key(&"the key of another certificate")
+            }
+            e => bad_key(&e),
+        })?;
+        Ok(MetricsTls {
+            cert_file: cert_file.to_owned(),
+            key_file: key_file.to_owned(),
+            fingerprint,
+            digest: sum,
+            server: std::sync::Arc::new(server),
+        })
+    }
+
+    /// The rustls configuration that serves it.
+    pub fn server_config(&self) -> std::sync::Arc<rustls::ServerConfig> {
+        self.server.clone()
+    }
+}
+
+impl PartialEq for MetricsTls {
+    fn eq(&self, other: &MetricsTls) -> bool {
+        self.cert_file == other.cert_file
+            && self.key_file == other.key_file
+            && self.digest == other.digest
+    }
+}
+
+impl std::fmt::Debug for MetricsTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsTls")
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("fingerprint", &self.fingerprint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The longest PEM file `metrics_tls_cert` and `metrics_tls_key` may name.
+pub const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// The bytes of `path`, a regular file of at most [`MAX_PEM_FILE`] bytes (not a device or a
+/// pipe, which could be read for ever).
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    if meta.len() > MAX_PEM_FILE {
+        return Err(format!("{} bytes, more than {MAX_PEM_FILE}", meta.len()));
+    }
+    std::fs::read(path).map_err(|e| e.to_string())
+}
+
+/// Reads `metrics_tls_cert` and `metrics_tls_key` (given together, and only with a
+/// `metrics_listen`); every error names the setting and the file.
+pub(crate) fn metrics_tls(
+    file: &Path,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    listen: bool,
+) -> Result<Option<MetricsTls>, ConfigFileError> {
+    let (cert_file, key_file) = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        (Some(_), None) => {
+            return Err(invalid(
+                file,
+                "metrics_tls_key",
+                "a PEM private key file, set together with metrics_tls_cert",
+                "(not set)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                file,
+                "metrics_tls_cert",
+                "a PEM certificate file, set together with metrics_tls_key",
+                "(not set)",
+            ));
+        }
+    };
+    if !listen {
+        return Err(invalid(
+            file,
+            "metrics_tls_cert",
+            "metrics_listen set too (the certificate is the metrics endpoint's)",
+            cert_file.display(),
+        ));
+    }
+    MetricsTls::read(file, cert_file, key_file).map(Some)
+}
+
 /// Parses a 32-byte key written as 64 hex digits.
 pub(crate) fn key_hex(file: &Path, field: &str, value: &str) -> Result<[u8; 32], ConfigFileError> {
     let mut out = [0u8; 32];
@@ -613,6 +771,99 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A fresh self-signed certificate and its key, PEM, written to `dir`.
+    fn write_identity(dir: &Path, cert: &str, key: &str) -> String {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        std::fs::write(dir.join(cert), ck.cert.pem()).unwrap();
+        std::fs::write(dir.join(key), ck.signing_key.serialize_pem()).unwrap();
+        crate::tls::fingerprint(ck.cert.der())
+    }
+
+    #[test]
+    fn the_metrics_tls_files_are_read_together_and_every_error_names_its_setting() {
+        let dir = std::env::temp_dir().join(format!("braid-metrics-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = Path::new("f.toml");
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let fingerprint = write_identity(&dir, "cert.pem", "key.pem");
+        let read = |c: Option<&Path>, k: Option<&Path>, listen: bool| metrics_tls(f, c, k, listen);
+        assert_eq!(read(None, None, true).unwrap(), None);
+        assert_eq!(read(None, None, false).unwrap(), None);
+        let first = read(Some(&cert), Some(&key), true).unwrap().unwrap();
+        assert_eq!(first.fingerprint, fingerprint);
+        assert_eq!(first.server_config().alpn_protocols, [b"http/1.1".to_vec()]);
+        let shown = format!("{first:?}");
+        let key_pem = std::fs::read_to_string(&key).unwrap();
+        let key_body = key_pem.lines().nth(1).unwrap();
+        assert!(
+            shown.contains(&fingerprint) && !shown.contains(key_body),
+            "{shown}"
+        );
+        // Read again: equal. The same files renewed: not equal (a reload takes them up).
+        assert_eq!(read(Some(&cert), Some(&key), true).unwrap().unwrap(), first);
+        write_identity(&dir, "cert.pem", "key.pem");
+        let renewed = read(Some(&cert), Some(&key), true).unwrap().unwrap();
+        assert_ne!(renewed, first);
+        assert_ne!(renewed.fingerprint, first.fingerprint);
+
+        let error = |c: Option<&Path>, k: Option<&Path>, listen: bool| {
+            read(c, k, listen).unwrap_err().to_string()
+        };
+        let e = error(Some(&cert), None, true);
+        assert!(e.starts_with("f.toml: metrics_tls_key: expected a PEM private key file, set together with metrics_tls_cert, got \"(not set)\""), "{e}");
+        let e = error(None, Some(&key), true);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_cert: expected a PEM certificate file"),
+            "{e}"
+        );
+        let e = error(Some(&cert), Some(&key), false);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_cert: expected metrics_listen set too"),
+            "{e}"
+        );
+        let missing = dir.join("missing.pem");
+        let e = error(Some(&missing), Some(&key), true);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_cert: expected a readable PEM file")
+                && e.contains("missing.pem"),
+            "{e}"
+        );
+        let e = error(Some(Path::new("/dev/zero")), Some(&key), true);
+        assert!(e.contains("/dev/zero: not a regular file"), "{e}");
+        std::fs::write(dir.join("big.pem"), vec![b'a'; MAX_PEM_FILE as usize + 1]).unwrap();
+        let e = error(Some(&cert), Some(&dir.join("big.pem")), true);
+        assert!(
+            e.contains("big.pem: 1048577 bytes, more than 1048576"),
+            "{e}"
+        );
+        // A key where the certificate should be: no certificate in it.
+        let e = error(Some(&key), Some(&key), true);
+        assert!(
+            e.contains("metrics_tls_cert") && e.contains("no CERTIFICATE block"),
+            "{e}"
+        );
+        // A certificate where the key should be, an empty file, another certificate's key.
+        let e = error(Some(&cert), Some(&cert), true);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_key: expected a readable PEM file"),
+            "{e}"
+        );
+        std::fs::write(dir.join("empty.pem"), "").unwrap();
+        let e = error(Some(&cert), Some(&dir.join("empty.pem")), true);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_key:") && e.contains("empty.pem"),
+            "{e}"
+        );
+        write_identity(&dir, "other-cert.pem", "other-key.pem");
+        let e = error(Some(&cert), Some(&dir.join("other-key.pem")), true);
+        assert!(
+            e.starts_with("f.toml: metrics_tls_key: expected a readable PEM file with the private key of metrics_tls_cert's first certificate")
+                && e.contains("other-key.pem: the key of another certificate"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The bearer token a metrics request must carry, when one is set.
     pub metrics_token: Option<super::MetricsToken>,
+    /// The metrics endpoint's certificate and key, when it speaks HTTPS.
+    pub metrics_tls: Option<super::MetricsTls>,
     /// Where the certificate, key and status socket live.
     pub state_dir: PathBuf,
     /// The name in the self-signed certificate.
@@ -128,6 +130,8 @@ struct RawServer {
     listen: String,
     metrics_listen: Option<String>,
     metrics_token: Option<String>,
+    metrics_tls_cert: Option<PathBuf>,
+    metrics_tls_key: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     server_name: Option<String>,
     #[serde(default)]
@@ -299,6 +303,12 @@ impl ServerConfig {
             None => None,
         };
         let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
+        let metrics_tls = super::metrics_tls(
+            file,
+            raw.metrics_tls_cert.as_deref(),
+            raw.metrics_tls_key.as_deref(),
+            metrics_listen.is_some(),
+        )?;
         let mut users = Vec::with_capacity(raw.user.len());
         for (i, u) in raw.user.iter().enumerate() {
             if u.name.is_empty() || u.name.len() > 64 {
@@ -350,6 +360,7 @@ impl ServerConfig {
             listen,
             metrics_listen,
             metrics_token,
+            metrics_tls,
             state_dir: raw
                 .state_dir
                 .unwrap_or_else(|| PathBuf::from(super::DEFAULT_STATE_DIR)),

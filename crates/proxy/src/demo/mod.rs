@@ -378,6 +378,7 @@ impl Context {
             http_listen: None,
             metrics_listen: None,
             metrics_token: None,
+            metrics_tls: None,
             socks_users: Vec::new(),
             tun: None,
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
@@ -550,6 +551,7 @@ fn server_config(dir: &Path, key: [u8; 32], session: crate::config::SessionLimit
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         metrics_listen: None,
         metrics_token: None,
+        metrics_tls: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {

@@ -118,6 +118,7 @@ impl ServerShared {
             ("egress", new.egress != old.egress),
             ("limits.max_sessions", new.max_sessions != old.max_sessions),
             ("metrics_token", new.metrics_token != old.metrics_token),
+            ("metrics_tls", new.metrics_tls != old.metrics_tls),
             (
                 "session.congestion",
                 new.session.congestion != old.session.congestion,

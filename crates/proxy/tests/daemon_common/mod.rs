@@ -30,6 +30,7 @@ pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_token: None,
+        metrics_tls: None,
         state_dir: state_dir(&format!("{name}-server")),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -64,6 +65,7 @@ pub fn client_config(
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_token: None,
+        metrics_tls: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),

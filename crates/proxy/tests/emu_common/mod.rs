@@ -36,6 +36,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_listen: None,
         metrics_token: None,
+        metrics_tls: None,
         state_dir: dir.join("server"),
         server_name: "braid".into(),
         users: vec![UserEntry {
@@ -66,6 +67,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
         http_listen: None,
         metrics_listen: None,
         metrics_token: None,
+        metrics_tls: None,
         socks_users: Vec::new(),
         tun: None,
         scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
