@@ -1,7 +1,11 @@
 //! The client side of the paths: one quinn endpoint per configured link (bound to the link's
 //! local address and device), one connection per link to the server, and the authenticated
-//! join that makes it a path of the client's session. A link whose handshake or join fails is
-//! retried with exponential backoff ([`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`]) while the other
+//! join that makes it a path of the client's session. While the server does not answer (a link
+//! in an outage), an attempt starts a new handshake every [`HANDSHAKE_RESTART`] beside the
+//! older ones ([`MAX_HANDSHAKES`] at most), so that a link coming back is heard within about a
+//! second, not after the backed-off retransmission of a single handshake. A link whose
+//! handshake or join fails is retried with exponential backoff ([`BACKOFF_MIN`] doubling to
+//! [`BACKOFF_MAX`], or to [`SILENT_BACKOFF_MAX`] while the server is silent) while the other
 //! links carry traffic; a link that drops later reconnects the same way and rejoins with its path
 //! id. No link is the master: the session lives while any path does, and when it closes (every
 //! link down for the session's idle timeout) a new session starts. A reload
@@ -35,6 +39,15 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long a handshake plus join may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// While no handshake of an attempt has completed, another starts this often (see
+/// [`handshake`]).
+pub const HANDSHAKE_RESTART: Duration = Duration::from_secs(2);
+/// Handshakes of one attempt in flight at once; a new one replaces the oldest.
+pub const MAX_HANDSHAKES: usize = 4;
+/// Longest retry delay after an attempt in which no handshake completed (the server silent: a
+/// link in an outage, which may end at any moment). Other failures back off to
+/// [`BACKOFF_MAX`].
+pub const SILENT_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
 /// Why a link could not join.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +66,10 @@ pub enum LinkError {
     /// quinn could not start the endpoint or the connection.
     #[error("connecting: {0}")]
     Connect(String),
-    /// The handshake or join timed out.
+    /// No handshake completed in time: the server did not answer.
+    #[error("no answer from the server in {0:?}")]
+    NoAnswer(Duration),
+    /// The join timed out after the handshake.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The server refused the join.
@@ -472,6 +488,8 @@ async fn run_link(
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
+        // Whether the attempt failed with the server silent (a shorter wait follows).
+        let mut silent = false;
         let mut floor = started + BACKOFF_MIN;
         // What changes from here on ends the wait after a failed attempt early.
         interfaces.mark_unchanged();
@@ -570,7 +588,9 @@ async fn run_link(
                 }
             }
             Err(e) => {
-                warn!(link = %link.name, error = %e, retry_in = ?backoff, "link not joined");
+                silent = matches!(e, LinkError::NoAnswer(_));
+                let retry_in = retry_delay(backoff, silent);
+                warn!(link = %link.name, error = %e, ?retry_in, "link not joined");
                 // Found unusable before sending anything: the next check costs nothing on the
                 // network, so news of the interfaces may bring it at once.
                 if matches!(e, LinkError::InterfaceDown(_) | LinkError::AddressGone(_)) {
@@ -579,14 +599,15 @@ async fn run_link(
                 ctx.update(id, generation, |slot| slot.last_error = Some(e.to_string()));
             }
         }
+        let wait = retry_delay(backoff, silent);
         ctx.update(id, generation, |slot| {
-            slot.retry_at = Some(Instant::now() + backoff)
+            slot.retry_at = Some(Instant::now() + wait)
         });
         // An interface that came up or got an address since the attempt started ends the
         // wait early (but an attempt that went to the network is not repeated before
         // BACKOFF_MIN after its start, however busy the kernel's news).
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(wait) => {}
             () = ifwatch::changed(&mut interfaces) => {
                 tokio::time::sleep_until(floor.into()).await;
             }
@@ -657,23 +678,78 @@ async fn connect_and_join(
         quinn::default_runtime().ok_or_else(|| LinkError::Connect("no async runtime".into()))?;
     let endpoint = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
         .map_err(|e| LinkError::Connect(e.to_string()))?;
-    let connecting = endpoint
-        .connect_with(ctx.crypto.clone(), server, &ctx.config.server_name)
-        .map_err(|e| LinkError::Connect(e.to_string()))?;
-    let work = async {
-        let conn = connecting
-            .await
-            .map_err(|e| LinkError::Connect(e.to_string()))?;
-        let fragments = join(&conn, id, link, ctx, session_id).await?;
-        Ok::<_, LinkError>((conn, fragments))
-    };
-    let (conn, fragments) = tokio::time::timeout(CONNECT_TIMEOUT, work)
+    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, server))
+        .await
+        .map_err(|_| LinkError::NoAnswer(CONNECT_TIMEOUT))??;
+    let fragments = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
         .await
         .map_err(|_| LinkError::Timeout(CONNECT_TIMEOUT))??;
     if conn.max_datagram_size().is_none() {
         return Err(LinkError::NoDatagrams);
     }
     Ok((endpoint, conn, fragments))
+}
+
+/// The wait before the next attempt: `backoff`, or at most [`SILENT_BACKOFF_MAX`] after an
+/// attempt the server never answered.
+fn retry_delay(backoff: Duration, silent: bool) -> Duration {
+    if silent {
+        backoff.min(SILENT_BACKOFF_MAX)
+    } else {
+        backoff
+    }
+}
+
+/// A QUIC connection to `server` from `endpoint`, its handshake complete. While none has
+/// completed, another handshake starts every [`HANDSHAKE_RESTART`] beside the earlier ones (at
+/// most [`MAX_HANDSHAKES`], the oldest dropped): a single handshake to a silent server
+/// retransmits its first packet after 1, 2 and 4 s more (quinn's probe timeout, doubled each
+/// time), so a link whose outage ends would wait up to 4 s for the next one; with a handshake
+/// started every 2 s a first packet leaves about every second. The first handshake to complete
+/// wins and the others are dropped (closed) before any of them joins, so the server never
+/// sees two joins of one attempt. A handshake refused or failed (a wrong certificate, a
+/// closed port) ends the attempt with its error; one that times out leaves the others racing.
+async fn handshake(
+    endpoint: &quinn::Endpoint,
+    ctx: &LinkContext,
+    server: SocketAddr,
+) -> Result<quinn::Connection, LinkError> {
+    let mut racing = tokio::task::JoinSet::new();
+    // The handshakes in flight, oldest first.
+    let mut order = std::collections::VecDeque::with_capacity(MAX_HANDSHAKES);
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            // A result first: a handshake that completed wins over starting another.
+            biased;
+            Some(done) = racing.join_next_with_id() => {
+                let (task, result) = match done {
+                    Ok((task, result)) => (task, result),
+                    // Dropped for a newer one.
+                    Err(e) => (e.id(), Err(quinn::ConnectionError::TimedOut)),
+                };
+                order.retain(|h: &tokio::task::AbortHandle| h.id() != task);
+                match result {
+                    Ok(conn) => return Ok(conn),
+                    Err(quinn::ConnectionError::TimedOut) => {}
+                    Err(e) => return Err(LinkError::Connect(e.to_string())),
+                }
+            }
+            () = tokio::time::sleep_until(next) => {
+                if order.len() == MAX_HANDSHAKES
+                    && let Some(oldest) = order.pop_front()
+                {
+                    oldest.abort();
+                }
+                let connecting = endpoint
+                    .connect_with(ctx.crypto.clone(), server, &ctx.config.server_name)
+                    .map_err(|e| LinkError::Connect(e.to_string()))?;
+                order.push_back(racing.spawn(connecting));
+                next += HANDSHAKE_RESTART;
+            }
+        }
+    }
 }
 
 /// Joins the session on `conn`; returns what the server's answer says it knows.
@@ -706,4 +782,18 @@ async fn join(
         conn.close(quinn::VarInt::from_u32(0), b"");
         LinkError::Refused
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_server_is_tried_again_sooner_than_a_refusing_one() {
+        let long = BACKOFF_MAX;
+        assert_eq!(retry_delay(long, false), BACKOFF_MAX);
+        assert_eq!(retry_delay(long, true), SILENT_BACKOFF_MAX);
+        assert_eq!(retry_delay(BACKOFF_MIN, true), BACKOFF_MIN);
+        assert!(SILENT_BACKOFF_MAX < BACKOFF_MAX && SILENT_BACKOFF_MAX >= BACKOFF_MIN);
+    }
 }
