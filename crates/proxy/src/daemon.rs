@@ -723,7 +723,10 @@ async fn close_links(conns: &[quinn::Connection]) {
     // Only those still open: closing one the server has closed would make it look closed by
     // this end.
     for c in conns.iter().filter(|c| c.close_reason().is_none()) {
-        c.close(quinn::VarInt::from_u32(0), b"client stopping");
+        c.close(
+            quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
+            b"client stopping",
+        );
     }
     let done = |(c, before): (&quinn::Connection, &u64)| match c.close_reason() {
         None => false,
@@ -1223,8 +1226,10 @@ impl ServerHandle {
             t.abort();
         }
         close_sessions(&self.shared.sessions()).await;
-        self.endpoint
-            .close(quinn::VarInt::from_u32(0), b"server stopping");
+        self.endpoint.close(
+            quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
+            b"server stopping",
+        );
         if tokio::time::timeout(DRAIN_TIMEOUT, self.endpoint.wait_idle())
             .await
             .is_err()
@@ -1239,8 +1244,10 @@ impl ServerHandle {
     /// (the endpoint closes before the sessions' CLOSE can go out); the fallback of
     /// [`ServerHandle::shutdown_gracefully`].
     pub fn shutdown(&mut self) {
-        self.endpoint
-            .close(quinn::VarInt::from_u32(0), b"server stopping");
+        self.endpoint.close(
+            quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
+            b"server stopping",
+        );
         for t in self.tasks.drain(..) {
             t.abort();
         }

@@ -1208,3 +1208,191 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
         Err(why) => eprintln!("skipped: {why}"),
     }
 }
+
+/// Reads `s` until it ends; how it ended: `Ok(bytes)` at a clean end (a FIN), or the error
+/// (a reset) and the bytes read before it.
+async fn read_until_end(s: &mut TcpStream) -> Result<usize, (std::io::ErrorKind, usize)> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    let work = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Ok(total),
+                Ok(n) => total += n,
+                Err(e) => return Err((e.kind(), total)),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), work)
+        .await
+        .expect("the connection never ended")
+}
+
+/// A listener on 127.0.0.1 whose connections get `first` and then `then_bytes` bytes of
+/// `x`, and are then reset (`SO_LINGER` 0: a TCP RST, no FIN).
+async fn resetting_origin(first: &'static [u8], then_bytes: usize) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The request (or the SOCKS client's first bytes) first, so the reset does not
+                // come from unread data.
+                let mut request = [0u8; 1024];
+                let _ = s.read(&mut request).await;
+                let _ = s.write_all(first).await;
+                let _ = s.write_all(&vec![b'x'; then_bytes]).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                s.set_zero_linger().unwrap();
+            });
+        }
+    });
+    addr
+}
+
+/// An origin server that resets its connection mid-stream: the application behind the SOCKS5
+/// inbound sees a reset too, never a clean end (which would pass a stream delimited by the
+/// close, as a raw download is, for whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_s_reset_reaches_the_application_as_a_reset() {
+    let (_server, client) = pair("origin-reset", 1).await;
+    let origin = resetting_origin(b"", 200_000).await;
+    let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"GET").await.unwrap();
+    let ended = read_until_end(&mut s).await;
+    assert!(
+        matches!(ended, Err((std::io::ErrorKind::ConnectionReset, _))),
+        "{ended:?}"
+    );
+}
+
+/// A session lost mid-download (here the server stops) resets the application's connection:
+/// the download does not look complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_resets_the_application_s_connections() {
+    let (mut server, client) = pair("session-lost", 1).await;
+    // An origin that sends until its connection fails.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).await.is_ok() {}
+    });
+    let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    let mut first = vec![0u8; 1024];
+    s.read_exact(&mut first).await.unwrap();
+    server.shutdown_gracefully().await;
+    let ended = read_until_end(&mut s).await;
+    assert!(
+        matches!(ended, Err((std::io::ErrorKind::ConnectionReset, _))),
+        "{ended:?}"
+    );
+}
+
+/// A forwarded `http://` response whose body ends with the server's close, broken off by the
+/// server's reset: the client's connection is reset, not closed as if the body were whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_delimited_by_the_close_and_broken_off_is_reset_at_the_client() {
+    let (_server, client) = pair("http-broken", 1).await;
+    let origin = resetting_origin(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 200_000).await;
+    let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
+    let request = format!(
+        "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        origin.port()
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let ended = read_until_end(&mut s).await;
+    assert!(
+        matches!(ended, Err((std::io::ErrorKind::ConnectionReset, n)) if n > 0),
+        "{ended:?}"
+    );
+}
+
+/// A server stopped at once (no time for the sessions' CLOSE frames) and started again at the
+/// same address: its connections close with the session-closed code, so the client's session
+/// ends (the application whose flow it carried sees a reset) and a new one starts and carries
+/// traffic. (`emu_outage` has the case where even that close is lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_at_once_ends_the_session_and_a_new_one_starts() {
+    use braid_proxy::daemon::start_server;
+    use braid_proxy::tls::ServerIdentity;
+    let identity = ServerIdentity::generate("braid").unwrap();
+    let config = server_config("lost-session", true);
+    let mut server = start_server(config.clone(), identity.clone())
+        .await
+        .unwrap();
+    let client = braid_proxy::daemon::start_client(client_config("lost-session", &server, 2, KEY))
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let first = client.status().await.sessions[0].session.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![b'x'; 16 * 1024];
+                while s.write_all(&chunk).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        }
+    });
+    let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", origin.port()).await;
+    assert_eq!(code, 0);
+    let mut some = vec![0u8; 1024];
+    s.read_exact(&mut some).await.unwrap();
+
+    // Stopped at once (the sessions' CLOSE frames cannot go out), and back at the same address.
+    let addr = server.addr;
+    server.shutdown();
+    drop(server);
+    let mut again = None;
+    for _ in 0..50 {
+        let config = braid_proxy::config::ServerConfig {
+            listen: addr,
+            ..config.clone()
+        };
+        match start_server(config, identity.clone()).await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let _server = again.expect("the server could not listen at its address again");
+    let ended = read_until_end(&mut s).await;
+    assert!(
+        matches!(ended, Err((std::io::ErrorKind::ConnectionReset, _))),
+        "{ended:?}"
+    );
+    // A new session, with both links, carries a new flow.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = client.status().await;
+        if status
+            .sessions
+            .first()
+            .is_some_and(|s| s.session != first && s.paths.len() == 2)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new session: {:?}",
+            status
+                .sessions
+                .iter()
+                .map(|s| &s.session)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let target = test_server().await;
+    let got = download(client.socks_addr, target, MB as u32).await;
+    assert_eq!(sha256(&got), sha256(&pattern(MB, 7)));
+}

@@ -38,20 +38,22 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
     use braid_proxy::transport::join::{
-        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_OK_PING,
-        JOIN_REFUSED, PeerKnows,
+        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_CREATED, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS,
+        JOIN_OK_PING, JOIN_OK_SESSION_NEWS, JOIN_REFUSED, PeerKnows,
     };
-    let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL).await;
+    let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL, [1; 16]).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
     // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
-    // PATH_ABANDON, knows DATAGRAM_LIMIT or opens ping flows (an older one) gets the old answer;
-    // one that does learns that the server knows them too.
-    for bits in 0..16u8 {
+    // PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows or wants to hear whether its join
+    // started the session (an older one) gets the old answer; one that does learns that the
+    // server knows them too.
+    for bits in 0..32u8 {
         let knows = PeerKnows {
             fragments: bits & 1 != 0,
             abandon: bits & 2 != 0,
             datagram_limit: bits & 4 != 0,
             ping: bits & 8 != 0,
+            session_news: bits & 16 != 0,
         };
         let mut answer = JOIN_OK;
         for (known, bit) in [
@@ -59,14 +61,28 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
             (knows.abandon, JOIN_OK_ABANDON),
             (knows.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
             (knows.ping, JOIN_OK_PING),
+            (knows.session_news, JOIN_OK_SESSION_NEWS),
         ] {
             if known {
                 answer |= bit;
             }
         }
-        let accepted = raw_join_answer(&server, KEY, knows).await;
+        // The session was started by the first of these joins (bits 0: not told).
+        let accepted = raw_join_answer(&server, KEY, knows, [1; 16]).await;
         assert_eq!(accepted, vec![answer], "{knows:?}");
     }
+    // A join that starts a session is told so when it asks, and only then.
+    let all = PeerKnows::ALL.bits();
+    let started = raw_join_answer(&server, KEY, PeerKnows::ALL, [2; 16]).await;
+    assert_eq!(started, vec![all | JOIN_OK_CREATED]);
+    let again = raw_join_answer(&server, KEY, PeerKnows::ALL, [2; 16]).await;
+    assert_eq!(again, vec![all]);
+    let unasked = PeerKnows {
+        session_news: false,
+        ..PeerKnows::ALL
+    };
+    let started = raw_join_answer(&server, KEY, unasked, [3; 16]).await;
+    assert_eq!(started, vec![unasked.bits()]);
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);
@@ -78,6 +94,7 @@ async fn raw_join_answer(
     server: &braid_proxy::daemon::ServerHandle,
     key: [u8; 32],
     knows: braid_proxy::transport::join::PeerKnows,
+    session_id: [u8; 16],
 ) -> Vec<u8> {
     use braid_proxy::transport::join::{EXPORTER_LABEL, Join, compute_mac};
     use braid_sched_core::PathId;
@@ -98,13 +115,13 @@ async fn raw_join_answer(
         .unwrap();
     let join = Join {
         user: "alice".into(),
-        session_id: [1; 16],
+        session_id,
         path: PathId(0),
         tier: braid_proxy::session::Tier::Primary,
         weight: 1,
         knows,
         link_name: "raw".into(),
-        mac: compute_mac(&key, &exporter, &[1; 16], PathId(0)),
+        mac: compute_mac(&key, &exporter, &session_id, PathId(0)),
     };
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     send.write_all(&join.encode()).await.unwrap();

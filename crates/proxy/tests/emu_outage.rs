@@ -1,6 +1,8 @@
 //! curl through the SOCKS5 inbound over two emulated links while one of them goes dark for
-//! 5 s in the middle of a 50 MB download: the transfer completes, bytes intact (SHA-256). And a
+//! 5 s in the middle of a 50 MB download: the transfer completes, bytes intact (SHA-256). A
 //! link that is dark when the client starts joins within about a second of its outage's end.
+//! A server that stops and comes back while the links are dark is found to have lost the
+//! session by its answer to the next join.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod emu_common;
@@ -90,5 +92,134 @@ async fn a_link_dark_at_start_joins_soon_after_its_outage_ends() {
         joined.as_secs_f64() < 5.5,
         "joined at {joined:?}: more than 2 s after the outage ended"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reads `s` until it ends: `Ok(bytes)` at a clean end (a FIN), or the error's kind.
+async fn read_until_end(s: &mut tokio::net::TcpStream) -> Result<usize, std::io::ErrorKind> {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    let work = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Ok(total),
+                Ok(n) => total += n,
+                Err(e) => return Err(e.kind()),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), work)
+        .await
+        .expect("the connection never ended")
+}
+
+/// The server stops and starts again at its address while both links are dark (1.5-3.5 s), so
+/// the client hears nothing of it: no session CLOSE, no connection close. Once the links are
+/// back, their connections end (here at once, standing for their 15 s idle timeout) and they
+/// join again under the session's id; the new server answers that the join started the session
+/// (`JOIN_OK_CREATED`), and the client, whose session had joined before, ends it: the
+/// application whose flow it carried gets a reset, not a flow that waits for ever, and a new
+/// session carries traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() {
+    use braid_proxy::daemon::{start_client, start_server};
+    use braid_proxy::tls::ServerIdentity;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = temp_dir("lost-session");
+    let identity = ServerIdentity::generate("braid").unwrap();
+    let config = server_config(&dir);
+    let mut server = start_server(config.clone(), identity.clone())
+        .await
+        .unwrap();
+    let addr = server.addr;
+    let dark = "outages = [[1.5, 3.5]]";
+    let links = [format!("{WIFI}\n{dark}"), format!("{LTE}\n{dark}")];
+    let emu = braid_testbed::emu::Emulator::start(&emu_config(addr, &[&links[0], &links[1]]))
+        .await
+        .unwrap();
+    let client = start_client(client_config(
+        &dir,
+        &server.fingerprint,
+        &emu.listen_addrs(),
+    ))
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let first = client.status().await.sessions[0].session.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let chunk = vec![b'x'; 16 * 1024];
+                while s.write_all(&chunk).await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+        }
+    });
+    let mut s = tokio::net::TcpStream::connect(client.socks_addr)
+        .await
+        .unwrap();
+    let mut request = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
+    request.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 2 + 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[..4], [5, 0, 5, 0], "SOCKS5 CONNECT refused");
+    let mut some = vec![0u8; 1024];
+    s.read_exact(&mut some).await.unwrap();
+    assert!(
+        emu.now().as_secs_f64() < 1.4,
+        "set-up took until {:?}",
+        emu.now()
+    );
+
+    // Inside the outage: stopped, unheard, and started again at its address.
+    while emu.now().as_secs_f64() < 1.7 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.shutdown();
+    drop(server);
+    let mut again = None;
+    for _ in 0..50 {
+        let config = braid_proxy::config::ServerConfig {
+            listen: addr,
+            ..config.clone()
+        };
+        match start_server(config, identity.clone()).await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let _server = again.expect("the server could not listen at its address again");
+    assert!(
+        emu.now().as_secs_f64() < 3.4,
+        "restarted at {:?}",
+        emu.now()
+    );
+    while emu.now().as_secs_f64() < 3.6 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(client.drop_link(0) && client.drop_link(1));
+    assert_eq!(
+        read_until_end(&mut s).await,
+        Err(std::io::ErrorKind::ConnectionReset)
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !client
+        .status()
+        .await
+        .sessions
+        .first()
+        .is_some_and(|s| s.session != first && s.paths.len() == 2)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "no new session");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -200,6 +200,9 @@ pub(crate) async fn exchange(
                 if let Some(done) = origin.take() {
                     done.close().await;
                 }
+                // Part of the response went out: the client's connection ends with a TCP RST,
+                // not a FIN, which would pass a body delimited by the close for whole.
+                let _ = stream.set_zero_linger();
                 return Err(InboundError::ForwardBroken {
                     target: target.to_string(),
                     reason,
@@ -355,7 +358,8 @@ async fn relay_response(
             chunk = match reader.recv().await {
                 Some(FlowMsg::Data(data)) => data,
                 Some(FlowMsg::Datagram(_)) => Bytes::new(),
-                Some(FlowMsg::Finished) | None if response.body == BodyLength::UntilClose => {
+                // The server's close ends such a body; a lost session (no FINISH) does not.
+                Some(FlowMsg::Finished) if response.body == BodyLength::UntilClose => {
                     let _ = wr.shutdown().await;
                     return ResponseEnd::Done {
                         reusable: false,

@@ -646,6 +646,12 @@ impl Session {
         let _ = now;
     }
 
+    /// The peer's session is over, as its path's connection closing said (its CLOSE may have
+    /// been lost): this one closes too, as on a CLOSE with code 0.
+    pub fn peer_closed(&mut self) {
+        self.finish_close(0, true);
+    }
+
     fn finish_close(&mut self, code: u64, by_peer: bool) {
         if self.state == SessionState::Closed {
             return;

@@ -16,6 +16,7 @@
 //! address cuts a link's retry wait short.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,9 @@ use tracing::{info, warn};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::ifwatch;
-use super::join::{EXPORTER_LABEL, Join, PeerKnows, SessionId, compute_mac, parse_answer};
+use super::join::{
+    EXPORTER_LABEL, Join, JoinAnswer, PeerKnows, SessionId, compute_mac, parse_answer,
+};
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use super::status::LinkStatus;
 use crate::config::{ClientConfig, LinkConfig};
@@ -104,11 +107,32 @@ pub struct LinkContext {
     table: Mutex<LinkTable>,
 }
 
+/// What the server answered the joins of one session, to tell when it lost the session: it
+/// says which join started it ([`JoinAnswer::created`]), and a session is started once.
+#[derive(Debug, Default)]
+struct JoinHistory {
+    /// A join of the session was answered.
+    answered: AtomicBool,
+    /// A join was answered as starting the session.
+    created: AtomicBool,
+}
+
+impl JoinHistory {
+    /// Records `answer` to a join begun when [`JoinHistory::answered`] read `answered_before`;
+    /// whether the server lost the session: it started it again, or started it for a join begun
+    /// after another was answered. (Two joins begun together at the start may be answered in
+    /// either order, the one that started the session last.)
+    fn lost(&self, answer: JoinAnswer, answered_before: bool) -> bool {
+        self.answered.store(true, Ordering::Release);
+        answer.created && (self.created.swap(true, Ordering::AcqRel) || answered_before)
+    }
+}
+
 /// The links by path id, and the session they join.
 #[derive(Debug)]
 struct LinkTable {
     slots: Vec<Option<LinkSlot>>,
-    session: Option<(SessionId, SessionHandle)>,
+    session: Option<(SessionId, SessionHandle, Arc<JoinHistory>)>,
     /// The generation of the next slot made.
     next_generation: u64,
 }
@@ -296,7 +320,7 @@ impl LinkContext {
     /// Starts every link's task in a new session.
     fn start_session(self: &Arc<Self>, id: SessionId, session: SessionHandle) {
         let mut table = self.table();
-        table.session = Some((id, session));
+        table.session = Some((id, session, Arc::default()));
         for path in 0..MAX_PATHS {
             self.start_link(&mut table, path);
         }
@@ -312,7 +336,7 @@ impl LinkContext {
     }
 
     fn start_link(self: &Arc<Self>, table: &mut LinkTable, path: usize) {
-        let Some((session_id, session)) = table.session.clone() else {
+        let Some((session_id, session, history)) = table.session.clone() else {
             return;
         };
         if let Some(slot) = table.slots[path].as_mut() {
@@ -324,6 +348,7 @@ impl LinkContext {
                 self.clone(),
                 session_id,
                 session,
+                history,
             ));
             slot.task = Some(task.abort_handle());
         }
@@ -396,7 +421,7 @@ impl LinkContext {
                 Some(new) if in_place(&slot.config, new) => {
                     slot.config = Arc::new(new.clone());
                     if slot.joined
-                        && let (Some(conn), Some((_, session))) = (&slot.conn, &session)
+                        && let (Some(conn), Some((_, session, _))) = (&slot.conn, &session)
                     {
                         updates.push((
                             session.clone(),
@@ -483,6 +508,7 @@ async fn run_link(
     ctx: Arc<LinkContext>,
     session_id: SessionId,
     session: SessionHandle,
+    history: Arc<JoinHistory>,
 ) {
     let mut interfaces = ctx.interfaces.clone();
     let mut backoff = BACKOFF_MIN;
@@ -490,6 +516,7 @@ async fn run_link(
         let started = Instant::now();
         // Whether the attempt failed with the server silent (a shorter wait follows).
         let mut silent = false;
+        let answered_before = history.answered.load(Ordering::Acquire);
         let mut floor = started + BACKOFF_MIN;
         // What changes from here on ends the wait after a failed attempt early.
         interfaces.mark_unchanged();
@@ -514,7 +541,27 @@ async fn run_link(
             }
         };
         match attempt.await {
-            Ok((endpoint, conn, peer)) => {
+            Ok((endpoint, conn, answer)) => {
+                // The server lost the session (a restart, or its idle timeout while every link
+                // was dark) and started it anew for this join: the flows this session carries
+                // are unknown there. The session ends, so that its flows fail at once (their
+                // applications see a reset) instead of waiting for ever, and a new one starts;
+                // this connection never joins it.
+                if history.lost(answer, answered_before) {
+                    warn!(
+                        link = %link.name,
+                        "the server no longer knew this session (restarted?): its flows are \
+                         lost; starting a new session"
+                    );
+                    // The server's new session for this join ends with it.
+                    conn.close(
+                        quinn::VarInt::from_u32(super::join::SESSION_CLOSED_CODE),
+                        b"session lost",
+                    );
+                    session.close().await;
+                    return;
+                }
+                let peer = answer.knows;
                 // The path attaches with the settings its JOIN carried (`link`, read before
                 // the attempt); a change since is sent after the attach, below.
                 if ctx
@@ -666,7 +713,7 @@ async fn connect_and_join(
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<(quinn::Endpoint, quinn::Connection, PeerKnows), LinkError> {
+) -> Result<(quinn::Endpoint, quinn::Connection, JoinAnswer), LinkError> {
     let server = resolve(link).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
@@ -682,13 +729,13 @@ async fn connect_and_join(
     let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, server))
         .await
         .map_err(|_| LinkError::NoAnswer(CONNECT_TIMEOUT))??;
-    let fragments = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
+    let answer = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
         .await
         .map_err(|_| LinkError::Timeout(CONNECT_TIMEOUT))??;
     if conn.max_datagram_size().is_none() {
         return Err(LinkError::NoDatagrams);
     }
-    Ok((endpoint, conn, fragments))
+    Ok((endpoint, conn, answer))
 }
 
 /// The wait before the next attempt: `backoff`, or at most [`SILENT_BACKOFF_MAX`] after an
@@ -752,14 +799,14 @@ async fn handshake(
     }
 }
 
-/// Joins the session on `conn`; returns what the server's answer says it knows.
+/// Joins the session on `conn`; returns what the server's answer says.
 async fn join(
     conn: &quinn::Connection,
     path: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
-) -> Result<PeerKnows, LinkError> {
+) -> Result<JoinAnswer, LinkError> {
     let io = |e: &dyn std::fmt::Display| LinkError::Connect(e.to_string());
     let mut exporter = [0u8; 32];
     conn.export_keying_material(&mut exporter, EXPORTER_LABEL, b"")
@@ -787,6 +834,35 @@ async fn join(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_lost_when_the_server_starts_it_twice_or_for_a_later_join() {
+        let created = JoinAnswer {
+            created: true,
+            ..JoinAnswer::default()
+        };
+        let found = JoinAnswer::default();
+        // Two joins begun together, answered in either order, then a rejoin the server knew.
+        for first in [created, found] {
+            let h = JoinHistory::default();
+            let second = if first.created { found } else { created };
+            assert!(!h.lost(first, false) && !h.lost(second, false));
+            assert!(!h.lost(found, true));
+            // The server restarted: the next join starts the session again.
+            assert!(h.lost(created, true));
+        }
+        // Started again for a join begun before any answer (its own answer lost).
+        let h = JoinHistory::default();
+        assert!(!h.lost(created, false));
+        assert!(h.lost(created, false));
+        // A join begun after an answer, the first to say it started the session.
+        let h = JoinHistory::default();
+        assert!(!h.lost(found, false));
+        assert!(h.lost(created, true));
+        // An older server never says: never lost.
+        let h = JoinHistory::default();
+        assert!(!h.lost(found, false) && !h.lost(found, true));
+    }
 
     #[test]
     fn a_silent_server_is_tried_again_sooner_than_a_refusing_one() {

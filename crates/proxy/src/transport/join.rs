@@ -1,14 +1,15 @@
 //! The authenticated join: the first (and only) bidirectional stream of every path connection
 //! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (with the
-//! bits of [`JOIN_OK_FRAGMENTS`], [`JOIN_OK_ABANDON`] and [`JOIN_OK_DATAGRAM_LIMIT`] for what
-//! both ends know: [`answer`], [`parse_answer`]) or [`JOIN_REFUSED`], then closes a refused
-//! connection.
+//! bits of [`JOIN_OK_FRAGMENTS`], [`JOIN_OK_ABANDON`], [`JOIN_OK_DATAGRAM_LIMIT`],
+//! [`JOIN_OK_PING`] and [`JOIN_OK_SESSION_NEWS`] for what both ends know, and
+//! [`JOIN_OK_CREATED`] when the join started the session: [`answer`], [`parse_answer`]) or
+//! [`JOIN_REFUSED`], then closes a refused connection.
 //!
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
 //!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
-//!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; bit 4: opens ping flows; other bits
-//!        ignored)
+//!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; bit 4: opens ping flows; bit 5: wants to
+//!        hear whether the join started the session; other bits ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -45,8 +46,18 @@ pub const JOIN_OK_DATAGRAM_LIMIT: u8 = 8;
 /// (ping flows, [`crate::session::FlowKind::Ping`]). Combined with the others; an older server
 /// answers without it, and a client that did not set the bit is never sent it.
 pub const JOIN_OK_PING: u8 = 16;
+/// The server's answer bit to a JOIN with flag bit 5: joined, and the server says (with
+/// [`JOIN_OK_CREATED`]) whether this join started the session. Combined with the others; an
+/// older server answers without it (and never says so), and a client that did not set the bit
+/// is never sent it.
+pub const JOIN_OK_SESSION_NEWS: u8 = 32;
+/// The server's answer bit to a JOIN with flag bit 5: this join started the session; the
+/// server had no session of that id (only with [`JOIN_OK_SESSION_NEWS`]). A client whose
+/// session had already joined learns so that the server lost it (a restart, or its idle
+/// timeout): the flows it had are unknown there.
+pub const JOIN_OK_CREATED: u8 = 64;
 
-/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 4 (the
+/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 5 (the
 /// client's word) and the answer's bits of the same values (the server's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerKnows {
@@ -58,6 +69,8 @@ pub struct PeerKnows {
     pub datagram_limit: bool,
     /// It opens (client) or relays (server) ping flows (bit 4).
     pub ping: bool,
+    /// It wants to hear (client) or says (server) whether a join started the session (bit 5).
+    pub session_news: bool,
 }
 
 impl PeerKnows {
@@ -67,6 +80,7 @@ impl PeerKnows {
         abandon: true,
         datagram_limit: true,
         ping: true,
+        session_news: true,
     };
 
     /// Its bits, as the JOIN's flags and the answer carry them.
@@ -76,6 +90,7 @@ impl PeerKnows {
             (self.abandon, JOIN_OK_ABANDON),
             (self.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
             (self.ping, JOIN_OK_PING),
+            (self.session_news, JOIN_OK_SESSION_NEWS),
         ]
         .into_iter()
         .filter(|&(known, _)| known)
@@ -89,21 +104,44 @@ impl PeerKnows {
             abandon: bits & JOIN_OK_ABANDON != 0,
             datagram_limit: bits & JOIN_OK_DATAGRAM_LIMIT != 0,
             ping: bits & JOIN_OK_PING != 0,
+            session_news: bits & JOIN_OK_SESSION_NEWS != 0,
         }
     }
 }
 
 /// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
-/// said it knows (the server knows them all).
-pub fn answer(join: &Join) -> u8 {
-    JOIN_OK | join.knows.bits()
+/// said it knows (the server knows them all), and [`JOIN_OK_CREATED`] when the join `created`
+/// the session and the client asked to hear it.
+pub fn answer(join: &Join, created: bool) -> u8 {
+    let created = if created && join.knows.session_news {
+        JOIN_OK_CREATED
+    } else {
+        0
+    };
+    JOIN_OK | join.knows.bits() | created
 }
 
-/// What the server's answer says it knows, for a join; `None` for [`JOIN_REFUSED`] or
-/// anything else.
-pub fn parse_answer(answer: &[u8]) -> Option<PeerKnows> {
+/// What an accepted join's answer says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinAnswer {
+    /// What the server knows.
+    pub knows: PeerKnows,
+    /// The join started the session ([`JOIN_OK_CREATED`]).
+    pub created: bool,
+}
+
+/// What the server's answer says, for a join; `None` for [`JOIN_REFUSED`] or anything else
+/// (an answer of [`JOIN_OK_CREATED`] without [`JOIN_OK_SESSION_NEWS`] too).
+pub fn parse_answer(answer: &[u8]) -> Option<JoinAnswer> {
     match *answer {
-        [a] if a & !PeerKnows::ALL.bits() == JOIN_OK => Some(PeerKnows::from_bits(a)),
+        [a] if a & !(PeerKnows::ALL.bits() | JOIN_OK_CREATED) == JOIN_OK
+            && (a & JOIN_OK_CREATED == 0 || a & JOIN_OK_SESSION_NEWS != 0) =>
+        {
+            Some(JoinAnswer {
+                knows: PeerKnows::from_bits(a),
+                created: a & JOIN_OK_CREATED != 0,
+            })
+        }
         _ => None,
     }
 }
@@ -116,6 +154,13 @@ pub const JOIN_REFUSED: u8 = 1;
 pub const MAX_JOIN: usize = 1 + 1 + 255 + 16 + 1 + 1 + 2 + 1 + 255 + 32;
 /// The QUIC application close code of a refused join.
 pub const REFUSED_CLOSE_CODE: u32 = 0x1;
+/// The QUIC application close code of a path connection closed because its end's session is
+/// over (it closed, or its daemon stops). The session's CLOSE frame, an unreliable datagram, is
+/// discarded with whatever quinn still buffered when the connection closes right after it (a
+/// path busy with a download), so the other end also takes this code for the session's close:
+/// its session ends at once, its flows reset, instead of waiting out its idle timeout with
+/// flows the peer no longer knows. An older peer closes with 0 and takes this as any close.
+pub const SESSION_CLOSED_CODE: u32 = 0x5343;
 
 /// A client-chosen session id.
 pub type SessionId = [u8; 16];
@@ -133,8 +178,9 @@ pub struct Join {
     pub tier: Tier,
     /// The link's weight.
     pub weight: u16,
-    /// What the client knows (flag bits 1 to 4): it reassembles DATAGRAM_FRAGMENT frames, may
-    /// send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows.
+    /// What the client knows (flag bits 1 to 5): it reassembles DATAGRAM_FRAGMENT frames, may
+    /// send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether the
+    /// join started the session.
     pub knows: PeerKnows,
     /// The link's name (for logs and status).
     pub link_name: String,
@@ -362,16 +408,33 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16);
-        for (flags, tier, fragments, abandon, limit, ping) in [
-            (0b0000_0000, Tier::Primary, false, false, false, false),
-            (0b0000_0001, Tier::Backup, false, false, false, false),
-            (0b0000_0010, Tier::Primary, true, false, false, false),
-            (0b0000_0100, Tier::Primary, false, true, false, false),
-            (0b0000_1000, Tier::Primary, false, false, true, false),
-            (0b0001_0000, Tier::Primary, false, false, false, true),
-            (0b1110_0000, Tier::Primary, false, false, false, false),
-            (0b1111_1111, Tier::Backup, true, true, true, true),
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16 | 32);
+        for (flags, tier, fragments, abandon, limit, ping, news) in [
+            (
+                0b0000_0000,
+                Tier::Primary,
+                false,
+                false,
+                false,
+                false,
+                false,
+            ),
+            (0b0000_0001, Tier::Backup, false, false, false, false, false),
+            (0b0000_0010, Tier::Primary, true, false, false, false, false),
+            (0b0000_0100, Tier::Primary, false, true, false, false, false),
+            (0b0000_1000, Tier::Primary, false, false, true, false, false),
+            (0b0001_0000, Tier::Primary, false, false, false, true, false),
+            (0b0010_0000, Tier::Primary, false, false, false, false, true),
+            (
+                0b1100_0000,
+                Tier::Primary,
+                false,
+                false,
+                false,
+                false,
+                false,
+            ),
+            (0b1111_1111, Tier::Backup, true, true, true, true, true),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
@@ -382,9 +445,10 @@ mod tests {
                     j.knows.fragments,
                     j.knows.abandon,
                     j.knows.datagram_limit,
-                    j.knows.ping
+                    j.knows.ping,
+                    j.knows.session_news
                 ),
-                (tier, fragments, abandon, limit, ping),
+                (tier, fragments, abandon, limit, ping, news),
                 "flags {flags:#010b}"
             );
         }
@@ -392,30 +456,52 @@ mod tests {
 
     #[test]
     fn the_answer_carries_what_both_ends_know_and_an_older_one_still_reads() {
-        for bits in 0..16u8 {
+        for bits in 0..32u8 {
             let knows = PeerKnows {
                 fragments: bits & 1 != 0,
                 abandon: bits & 2 != 0,
                 datagram_limit: bits & 4 != 0,
                 ping: bits & 8 != 0,
+                session_news: bits & 16 != 0,
             };
             let join = Join { knows, ..sample() };
-            let byte = answer(&join);
-            assert_eq!(byte, bits << 1, "{knows:?}");
-            assert_eq!(parse_answer(&[byte]), Some(knows));
+            for created in [false, true] {
+                let byte = answer(&join, created);
+                // Said to be new only to a client that asked.
+                let told = created && knows.session_news;
+                assert_eq!(
+                    byte,
+                    (bits << 1) | (u8::from(told) * JOIN_OK_CREATED),
+                    "{knows:?}"
+                );
+                assert_eq!(
+                    parse_answer(&[byte]),
+                    Some(JoinAnswer {
+                        knows,
+                        created: told
+                    })
+                );
+            }
         }
         // What older servers answer, what a refusal is, and what no server sends.
-        assert_eq!(parse_answer(&[0]), Some(PeerKnows::default()));
+        assert_eq!(parse_answer(&[0]), Some(JoinAnswer::default()));
         assert_eq!(
-            parse_answer(&[6]),
+            parse_answer(&[6]).map(|a| a.knows),
             Some(PeerKnows {
                 fragments: true,
                 abandon: true,
-                datagram_limit: false,
-                ping: false
+                ..PeerKnows::default()
             })
         );
-        for refused in [&[JOIN_REFUSED][..], &[3], &[32], &[0xff], &[], &[0, 0]] {
+        for refused in [
+            &[JOIN_REFUSED][..],
+            &[3],
+            &[64],
+            &[128],
+            &[0xff],
+            &[],
+            &[0, 0],
+        ] {
             assert_eq!(parse_answer(refused), None, "{refused:?}");
         }
     }

@@ -3,7 +3,10 @@
 //! and by the server egress.
 //!
 //! A clean end of either side half-closes the other (TCP FIN ↔ flow FINISH); an error on either
-//! side aborts both (the flow is reset with [`RELAY_ERROR_CODE`], the socket is dropped).
+//! side aborts both: the flow is reset with [`RELAY_ERROR_CODE`], and the socket is closed with
+//! a TCP RST (`SO_LINGER` 0), never a FIN, so that an application reading until the close (a
+//! raw TCP download, an HTTP/1.0 body) sees an error, not a clean end, when its flow was reset
+//! or its session lost.
 
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -99,5 +102,17 @@ pub async fn relay_tcp(
         }
         Err(RelayError::Gone)
     };
-    tokio::try_join!(up, down).map(|_| ())
+    let ended = tokio::try_join!(up, down).map(|_| ());
+    if ended.is_err() {
+        abort(rd, wr);
+    }
+    ended
+}
+
+/// Closes the socket of `rd` and `wr` with a TCP RST (`SO_LINGER` 0) instead of a FIN.
+fn abort(rd: tokio::net::tcp::OwnedReadHalf, wr: tokio::net::tcp::OwnedWriteHalf) {
+    // Reunited, the write half is not shut down (a FIN) when dropped.
+    if let Ok(stream) = rd.reunite(wr) {
+        let _ = stream.set_zero_linger();
+    }
 }

@@ -301,7 +301,7 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|_| "no join stream")?;
     let verdict = read_join(&conn, &mut recv, shared).await;
     let admitted = verdict.and_then(|(join, key)| Ok((session_for(shared, &join, key)?, join)));
-    let (session, join) = match admitted {
+    let ((session, created), join) = match admitted {
         Ok(admitted) => admitted,
         Err(reason) => {
             refuse_and_close(&conn, &mut send).await;
@@ -330,7 +330,7 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         .send(attach)
         .await
         .map_err(|_| "session gone")?;
-    send.write_all(&[super::join::answer(&join)])
+    send.write_all(&[super::join::answer(&join, created)])
         .await
         .map_err(|_| "join answer lost")?;
     let _ = send.finish();
@@ -388,13 +388,14 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The session of (user, session id), started if new and the limit allows, for a join checked
-/// with `user_key`; refused when a reload has meanwhile removed the user or changed its key.
+/// The session of (user, session id), started if new and the limit allows (then `true`), for a
+/// join checked with `user_key`; refused when a reload has meanwhile removed the user or changed
+/// its key.
 fn session_for(
     shared: &ServerShared,
     join: &Join,
     user_key: [u8; 32],
-) -> Result<SessionHandle, &'static str> {
+) -> Result<(SessionHandle, bool), &'static str> {
     let mut map = shared
         .sessions
         .lock()
@@ -410,7 +411,7 @@ fn session_for(
     map.retain(|_, h| !h.is_closed());
     let key = (join.user.clone(), join.session_id);
     if let Some(h) = map.get(&key) {
-        return Ok(h.clone());
+        return Ok((h.clone(), false));
     }
     if map.len() >= config.max_sessions {
         return Err("session limit reached");
@@ -427,7 +428,7 @@ fn session_for(
         })),
     });
     map.insert(key, handle.clone());
-    Ok(handle)
+    Ok((handle, true))
 }
 
 #[cfg(test)]

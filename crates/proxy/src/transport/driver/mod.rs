@@ -104,7 +104,9 @@ pub(crate) enum Command {
 #[derive(Debug)]
 pub(super) enum PathInput {
     Datagram(PathId, u64, Bytes),
-    Closed(PathId, u64),
+    /// The path's connection ended; `true` when the peer closed it because its session is over
+    /// ([`crate::transport::join::SESSION_CLOSED_CODE`]).
+    Closed(PathId, u64, bool),
 }
 
 /// Called for every flow the peer opens (the server's egress).
@@ -277,7 +279,10 @@ impl Driver {
             }
         }
         for p in self.paths.iter().flatten() {
-            p.conn.close(quinn::VarInt::from_u32(0), b"session closed");
+            p.conn.close(
+                quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
+                b"session closed",
+            );
         }
         for (_, entry) in self.flows.drain() {
             entry.credit.close();
@@ -300,7 +305,7 @@ impl Driver {
                     debug!(session = %self.label, path = id.0, error = %e, "packet rejected");
                 }
             }
-            PathInput::Closed(id, generation) => {
+            PathInput::Closed(id, generation, session_over) => {
                 self.readers
                     .retain(|r| r.id != id || r.generation != generation);
                 let current = self.paths[id.index()]
@@ -313,6 +318,10 @@ impl Driver {
                         .unwrap_or_default();
                     let _ = self.session.remove_path(id, now);
                     info!(session = %self.label, path = id.0, link = %name, "path left");
+                }
+                if session_over {
+                    // As if its CLOSE had come (it may have been lost with the connection).
+                    self.session.peer_closed();
                 }
             }
         }

@@ -34,6 +34,13 @@ pub(super) struct PathReader {
     pub next: DatagramFuture,
 }
 
+/// Whether `e` says that the peer closed the connection because its session is over
+/// ([`crate::transport::join::SESSION_CLOSED_CODE`]).
+fn session_over(e: &quinn::ConnectionError) -> bool {
+    matches!(e, quinn::ConnectionError::ApplicationClosed(close)
+        if close.error_code == quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE))
+}
+
 /// Polls every path's next datagram, taking up to [`DATAGRAMS_PER_POLL`] per path per call.
 ///
 /// Once a path's boxed future yields, the datagrams quinn has already buffered are taken with
@@ -52,8 +59,8 @@ pub(super) fn poll_readers(
                     out.push(PathInput::Datagram(r.id, r.generation, data));
                     taken += 1;
                 }
-                Poll::Ready(Err(_)) => {
-                    out.push(PathInput::Closed(r.id, r.generation));
+                Poll::Ready(Err(e)) => {
+                    out.push(PathInput::Closed(r.id, r.generation, session_over(&e)));
                     r.next = Box::pin(std::future::pending());
                     break;
                 }
@@ -67,8 +74,8 @@ pub(super) fn poll_readers(
                         out.push(PathInput::Datagram(r.id, r.generation, data));
                         taken += 1;
                     }
-                    Poll::Ready(Err(_)) => {
-                        out.push(PathInput::Closed(r.id, r.generation));
+                    Poll::Ready(Err(e)) => {
+                        out.push(PathInput::Closed(r.id, r.generation, session_over(&e)));
                         closed = true;
                         break;
                     }
