@@ -1278,12 +1278,16 @@ pub async fn start_server(
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
     let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     server_config.transport_config(Arc::new(transport_config()));
-    let endpoint = quinn::Endpoint::server(server_config, config.listen).map_err(|source| {
-        DaemonError::Bind {
-            addr: config.listen,
-            source,
-        }
-    })?;
+    let bind_error = |source| DaemonError::Bind {
+        addr: config.listen,
+        source,
+    };
+    let socket = std::net::UdpSocket::bind(config.listen).map_err(bind_error)?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| DaemonError::Quic("no async runtime".to_owned()))?;
+    let endpoint_config = tls::server_endpoint_config(&identity);
+    let endpoint = quinn::Endpoint::new(endpoint_config, Some(server_config), socket, runtime)
+        .map_err(bind_error)?;
     let addr = endpoint.local_addr().map_err(|source| DaemonError::Bind {
         addr: config.listen,
         source,
