@@ -3,11 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_common;
+mod restart_common;
 
 use std::time::Duration;
 
 use braid_proxy::transport::flow::FlowMsg;
 use daemon_common::*;
+use restart_common::{endless_origin, start_server_again};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -1272,14 +1274,8 @@ async fn an_origin_s_reset_reaches_the_application_as_a_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_session_resets_the_application_s_connections() {
     let (mut server, client) = pair("session-lost", 1).await;
-    // An origin that sends until its connection fails.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let chunk = vec![b'x'; 64 * 1024];
-        while s.write_all(&chunk).await.is_ok() {}
-    });
+    // An origin that sends as fast as it can until its connection fails.
+    let origin = endless_origin(Duration::ZERO).await;
     let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", origin.port()).await;
     assert_eq!(code, 0);
     let mut first = vec![0u8; 1024];
@@ -1329,18 +1325,7 @@ async fn a_server_restarted_at_once_ends_the_session_and_a_new_one_starts() {
         .unwrap();
     assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
     let first = client.status().await.sessions[0].session.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let chunk = vec![b'x'; 16 * 1024];
-                while s.write_all(&chunk).await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            });
-        }
-    });
+    let origin = endless_origin(Duration::from_millis(5)).await;
     let (code, mut s) = socks_connect(client.socks_addr, "127.0.0.1", origin.port()).await;
     assert_eq!(code, 0);
     let mut some = vec![0u8; 1024];
@@ -1350,21 +1335,7 @@ async fn a_server_restarted_at_once_ends_the_session_and_a_new_one_starts() {
     let addr = server.addr;
     server.shutdown();
     drop(server);
-    let mut again = None;
-    for _ in 0..50 {
-        let config = braid_proxy::config::ServerConfig {
-            listen: addr,
-            ..config.clone()
-        };
-        match start_server(config, identity.clone()).await {
-            Ok(s) => {
-                again = Some(s);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    let _server = again.expect("the server could not listen at its address again");
+    let _server = start_server_again(addr, &config, &identity).await;
     let ended = read_until_end(&mut s).await;
     assert!(
         matches!(ended, Err((std::io::ErrorKind::ConnectionReset, _))),

@@ -6,11 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod emu_common;
+mod restart_common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use emu_common::*;
+use restart_common::{endless_origin, start_server_again};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_download_survives_a_5_s_outage_of_one_link() {
@@ -57,26 +59,10 @@ async fn curl_download_survives_a_5_s_outage_of_one_link() {
 /// ones (`transport::client::HANDSHAKE_RESTART`), one leaves at about 4 s and joins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_dark_at_start_joins_soon_after_its_outage_ends() {
-    use braid_proxy::daemon::{start_client, start_server};
-    use braid_proxy::tls::ServerIdentity;
     let dir = temp_dir("dark-start");
-    let server = start_server(
-        server_config(&dir),
-        ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
     let wifi = format!("{WIFI}\noutages = [[0.0, 3.5]]");
-    let emu = braid_testbed::emu::Emulator::start(&emu_config(server.addr, &[&wifi, LTE]))
-        .await
-        .unwrap();
-    let client = start_client(client_config(
-        &dir,
-        &server.fingerprint,
-        &emu.listen_addrs(),
-    ))
-    .await
-    .unwrap();
+    let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
+    let (_server, emu, client) = start_three(&dir, identity, &[&wifi, LTE]).await;
     assert!(client.wait_for_paths(1, Duration::from_secs(5)).await);
     assert!(
         client.wait_for_paths(2, Duration::from_secs(15)).await,
@@ -124,42 +110,17 @@ async fn read_until_end(s: &mut tokio::net::TcpStream) -> Result<usize, std::io:
 /// ever, and a new session carries traffic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() {
-    use braid_proxy::daemon::{start_client, start_server};
-    use braid_proxy::tls::ServerIdentity;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let dir = temp_dir("lost-session");
-    let identity = ServerIdentity::generate("braid").unwrap();
-    let config = server_config(&dir);
-    let mut server = start_server(config.clone(), identity.clone())
-        .await
-        .unwrap();
-    let addr = server.addr;
+    let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
     let dark = "outages = [[1.5, 3.5]]";
     let links = [format!("{WIFI}\n{dark}"), format!("{LTE}\n{dark}")];
-    let emu = braid_testbed::emu::Emulator::start(&emu_config(addr, &[&links[0], &links[1]]))
-        .await
-        .unwrap();
-    let client = start_client(client_config(
-        &dir,
-        &server.fingerprint,
-        &emu.listen_addrs(),
-    ))
-    .await
-    .unwrap();
+    let (mut server, emu, client) =
+        start_three(&dir, identity.clone(), &[&links[0], &links[1]]).await;
+    let addr = server.addr;
     assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
     let first = client.status().await.sessions[0].session.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let origin = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let chunk = vec![b'x'; 16 * 1024];
-                while s.write_all(&chunk).await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            });
-        }
-    });
+    let origin = endless_origin(Duration::from_millis(10)).await;
     let mut s = tokio::net::TcpStream::connect(client.socks_addr)
         .await
         .unwrap();
@@ -183,21 +144,7 @@ async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() 
     }
     server.shutdown();
     drop(server);
-    let mut again = None;
-    for _ in 0..50 {
-        let config = braid_proxy::config::ServerConfig {
-            listen: addr,
-            ..config.clone()
-        };
-        match start_server(config, identity.clone()).await {
-            Ok(s) => {
-                again = Some(s);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-    let _server = again.expect("the server could not listen at its address again");
+    let _server = start_server_again(addr, &server_config(&dir), &identity).await;
     assert!(
         emu.now().as_secs_f64() < 3.4,
         "restarted at {:?}",

@@ -409,32 +409,17 @@ mod tests {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
         assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16 | 32);
+        let (n, y) = (false, true);
         for (flags, tier, fragments, abandon, limit, ping, news) in [
-            (
-                0b0000_0000,
-                Tier::Primary,
-                false,
-                false,
-                false,
-                false,
-                false,
-            ),
-            (0b0000_0001, Tier::Backup, false, false, false, false, false),
-            (0b0000_0010, Tier::Primary, true, false, false, false, false),
-            (0b0000_0100, Tier::Primary, false, true, false, false, false),
-            (0b0000_1000, Tier::Primary, false, false, true, false, false),
-            (0b0001_0000, Tier::Primary, false, false, false, true, false),
-            (0b0010_0000, Tier::Primary, false, false, false, false, true),
-            (
-                0b1100_0000,
-                Tier::Primary,
-                false,
-                false,
-                false,
-                false,
-                false,
-            ),
-            (0b1111_1111, Tier::Backup, true, true, true, true, true),
+            (0b0000_0000, Tier::Primary, n, n, n, n, n),
+            (0b0000_0001, Tier::Backup, n, n, n, n, n),
+            (0b0000_0010, Tier::Primary, y, n, n, n, n),
+            (0b0000_0100, Tier::Primary, n, y, n, n, n),
+            (0b0000_1000, Tier::Primary, n, n, y, n, n),
+            (0b0001_0000, Tier::Primary, n, n, n, y, n),
+            (0b0010_0000, Tier::Primary, n, n, n, n, y),
+            (0b1100_0000, Tier::Primary, n, n, n, n, n),
+            (0b1111_1111, Tier::Backup, y, y, y, y, y),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;

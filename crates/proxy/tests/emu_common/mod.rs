@@ -113,24 +113,27 @@ pub struct Testbed {
     pub dir: PathBuf,
 }
 
-pub async fn testbed(name: &str, links: &[&str]) -> Testbed {
-    let dir = temp_dir(name);
-    let server = start_server(
-        server_config(&dir),
-        ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+/// A server with `identity` (and state in `dir`), the emulator with `links` in front of it and
+/// a client through them, started and not waited for.
+pub async fn start_three(
+    dir: &Path,
+    identity: ServerIdentity,
+    links: &[&str],
+) -> (ServerHandle, EmuHandle, ClientHandle) {
+    let server = start_server(server_config(dir), identity).await.unwrap();
     let emu = Emulator::start(&emu_config(server.addr, links))
         .await
         .unwrap();
-    let client = start_client(client_config(
-        &dir,
-        &server.fingerprint,
-        &emu.listen_addrs(),
-    ))
-    .await
-    .unwrap();
+    let client = start_client(client_config(dir, &server.fingerprint, &emu.listen_addrs()))
+        .await
+        .unwrap();
+    (server, emu, client)
+}
+
+pub async fn testbed(name: &str, links: &[&str]) -> Testbed {
+    let dir = temp_dir(name);
+    let identity = ServerIdentity::generate("braid").unwrap();
+    let (server, emu, client) = start_three(&dir, identity, links).await;
     assert!(
         client
             .wait_for_paths(links.len(), Duration::from_secs(15))
