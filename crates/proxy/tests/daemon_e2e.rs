@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use braid_proxy::transport::flow::FlowMsg;
 use daemon_common::*;
-use restart_common::{endless_origin, start_server_again};
+use restart_common::{endless_origin, read_until_end, start_server_again};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -1209,25 +1209,6 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
         Ok(()) => {}
         Err(why) => eprintln!("skipped: {why}"),
     }
-}
-
-/// Reads `s` until it ends; how it ended: `Ok(bytes)` at a clean end (a FIN), or the error
-/// (a reset) and the bytes read before it.
-async fn read_until_end(s: &mut TcpStream) -> Result<usize, (std::io::ErrorKind, usize)> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0;
-    let work = async {
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) => return Ok(total),
-                Ok(n) => total += n,
-                Err(e) => return Err((e.kind(), total)),
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), work)
-        .await
-        .expect("the connection never ended")
 }
 
 /// A listener on 127.0.0.1 whose connections get `first` and then `then_bytes` bytes of

@@ -1,5 +1,6 @@
-//! Shared by the tests that stop a server under a running client and start it again: an origin
-//! server that sends until its connection fails, and the server started again at its address.
+//! Shared by the tests that end sessions under running flows: an origin server that sends
+//! until its connection fails, the server started again at its address, and how an
+//! application's connection ended.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use braid_proxy::config::ServerConfig;
 use braid_proxy::daemon::{ServerHandle, start_server};
 use braid_proxy::tls::ServerIdentity;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// A TCP server on 127.0.0.1 whose connections are sent 16 KiB every `pause` (zero: as fast as
 /// they take it) until they fail.
@@ -48,4 +49,25 @@ pub async fn start_server_again(
         }
     }
     panic!("the server could not listen at {addr} again");
+}
+
+/// Reads `s` until it ends; how it ended: `Ok(bytes)` at a clean end (a FIN), or the error
+/// (a reset) and the bytes read before it.
+pub async fn read_until_end(
+    s: &mut tokio::net::TcpStream,
+) -> Result<usize, (std::io::ErrorKind, usize)> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0;
+    let work = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Ok(total),
+                Ok(n) => total += n,
+                Err(e) => return Err((e.kind(), total)),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), work)
+        .await
+        .expect("the connection never ended")
 }
