@@ -161,6 +161,8 @@ pub(crate) struct RawSession {
     max_udp_payload: Option<i64>,
     /// The congestion controller of every path, by name.
     congestion: Option<String>,
+    /// Signed, like the window.
+    idle_timeout_s: Option<i64>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -176,6 +178,8 @@ pub struct SessionLimits {
     pub max_udp_payload: usize,
     /// The congestion controller of the paths this end sends on (`congestion`).
     pub congestion: crate::session::congestion::CongestionAlgorithm,
+    /// How long a session outlives its last live path (`idle_timeout_s`).
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Default for SessionLimits {
@@ -185,9 +189,16 @@ impl Default for SessionLimits {
             flow_receive_window_max: crate::transport::DEFAULT_FLOW_RECEIVE_WINDOW_MAX,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
             congestion: crate::session::congestion::CongestionAlgorithm::default(),
+            idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
         }
     }
 }
+
+/// The default `[session] idle_timeout_s`: a session ends 30 s after its last live path.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Shortest and longest accepted `[session] idle_timeout_s`, seconds.
+pub const SESSION_IDLE_TIMEOUT_S: std::ops::RangeInclusive<u64> = 5..=3600;
 
 /// Smallest and largest accepted `[session] flow_receive_window_kib` (64 KiB ..= 1 GiB, the
 /// session's buffer limit).
@@ -205,8 +216,8 @@ pub const DEFAULT_MAX_UDP_PAYLOAD: usize =
 pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
     ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
 
-/// Validates `[session]`: the per-flow receive window, the longest UDP payload and the
-/// congestion controller.
+/// Validates `[session]`: the per-flow receive window, the longest UDP payload, the
+/// congestion controller and the idle timeout.
 pub(crate) fn session_limits(
     file: &Path,
     raw: &RawSession,
@@ -266,11 +277,30 @@ pub(crate) fn session_limits(
             )
         })?,
     };
+    let idle_timeout = match raw.idle_timeout_s {
+        None => DEFAULT_SESSION_IDLE_TIMEOUT,
+        Some(s) => match u64::try_from(s) {
+            Ok(s) if SESSION_IDLE_TIMEOUT_S.contains(&s) => std::time::Duration::from_secs(s),
+            _ => {
+                return Err(invalid(
+                    file,
+                    "session.idle_timeout_s",
+                    format!(
+                        "seconds in {}..={}",
+                        SESSION_IDLE_TIMEOUT_S.start(),
+                        SESSION_IDLE_TIMEOUT_S.end()
+                    ),
+                    s,
+                ));
+            }
+        },
+    };
     Ok(SessionLimits {
         flow_receive_window,
         flow_receive_window_max,
         max_udp_payload,
         congestion,
+        idle_timeout,
     })
 }
 
@@ -657,6 +687,7 @@ mod tests {
             flow_receive_window_max_kib: None,
             max_udp_payload: bytes,
             congestion: None,
+            idle_timeout_s: None,
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -671,8 +702,31 @@ mod tests {
                 flow_receive_window_max: 16 << 20,
                 max_udp_payload: 8922,
                 congestion: CongestionAlgorithm::Cubic,
+                idle_timeout: std::time::Duration::from_secs(30),
             }
         );
+        // How long a session outlives its last path.
+        let idle = |s| {
+            session_limits(
+                f,
+                &RawSession {
+                    idle_timeout_s: Some(s),
+                    ..raw(None, None)
+                },
+            )
+        };
+        assert_eq!(idle(300).unwrap().idle_timeout.as_secs(), 300);
+        assert_eq!(idle(5).unwrap().idle_timeout.as_secs(), 5);
+        assert_eq!(idle(3600).unwrap().idle_timeout.as_secs(), 3600);
+        for bad in [4, 3601, -1, 0] {
+            let e = idle(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "f.toml: session.idle_timeout_s: expected seconds in 5..=3600, got \"{bad}\""
+                )
+            );
+        }
         // The largest window: by default 16 MiB, or the first window where that is larger;
         // never below the first window.
         let grown = |kib, max| {

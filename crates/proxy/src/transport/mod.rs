@@ -62,6 +62,7 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
         flow_receive_window_max: limits.flow_receive_window_max,
         session_receive_window: limits.flow_receive_window_max.max(32 << 20),
         max_datagram_payload: limits.max_udp_payload + crate::inbound::socks5::MAX_REPLY,
+        idle_timeout: limits.idle_timeout,
         congestion: crate::session::congestion::CongestionConfig {
             algorithm: limits.congestion,
             ..crate::session::congestion::CongestionConfig::default()
@@ -171,6 +172,20 @@ mod tests {
             flow_receive_window_max: max_kib << 10,
             ..SessionLimits::default()
         }
+    }
+
+    /// `[session] idle_timeout_s` is the session's idle timeout.
+    #[test]
+    fn the_idle_timeout_reaches_the_session() {
+        let limits = SessionLimits {
+            idle_timeout: std::time::Duration::from_secs(300),
+            ..SessionLimits::default()
+        };
+        assert_eq!(session_config(&limits).idle_timeout.as_secs(), 300);
+        assert_eq!(
+            session_config(&SessionLimits::default()).idle_timeout,
+            SessionConfig::default().idle_timeout
+        );
     }
 
     /// A flow has at most its send buffer in flight: a window raised past the 2 MiB buffer
