@@ -290,16 +290,12 @@ impl ClientConfig {
             Some(s) => Some(socket_addr(file, "http_listen", s)?),
             None => None,
         };
-        let metrics_listen = match &raw.metrics_listen {
-            Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
-            None => None,
-        };
-        let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
-        let metrics_tls = super::metrics_tls(
+        let (metrics_listen, metrics_token, metrics_tls) = super::metrics_settings(
             file,
+            raw.metrics_listen.as_deref(),
+            raw.metrics_token.as_deref(),
             raw.metrics_tls_cert.as_deref(),
             raw.metrics_tls_key.as_deref(),
-            metrics_listen.is_some(),
         )?;
         let socks_users = socks_users(file, &raw.socks)?;
         let tun = raw.tun.as_ref().map(|t| tun(file, t)).transpose()?;

@@ -519,6 +519,26 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| e.to_string())
 }
 
+/// The metrics endpoint's settings, the same keys in both files: `metrics_listen`,
+/// `metrics_token`, and `metrics_tls_cert` with `metrics_tls_key`.
+pub(crate) type MetricsSettings = (Option<SocketAddr>, Option<MetricsToken>, Option<MetricsTls>);
+
+/// Checks the metrics endpoint's settings ([`MetricsSettings`]); every error names its key.
+pub(crate) fn metrics_settings(
+    file: &Path,
+    listen: Option<&str>,
+    token: Option<&str>,
+    tls_cert: Option<&Path>,
+    tls_key: Option<&Path>,
+) -> Result<MetricsSettings, ConfigFileError> {
+    let listen = listen
+        .map(|s| socket_addr(file, "metrics_listen", s))
+        .transpose()?;
+    let token = metrics_token(file, token)?;
+    let tls = metrics_tls(file, tls_cert, tls_key, listen.is_some())?;
+    Ok((listen, token, tls))
+}
+
 /// Reads `metrics_tls_cert` and `metrics_tls_key` (given together, and only with a
 /// `metrics_listen`); every error names the setting and the file.
 pub(crate) fn metrics_tls(

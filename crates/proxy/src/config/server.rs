@@ -298,16 +298,12 @@ impl ServerConfig {
 
     fn validate(file: &Path, raw: RawServer) -> Result<ServerConfig, ConfigFileError> {
         let listen = socket_addr(file, "listen", &raw.listen)?;
-        let metrics_listen = match &raw.metrics_listen {
-            Some(s) => Some(socket_addr(file, "metrics_listen", s)?),
-            None => None,
-        };
-        let metrics_token = super::metrics_token(file, raw.metrics_token.as_deref())?;
-        let metrics_tls = super::metrics_tls(
+        let (metrics_listen, metrics_token, metrics_tls) = super::metrics_settings(
             file,
+            raw.metrics_listen.as_deref(),
+            raw.metrics_token.as_deref(),
             raw.metrics_tls_cert.as_deref(),
             raw.metrics_tls_key.as_deref(),
-            metrics_listen.is_some(),
         )?;
         let mut users = Vec::with_capacity(raw.user.len());
         for (i, u) in raw.user.iter().enumerate() {

@@ -770,19 +770,16 @@ async fn handshake(
         tokio::select! {
             // A result first: a handshake that completed wins over starting another.
             biased;
-            Some(done) = racing.join_next_with_id() => {
-                let (task, result) = match done {
-                    Ok((task, result)) => (task, result),
-                    // Dropped for a newer one.
-                    Err(e) => (e.id(), Err(quinn::ConnectionError::TimedOut)),
-                };
-                order.retain(|h: &tokio::task::AbortHandle| h.id() != task);
-                match result {
-                    Ok(conn) => return Ok(conn),
-                    Err(quinn::ConnectionError::TimedOut) => {}
-                    Err(e) => return Err(LinkError::Connect(e.to_string())),
+            Some(done) = racing.join_next_with_id() => match done {
+                Ok((_, Ok(conn))) => return Ok(conn),
+                // One timed out: the others race on.
+                Ok((task, Err(quinn::ConnectionError::TimedOut))) => {
+                    order.retain(|h: &tokio::task::AbortHandle| h.id() != task);
                 }
-            }
+                Ok((_, Err(e))) => return Err(LinkError::Connect(e.to_string())),
+                // Dropped for a newer one (already out of `order`).
+                Err(_) => {}
+            },
             () = tokio::time::sleep_until(next) => {
                 if order.len() == MAX_HANDSHAKES
                     && let Some(oldest) = order.pop_front()
