@@ -150,6 +150,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
@@ -888,6 +889,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),

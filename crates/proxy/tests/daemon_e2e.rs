@@ -979,9 +979,11 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
     let after = remotes(&server).await;
     assert_eq!(after[2], before[2], "link2 kept its connection");
     assert_ne!(after[1], before[1], "link1 joined again");
-    // Back to primary without the cap, in place too.
+    // Back to primary without the cap, and a shorter fast rejoin (the next attempt's), in
+    // place too.
     config.links[1].tier = braid_proxy::session::Tier::Primary;
     config.links[1].rate_cap_mbps = None;
+    config.links[1].fast_rejoin = Duration::from_secs(5);
     assert_eq!(client.reload(config.clone()).await.links.updated, ["link2"]);
     wait_for_paths_on_both(
         &server,
@@ -993,6 +995,11 @@ async fn a_reload_adds_removes_and_reconnects_links_in_the_running_session() {
         ],
     )
     .await;
+    assert_eq!(
+        remotes(&server).await[2],
+        before[2],
+        "link2 kept its connection"
+    );
 
     // The same file again changes nothing.
     let again = client.reload(config).await;

@@ -1,8 +1,9 @@
 //! curl through the SOCKS5 inbound over two emulated links while one of them goes dark for
 //! 5 s in the middle of a 50 MB download: the transfer completes, bytes intact (SHA-256). A
 //! link that is dark when the client starts joins within about a second of its outage's end.
-//! A server that stops and comes back while the links are dark is found to have lost the
-//! session by its answer to the next join.
+//! A link told not to rejoin fast (`fast_rejoin_s = 0`) sends a fraction of what a fast one
+//! sends into an outage. A server that stops and comes back while the links are dark is found
+//! to have lost the session by its answer to the next join.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod emu_common;
@@ -77,6 +78,50 @@ async fn a_link_dark_at_start_joins_soon_after_its_outage_ends() {
     assert!(
         joined.as_secs_f64() < 5.5,
         "joined at {joined:?}: more than 2 s after the outage ended"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two links dark from the start to 16 s beside a third that carries the session: the first
+/// with the default `fast_rejoin_s` (300 s) races a handshake every 2 s; the second, with
+/// `fast_rejoin_s = 0`, sends one handshake per attempt, backing off. By the outage's end the
+/// second sent at most a third of the first's datagrams and bytes into the dark, and both join
+/// once it is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_that_does_not_rejoin_fast_sends_little_into_an_outage() {
+    let dir = temp_dir("slow-rejoin");
+    let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
+    let server = braid_proxy::daemon::start_server(server_config(&dir), identity)
+        .await
+        .unwrap();
+    let dark = "outages = [[0.0, 16.0]]";
+    let links = [format!("{WIFI}\n{dark}"), format!("{LTE}\n{dark}")];
+    let emu =
+        braid_testbed::emu::Emulator::start(&emu_config(server.addr, &[&links[0], &links[1], LTE]))
+            .await
+            .unwrap();
+    let mut config = client_config(&dir, &server.fingerprint, &emu.listen_addrs());
+    config.links[1].fast_rejoin = Duration::ZERO;
+    let client = braid_proxy::daemon::start_client(config).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(5)).await);
+    while emu.now().as_secs_f64() < 15.9 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = |s: &braid_testbed::emu::PathStats| s.forward_dir.received;
+    let stats = emu.stats();
+    let (fast, slow) = (sent(&stats[0]), sent(&stats[1]));
+    println!(
+        "into a 16 s outage: fast {} datagrams {} bytes, fast_rejoin_s = 0 {} datagrams {} bytes",
+        fast.packets, fast.bytes, slow.packets, slow.bytes
+    );
+    assert!(fast.packets >= 16, "the fast link sent {fast:?}");
+    assert!(
+        slow.packets > 0 && slow.packets * 3 <= fast.packets && slow.bytes * 3 <= fast.bytes,
+        "fast {fast:?}, fast_rejoin_s = 0 {slow:?}"
+    );
+    assert!(
+        client.wait_for_paths(3, Duration::from_secs(20)).await,
+        "a link never joined after its outage"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

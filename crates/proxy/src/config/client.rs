@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use braid_sched_core::SchedulerConfig;
 use serde::Deserialize;
@@ -48,7 +49,16 @@ pub struct LinkConfig {
     pub tier: Tier,
     /// Optional upstream rate cap, Mbit/s.
     pub rate_cap_mbps: Option<f64>,
+    /// How long after the server stopped answering on this link (an outage) the link keeps
+    /// looking for it about once a second ([`crate::transport::client::HANDSHAKE_RESTART`]);
+    /// afterwards it tries once every [`crate::transport::client::BACKOFF_MAX`]. Zero: never.
+    pub fast_rejoin: Duration,
 }
+
+/// Default of a link's `fast_rejoin_s`.
+pub const DEFAULT_FAST_REJOIN: Duration = Duration::from_secs(300);
+/// Largest `fast_rejoin_s`: a day.
+pub const MAX_FAST_REJOIN_S: u64 = 86_400;
 
 /// The validated client configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -210,6 +220,8 @@ struct RawLink {
     #[serde(default = "primary")]
     tier: String,
     rate_cap_mbps: Option<f64>,
+    /// Wider than the range it must fall in, so an out-of-range value is refused by name.
+    fast_rejoin_s: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -550,6 +562,21 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
             cap,
         ));
     }
+    let fast_rejoin = match raw.fast_rejoin_s {
+        None => DEFAULT_FAST_REJOIN,
+        Some(s) => u64::try_from(s)
+            .ok()
+            .filter(|&s| s <= MAX_FAST_REJOIN_S)
+            .map(Duration::from_secs)
+            .ok_or_else(|| {
+                invalid(
+                    file,
+                    field("fast_rejoin_s"),
+                    format!("seconds in 0..={MAX_FAST_REJOIN_S}"),
+                    s,
+                )
+            })?,
+    };
     Ok(LinkConfig {
         name: raw.name.clone(),
         local_addr,
@@ -559,6 +586,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         weight,
         tier,
         rate_cap_mbps: raw.rate_cap_mbps,
+        fast_rejoin,
     })
 }
 
@@ -594,6 +622,10 @@ mod tests {
         );
         assert_eq!(c.links[0].tier, Tier::Primary);
         assert_eq!(c.links[0].weight, 1);
+        assert_eq!(c.links[0].fast_rejoin, DEFAULT_FAST_REJOIN);
+        let text = format!("{}fast_rejoin_s = 0\n", base());
+        let c0 = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(c0.links[0].fast_rejoin, Duration::ZERO);
         assert_eq!(c.trust, ServerTrust::Fingerprint([0xab; 32]));
     }
 
@@ -623,6 +655,18 @@ mod tests {
             (
                 "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nweight = 0\n",
                 "link[1].weight: expected 1..=65535, got \"0\"",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nfast_rejoin_s = -1\n",
+                "link[1].fast_rejoin_s: expected seconds in 0..=86400, got \"-1\"",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nfast_rejoin_s = 86401\n",
+                "link[1].fast_rejoin_s: expected seconds in 0..=86400, got \"86401\"",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nfast_rejoin_s = 1.5\n",
+                "fast_rejoin_s = 1.5\n   |                 ^^^\ninvalid type: floating point",
             ),
             ("bogus = 1\n", "bogus"),
             (

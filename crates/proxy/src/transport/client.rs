@@ -245,12 +245,13 @@ impl LinkChanges {
     }
 }
 
-/// Whether `old` and `new` differ in nothing but the tier and the rate cap, the settings a
-/// joined path takes in place.
+/// Whether `old` and `new` differ in nothing but the tier, the rate cap and how long the link
+/// rejoins fast: the first two a joined path takes in place, the last the link's next attempt.
 fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
     *old == LinkConfig {
         tier: old.tier,
         rate_cap_mbps: old.rate_cap_mbps,
+        fast_rejoin: old.fast_rejoin,
         ..new.clone()
     }
 }
@@ -512,9 +513,12 @@ async fn run_link(
 ) {
     let mut interfaces = ctx.interfaces.clone();
     let mut backoff = BACKOFF_MIN;
+    // Since when every attempt went unanswered (the server silent: an outage).
+    let mut dark_since: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        // Whether the attempt failed with the server silent (a shorter wait follows).
+        // Whether the attempt failed with the server silent while the link rejoins fast (a
+        // shorter wait follows).
         let mut silent = false;
         let answered_before = history.answered.load(Ordering::Acquire);
         let mut floor = started + BACKOFF_MIN;
@@ -530,18 +534,20 @@ async fn run_link(
         };
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
+        let fast = rejoins_fast(dark_since, link.fast_rejoin);
         let attempt = async {
             if let Some(e) = unusable(&link) {
                 return Err(e);
             }
             let mut watch = interfaces.clone();
             tokio::select! {
-                joined = connect_and_join(id, &link, &ctx, &session_id) => joined,
+                joined = connect_and_join(id, &link, &ctx, &session_id, fast) => joined,
                 e = became_unusable(&link, &mut watch) => Err(e),
             }
         };
         match attempt.await {
             Ok((endpoint, conn, answer)) => {
+                dark_since = None;
                 // The server lost the session (a restart, or its idle timeout while every link
                 // was dark) and started it anew for this join: the flows this session carries
                 // are unknown there. The session ends, so that its flows fail at once (their
@@ -636,6 +642,24 @@ async fn run_link(
             }
             Err(e) => {
                 silent = matches!(e, LinkError::NoAnswer(_));
+                // Only a server silent on a link that sent something is an outage that goes
+                // on (an interface down sends nothing, and finds its end through the kernel).
+                if silent {
+                    let since = *dark_since.get_or_insert(started);
+                    // This attempt was the last fast one.
+                    if fast && !rejoins_fast(Some(since), link.fast_rejoin) {
+                        warn!(
+                            link = %link.name,
+                            fast_rejoin_s = link.fast_rejoin.as_secs(),
+                            "no answer from the server for fast_rejoin_s: one handshake per \
+                             attempt from now on, attempts up to {} s apart",
+                            BACKOFF_MAX.as_secs()
+                        );
+                    }
+                } else {
+                    dark_since = None;
+                }
+                silent = silent && rejoins_fast(dark_since, link.fast_rejoin);
                 let retry_in = retry_delay(backoff, silent);
                 warn!(link = %link.name, error = %e, ?retry_in, "link not joined");
                 // Found unusable before sending anything: the next check costs nothing on the
@@ -708,11 +732,13 @@ async fn resolve(link: &LinkConfig) -> Result<SocketAddr, LinkError> {
         .ok_or_else(|| err("no address of the local address's family".into()))
 }
 
+/// Joins the session over `link`; `fast`: racing handshakes (see [`handshake`]).
 async fn connect_and_join(
     id: PathId,
     link: &LinkConfig,
     ctx: &LinkContext,
     session_id: &SessionId,
+    fast: bool,
 ) -> Result<(quinn::Endpoint, quinn::Connection, JoinAnswer), LinkError> {
     let server = resolve(link).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
@@ -726,7 +752,7 @@ async fn connect_and_join(
     let endpoint = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
         .map_err(|e| LinkError::Connect(e.to_string()))?;
     let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-    let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, server))
+    let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, server, fast))
         .await
         .map_err(|_| LinkError::NoAnswer(CONNECT_TIMEOUT))??;
     let answer = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
@@ -738,8 +764,16 @@ async fn connect_and_join(
     Ok((endpoint, conn, answer))
 }
 
+/// Whether a link whose attempts went unanswered since `dark_since` (`None`: the last one was
+/// answered, or found the link unusable) still looks for the server fast: racing handshakes,
+/// and at most [`SILENT_BACKOFF_MAX`] between attempts. That costs about 3 kB a second sent
+/// into the dark, so it lasts `fast_rejoin` (the link's `fast_rejoin_s`); zero: never.
+fn rejoins_fast(dark_since: Option<Instant>, fast_rejoin: Duration) -> bool {
+    dark_since.map_or(Duration::ZERO, |since| since.elapsed()) < fast_rejoin
+}
+
 /// The wait before the next attempt: `backoff`, or at most [`SILENT_BACKOFF_MAX`] after an
-/// attempt the server never answered.
+/// attempt the server never answered while the link rejoins fast.
 fn retry_delay(backoff: Duration, silent: bool) -> Duration {
     if silent {
         backoff.min(SILENT_BACKOFF_MAX)
@@ -757,15 +791,18 @@ fn retry_delay(backoff: Duration, silent: bool) -> Duration {
 /// wins and the others are dropped (closed) before any of them joins, so the server never
 /// sees two joins of one attempt. A handshake refused or failed (a wrong certificate, a
 /// closed port) ends the attempt with its error; one that times out leaves the others racing.
+/// Without `race` (a link dark for longer than its `fast_rejoin_s`), one handshake only.
 async fn handshake(
     endpoint: &quinn::Endpoint,
     ctx: &LinkContext,
     server: SocketAddr,
+    race: bool,
 ) -> Result<quinn::Connection, LinkError> {
     let mut racing = tokio::task::JoinSet::new();
     // The handshakes in flight, oldest first.
     let mut order = std::collections::VecDeque::with_capacity(MAX_HANDSHAKES);
-    let mut next = tokio::time::Instant::now();
+    // When the next handshake starts; `None`: no more.
+    let mut next = Some(tokio::time::Instant::now());
     loop {
         tokio::select! {
             // A result first: a handshake that completed wins over starting another.
@@ -780,7 +817,7 @@ async fn handshake(
                 // Dropped for a newer one (already out of `order`).
                 Err(_) => {}
             },
-            () = tokio::time::sleep_until(next) => {
+            () = sleep_until(next) => {
                 if order.len() == MAX_HANDSHAKES
                     && let Some(oldest) = order.pop_front()
                 {
@@ -790,9 +827,17 @@ async fn handshake(
                     .connect_with(ctx.crypto.clone(), server, &ctx.config.server_name)
                     .map_err(|e| LinkError::Connect(e.to_string()))?;
                 order.push_back(racing.spawn(connecting));
-                next += HANDSHAKE_RESTART;
+                next = next.filter(|_| race).map(|at| at + HANDSHAKE_RESTART);
             }
         }
+    }
+}
+
+/// Sleeps until `at`; for ever when `None`.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -831,6 +876,20 @@ async fn join(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_rejoins_fast_for_fast_rejoin_s_of_silence() {
+        let minute = Duration::from_secs(60);
+        let now = Instant::now();
+        // Not dark (never, or its last attempt answered): fast, unless told never to be.
+        assert!(rejoins_fast(None, minute));
+        assert!(!rejoins_fast(None, Duration::ZERO));
+        // Dark for less than fast_rejoin_s, then for longer.
+        assert!(rejoins_fast(Some(now), minute));
+        let long_ago = now.checked_sub(2 * minute).unwrap();
+        assert!(!rejoins_fast(Some(long_ago), minute));
+        assert!(!rejoins_fast(Some(now), Duration::ZERO));
+    }
 
     #[test]
     fn a_session_is_lost_when_the_server_starts_it_twice_or_for_a_later_join() {
