@@ -343,3 +343,18 @@ pub async fn print_session(bed: &Testbed) {
         println!("server session counters: {:?}", session.counters);
     }
 }
+
+/// The server's peer address of every path of its sessions (`(path id, address)`, by id): the
+/// address it sends that path's packets to.
+pub async fn server_remotes(bed: &Testbed) -> Vec<(u8, String)> {
+    let mut remotes: Vec<(u8, String)> = bed
+        .server
+        .status()
+        .await
+        .sessions
+        .iter()
+        .flat_map(|s| s.paths.iter().map(|p| (p.id, p.remote.clone())))
+        .collect();
+    remotes.sort();
+    remotes
+}

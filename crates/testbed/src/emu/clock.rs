@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use braid_sched_core::Timestamp;
 
+use super::relay::Upstream;
+
 /// The most datagrams waiting for delivery at once, all paths together.
 pub const MAX_PENDING: usize = 65_536;
 
@@ -34,8 +36,9 @@ const BATCH: usize = 256;
 /// Where a due datagram goes.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
-    /// To the server, from the client's own upstream socket (connected to the server).
-    Upstream(Arc<UdpSocket>),
+    /// To the server, from the client's upstream socket at the time of sending (connected to
+    /// the server).
+    Upstream(Arc<Upstream>),
     /// Back to a client, from the path's listen socket.
     Client(Arc<UdpSocket>, SocketAddr),
 }
@@ -211,7 +214,7 @@ impl Clock {
             }
             for p in batch.drain(..) {
                 let result = match &p.target {
-                    Target::Upstream(socket) => socket.send(&p.buf),
+                    Target::Upstream(upstream) => upstream.send(&p.buf),
                     Target::Client(socket, addr) => socket.send_to(&p.buf, addr),
                 };
                 if let Some(c) = self.counters.get(p.path).and_then(|c| c.get(p.dir)) {

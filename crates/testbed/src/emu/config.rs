@@ -4,12 +4,15 @@
 //! `forward`) and the link parameters of the scenario schema (`docs/scenarios.md`), which are
 //! not re-implemented here: the link keys of every path are handed, as a scenario, to
 //! [`ScenarioFile`], so they mean, default and validate exactly as they do for the simulator
-//! (ranges are drawn from the file's `seed`, traces are read relative to the file).
+//! (ranges are drawn from the file's `seed`, traces are read relative to the file). The relay's
+//! own keys (`listen`, `forward`, `rebind_at`) are taken out of each table first.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use braid_sched_core::Timestamp;
 
 use crate::scenario::{PathSpec, ScenarioError, ScenarioFile};
 
@@ -17,7 +20,13 @@ use crate::scenario::{PathSpec, ScenarioError, ScenarioFile};
 pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Keys of a `[[path]]` table that belong to the relay rather than to the link model.
-const RELAY_KEYS: [&str; 2] = ["listen", "forward"];
+const RELAY_KEYS: [&str; 3] = ["listen", "forward", "rebind_at"];
+
+/// The most rebinding times one path may list (`rebind_at`).
+pub const MAX_REBINDS: usize = 64;
+
+/// The latest rebinding time, seconds (the bound the scenario schema puts on outage times).
+const MAX_REBIND_S: f64 = 1e9;
 
 /// Keys allowed at the top of the file.
 const TOP_KEYS: [&str; 3] = ["seed", "stats_interval_s", "path"];
@@ -57,6 +66,9 @@ pub struct EmuPath {
     pub forward: SocketAddr,
     /// Both directions of the link: forward is client to server, reverse server to client.
     pub link: PathSpec,
+    /// When every client mapping of the path gets a new upstream socket (a NAT rebinding),
+    /// emulator time, ascending (`rebind_at`; empty: never).
+    pub rebind_at: Vec<Timestamp>,
 }
 
 /// A validated emulator configuration.
@@ -153,13 +165,20 @@ impl EmuConfig {
                     format!("{listen} is used by an earlier path"),
                 ));
             }
-            relays.push((listen, forward));
+            let rebind_at = match table.remove(RELAY_KEYS[2]) {
+                None => Vec::new(),
+                Some(value) => rebind_times(&value).map_err(|(index, message)| {
+                    let at = index.map(|k| format!("[{k}]")).unwrap_or_default();
+                    parse_err(&format!("path[{i}].rebind_at{at}"), message)
+                })?,
+            };
+            relays.push((listen, forward, rebind_at));
             links.push(toml::Value::Table(table));
         }
         // A forward address that is a relay's own listen address (this path's or another's)
         // sends the relayed datagrams back into the emulator: a loop that multiplies them.
-        for (i, (_, forward)) in relays.iter().enumerate() {
-            if let Some(j) = relays.iter().position(|(listen, _)| listen == forward) {
+        for (i, (_, forward, _)) in relays.iter().enumerate() {
+            if let Some(j) = relays.iter().position(|(listen, _, _)| listen == forward) {
                 let whose = if i == j {
                     "its own".to_string()
                 } else {
@@ -178,10 +197,11 @@ impl EmuConfig {
         let paths = relays
             .into_iter()
             .zip(specs)
-            .map(|((listen, forward), link)| EmuPath {
+            .map(|((listen, forward, rebind_at), link)| EmuPath {
                 listen,
                 forward,
                 link,
+                rebind_at,
             })
             .collect();
         Ok(EmuConfig {
@@ -202,6 +222,44 @@ fn stats_interval(v: &toml::Value) -> Option<Duration> {
     (0.1..=3600.0)
         .contains(&secs)
         .then(|| Duration::from_secs_f64(secs))
+}
+
+/// The times of a `rebind_at` list: at most [`MAX_REBINDS`] finite seconds in
+/// [0, [`MAX_REBIND_S`]], ascending. An error gives the index of the offending entry, if one is.
+fn rebind_times(value: &toml::Value) -> Result<Vec<Timestamp>, (Option<usize>, String)> {
+    let Some(list) = value.as_array() else {
+        return Err((
+            None,
+            format!("expected a list of seconds [t1, t2, ...], found {value}"),
+        ));
+    };
+    if list.len() > MAX_REBINDS {
+        return Err((
+            None,
+            format!("expected at most {MAX_REBINDS} times, found {}", list.len()),
+        ));
+    }
+    let mut previous = 0.0;
+    let mut times = Vec::with_capacity(list.len());
+    for (k, v) in list.iter().enumerate() {
+        let secs = match v {
+            toml::Value::Float(f) => *f,
+            toml::Value::Integer(i) => *i as f64,
+            _ => f64::NAN,
+        };
+        // NaN fails both comparisons, so a non-number or NaN is refused here too.
+        if !(secs >= previous && secs <= MAX_REBIND_S) {
+            let expected = if k == 0 {
+                format!("seconds in [0, {MAX_REBIND_S:e}]")
+            } else {
+                format!("seconds in [0, {MAX_REBIND_S:e}], sorted (not before {previous})")
+            };
+            return Err((Some(k), format!("expected {expected}, found {v}")));
+        }
+        previous = secs;
+        times.push(Timestamp::from_secs_f64(secs));
+    }
+    Ok(times)
 }
 
 /// An `ip:port` string whose address is loopback (127.0.0.0/8 or ::1): the emulator relays
@@ -437,6 +495,58 @@ mod tests {
         let e = parse(&earlier).unwrap_err().to_string();
         assert!(e.contains("path[1].forward"), "{e}");
         assert!(e.contains("path[0]'s listen"), "{e}");
+    }
+
+    #[test]
+    fn rebind_times_are_an_emulator_key() {
+        let text = TWO.replace(
+            "outages = [[5.0, 10.0]]",
+            "outages = [[5.0, 10.0]]\nrebind_at = [0, 2.5, 2.5, 7]",
+        );
+        let c = parse(&text).unwrap();
+        let secs: Vec<f64> = c.paths[0]
+            .rebind_at
+            .iter()
+            .map(|t| t.as_secs_f64())
+            .collect();
+        assert_eq!(secs, vec![0.0, 2.5, 2.5, 7.0]);
+        assert!(c.paths[1].rebind_at.is_empty(), "default: never");
+        // The link keys beside it still go through the scenario schema.
+        assert_eq!(c.paths[0].link.reverse.outages, vec![(5.0, 10.0)]);
+        let most = format!("rebind_at = [{}]", vec!["1"; MAX_REBINDS].join(", "));
+        let text = TWO.replace("delay_ms = 20", &format!("delay_ms = 20\n{most}"));
+        assert_eq!(parse(&text).unwrap().paths[1].rebind_at.len(), MAX_REBINDS);
+    }
+
+    #[test]
+    fn bad_rebind_times_name_the_field() {
+        let too_many = format!("[{}]", vec!["1"; MAX_REBINDS + 1].join(", "));
+        let cases = [
+            ("3.0", "path[0].rebind_at`: expected a list"),
+            ("\"4s\"", "path[0].rebind_at`: expected a list"),
+            (&too_many, "path[0].rebind_at`: expected at most 64"),
+            ("[-1.0]", "path[0].rebind_at[0]`"),
+            ("[1.0, nan]", "path[0].rebind_at[1]`"),
+            ("[1.0, inf]", "path[0].rebind_at[1]`"),
+            ("[1.0, 2e9]", "path[0].rebind_at[1]`"),
+            ("[1.0, \"2\"]", "path[0].rebind_at[1]`"),
+            ("[1.0, [2.0]]", "path[0].rebind_at[1]`"),
+            ("[4.0, 7.0, 5.0]", "path[0].rebind_at[2]`: expected seconds"),
+        ];
+        for (value, field) in cases {
+            let text = TWO.replace(
+                "outages = [[5.0, 10.0]]",
+                &format!("outages = [[5.0, 10.0]]\nrebind_at = {value}"),
+            );
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.starts_with("emu.toml: field `"), "{e}");
+            assert!(e.contains(field), "{field} not in {e}");
+        }
+        // The second path's list is named as its own.
+        let text = TWO.replace("delay_ms = 20", "delay_ms = 20\nrebind_at = [2, 1]");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("path[1].rebind_at[1]"), "{e}");
+        assert!(e.contains("not before 2"), "{e}");
     }
 
     #[test]

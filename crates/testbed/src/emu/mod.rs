@@ -10,8 +10,11 @@
 //! client ◄── listen ◄─ clock ◄─[reverse Link]─ upstream socket ◄── server
 //! ```
 //!
-//! Time is a [`Timestamp`] in µs since [`Emulator::start`] (outage and change times in the
-//! file are relative to it); only the clock ([`clock`]) reads the system clock. Receiving runs
+//! A path can also lose its NAT mappings at given times (`rebind_at`): every client mapping
+//! then leaves from a new upstream socket (see [`relay`]).
+//!
+//! Time is a [`Timestamp`] in µs since [`Emulator::start`] (outage, change and rebinding times
+//! in the file are relative to it); only the clock ([`clock`]) reads the system clock. Receiving runs
 //! on tokio tasks; delivery runs on one thread that sleeps until the next due datagram (see
 //! [`clock`] for why). The configuration format is in `docs/emu.md`.
 
@@ -30,7 +33,7 @@ use braid_sched_core::Timestamp;
 use tokio::task::JoinHandle;
 
 pub use clock::{Lateness, MAX_PENDING};
-pub use config::{DEFAULT_STATS_INTERVAL, EmuConfig, EmuConfigError, EmuPath};
+pub use config::{DEFAULT_STATS_INTERVAL, EmuConfig, EmuConfigError, EmuPath, MAX_REBINDS};
 pub use relay::{MAX_CLIENTS, ReceiveCounters};
 
 use crate::link::{LinkConfigError, LinkStats};
@@ -90,14 +93,20 @@ impl Emulator {
             };
             let (listen_std, listen) = relay::bind_udp(path.listen).map_err(bind_err)?;
             let listen_addr = listen.local_addr().map_err(bind_err)?;
-            let shared = Arc::new(PathShared::new(index, path.forward, forward, reverse));
+            let shared = Arc::new(PathShared::new(
+                index,
+                path.forward,
+                forward,
+                reverse,
+                path.rebind_at.clone(),
+            ));
             paths.push(EmuPathHandle {
                 name,
                 listen: listen_addr,
                 forward: path.forward,
                 shared,
             });
-            sockets.push((listen_std, listen));
+            sockets.push((Arc::new(listen_std), listen));
         }
         let runner = clock.clone();
         let thread = std::thread::Builder::new()
@@ -172,6 +181,8 @@ pub struct PathStats {
     pub down: bool,
     /// Client addresses seen.
     pub clients: usize,
+    /// Client mappings given a new upstream socket by `rebind_at` so far.
+    pub rebinds: u64,
     /// Client to server.
     pub forward_dir: DirectionStats,
     /// Server to client.
@@ -223,6 +234,7 @@ impl EmuHandle {
                     at: now,
                     down,
                     clients: p.shared.clients.load(AtomicOrdering::Relaxed),
+                    rebinds: p.shared.rebinds.load(AtomicOrdering::Relaxed),
                     forward_dir: dir(0),
                     reverse_dir: dir(1),
                 }
@@ -272,13 +284,14 @@ impl fmt::Display for PathStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:>8.1}s {} {} -> {} ({}, {} client(s))\n  fwd: {}\n  rev: {}",
+            "{:>8.1}s {} {} -> {} ({}, {} client(s), {} rebind(s))\n  fwd: {}\n  rev: {}",
             self.at.as_secs_f64(),
             self.name,
             self.listen,
             self.forward,
             if self.down { "DOWN" } else { "up" },
             self.clients,
+            self.rebinds,
             self.forward_dir,
             self.reverse_dir
         )

@@ -1,5 +1,5 @@
 //! Real-time tests of the emulator over loopback: delivered rate against the configured rate,
-//! delay, outages, and both directions reaching the right peers.
+//! delay, outages, NAT rebinding, and both directions reaching the right peers.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -221,4 +221,64 @@ async fn nothing_passes_during_an_outage() {
         "{stats}"
     );
     assert_eq!(got.len() as u64 + stats.forward_dir.link.outage, 90);
+}
+
+/// Rebinding at 0.5 s on a link with 300 ms of forward delay: a datagram sent before the
+/// rebinding but delivered after it leaves from the new upstream socket; the server's reply to
+/// the old address is lost, its reply to the new one reaches the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebinding_moves_the_mapping_to_a_new_port() {
+    let server = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let link = "rate_mbps = 100\ndelay_ms = 300\nreverse = { delay_ms = 1 }\nrebind_at = [0.5]";
+    let (emu, listen) = start(server.local_addr().unwrap(), link).await;
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut buf = [0u8; 64];
+    let mut from_server = async |expected: u8| {
+        let wait = Duration::from_secs(3);
+        let (n, from) = tokio::time::timeout(wait, server.recv_from(&mut buf))
+            .await
+            .expect("nothing reached the server")
+            .unwrap();
+        assert_eq!((n, buf[0]), (1, expected));
+        (from, emu.now())
+    };
+    // `a` arrives at about 0.3 s, before the rebinding; `b` leaves the client at 0.3 s and
+    // arrives at about 0.6 s, after it.
+    client.send_to(&[1], listen).await.unwrap();
+    let (old, a_at) = from_server(1).await;
+    client.send_to(&[2], listen).await.unwrap();
+    let b_sent = emu.now();
+    let (new, b_at) = from_server(2).await;
+    println!(
+        "a from {old} at {:.3} s; b sent at {:.3} s, from {new} at {:.3} s",
+        a_at.as_secs_f64(),
+        b_sent.as_secs_f64(),
+        b_at.as_secs_f64()
+    );
+    assert!(
+        a_at.as_secs_f64() < 0.5,
+        "a arrived at {a_at:?}, after the rebinding"
+    );
+    assert!(
+        b_sent.as_secs_f64() < 0.5,
+        "b left at {b_sent:?}, after the rebinding"
+    );
+    assert_ne!(old, new, "queued b left from the old socket");
+    assert_eq!(old.ip(), new.ip());
+
+    // The old mapping is gone: only the reply to the new address comes back.
+    server.send_to(&[3], old).await.unwrap();
+    server.send_to(&[4], new).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(Ok((n, from))) =
+        tokio::time::timeout(Duration::from_millis(300), client.recv_from(&mut buf)).await
+    {
+        assert_eq!(from, listen);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, vec![4], "replies reaching the client");
+    let stats = &emu.stats()[0];
+    println!("{stats}");
+    assert_eq!((stats.clients, stats.rebinds), (1, 1));
+    assert_eq!(stats.reverse_dir.received.packets, 1, "{stats}");
 }
