@@ -822,3 +822,59 @@ fn a_switched_controller_continues_from_the_old_window() {
         "{before:.1} {first:.1} {second:.1}"
     );
 }
+
+/// Packets both ends sent on path `p` so far.
+fn sent_on(h: &mut Harness, p: usize) -> u64 {
+    let now = h.now();
+    [CLIENT, SERVER]
+        .into_iter()
+        .map(|side| {
+            let status: Vec<_> = h.endpoints[side].path_status(now).collect();
+            status[p].stats.packets_sent
+        })
+        .sum()
+}
+
+/// Once a session carried no data for `quiet_after` (10 s), each idle path's two ends share one
+/// heartbeat exchange per `quiet_heartbeat_interval` (25 s) instead of two a second: a quiet
+/// session wakes its links' radios that seldom, still often enough for NAT mappings. A path
+/// that goes dark meanwhile is still found failed, at the next heartbeat, and data carries on
+/// at once over the other path when it resumes.
+#[test]
+fn a_quiet_session_sends_one_heartbeat_per_keepalive_and_finds_a_dark_path() {
+    let mut links = [LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)];
+    links[1].outages = vec![(secs(130.0), secs(1000.0))];
+    let mut h = harness(&links, SessionConfig::default(), PathConfig::default());
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 200_000)]);
+    h.run_until(secs(20.0), |h| d.step(h));
+    assert!(d.all_done());
+    let at_20 = [sent_on(&mut h, 0), sent_on(&mut h, 1)];
+    let _ = events(&mut h, CLIENT);
+    h.run_until(secs(120.0), |_| {});
+    let quiet = [sent_on(&mut h, 0) - at_20[0], sent_on(&mut h, 1) - at_20[1]];
+    println!("packets on each path from 20 to 120 s, both ends: {quiet:?}");
+    // 100 s: four exchanges of a PING and its ACK (a busy session sends about 400).
+    for (p, n) in quiet.into_iter().enumerate() {
+        assert!(
+            (6..=12).contains(&n),
+            "path {p}: {n} packets in 100 quiet s"
+        );
+    }
+    // Path 1 dark from 130 s: failed by the next heartbeat (by 145 s) and a few probe periods.
+    let mut failed_at = None;
+    while h.now() < secs(180.0) && failed_at.is_none() {
+        let next = h.now() + Duration::from_millis(100);
+        h.run_until(next, |_| {});
+        if events(&mut h, CLIENT).contains(&Event::PathFailed(PathId(1))) {
+            failed_at = Some(h.now());
+        }
+    }
+    let failed_at = failed_at.expect("the dark path was never found failed");
+    println!("dark from 130 s, failed at {failed_at:?}");
+    assert!(failed_at < secs(150.0), "failed at {failed_at:?}");
+    // Data again: it all arrives, over the live path.
+    let mut d = Driver::new(vec![Bulk::new(1, SERVER, 500_000)]);
+    let start = h.now();
+    h.run_until(start + Duration::from_secs(5), |h| d.step(h));
+    assert!(d.all_done(), "the resumed transfer did not finish");
+}

@@ -164,6 +164,8 @@ pub(crate) struct RawSession {
     congestion: Option<String>,
     /// Signed, like the window.
     idle_timeout_s: Option<i64>,
+    /// Signed, like the window.
+    keepalive_s: Option<i64>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -181,6 +183,8 @@ pub struct SessionLimits {
     pub congestion: crate::session::congestion::CongestionAlgorithm,
     /// How long a session outlives its last live path (`idle_timeout_s`).
     pub idle_timeout: std::time::Duration,
+    /// How often an idle path of a quiet session sends a heartbeat (`keepalive_s`).
+    pub keepalive: std::time::Duration,
 }
 
 impl Default for SessionLimits {
@@ -191,6 +195,7 @@ impl Default for SessionLimits {
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
             congestion: crate::session::congestion::CongestionAlgorithm::default(),
             idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
+            keepalive: crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL,
         }
     }
 }
@@ -200,6 +205,10 @@ pub const DEFAULT_SESSION_IDLE_TIMEOUT: std::time::Duration = std::time::Duratio
 
 /// Shortest and longest accepted `[session] idle_timeout_s`, seconds.
 pub const SESSION_IDLE_TIMEOUT_S: std::ops::RangeInclusive<u64> = 5..=3600;
+
+/// Shortest and longest accepted `[session] keepalive_s`, seconds: at most 25, well inside
+/// the paths' QUIC idle timeout ([`crate::transport::quic::PATH_IDLE_TIMEOUT_MS`]).
+pub const KEEPALIVE_S: std::ops::RangeInclusive<u64> = 1..=25;
 
 /// Smallest and largest accepted `[session] flow_receive_window_kib` (64 KiB ..= 1 GiB, the
 /// session's buffer limit).
@@ -218,7 +227,7 @@ pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
     ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
 
 /// Validates `[session]`: the per-flow receive window, the longest UDP payload, the
-/// congestion controller and the idle timeout.
+/// congestion controller, the idle timeout and the keepalive.
 pub(crate) fn session_limits(
     file: &Path,
     raw: &RawSession,
@@ -278,30 +287,28 @@ pub(crate) fn session_limits(
             )
         })?,
     };
-    let idle_timeout = match raw.idle_timeout_s {
-        None => DEFAULT_SESSION_IDLE_TIMEOUT,
-        Some(s) => match u64::try_from(s) {
-            Ok(s) if SESSION_IDLE_TIMEOUT_S.contains(&s) => std::time::Duration::from_secs(s),
-            _ => {
-                return Err(invalid(
-                    file,
-                    "session.idle_timeout_s",
-                    format!(
-                        "seconds in {}..={}",
-                        SESSION_IDLE_TIMEOUT_S.start(),
-                        SESSION_IDLE_TIMEOUT_S.end()
-                    ),
-                    s,
-                ));
-            }
-        },
+    let seconds = |field: &str, value: Option<i64>, range: std::ops::RangeInclusive<u64>| {
+        value.map_or(Ok(None), |s| match u64::try_from(s) {
+            Ok(s) if range.contains(&s) => Ok(Some(std::time::Duration::from_secs(s))),
+            _ => Err(invalid(
+                file,
+                format!("session.{field}"),
+                format!("seconds in {}..={}", range.start(), range.end()),
+                s,
+            )),
+        })
     };
+    let idle_timeout = seconds("idle_timeout_s", raw.idle_timeout_s, SESSION_IDLE_TIMEOUT_S)?
+        .unwrap_or(DEFAULT_SESSION_IDLE_TIMEOUT);
+    let keepalive = seconds("keepalive_s", raw.keepalive_s, KEEPALIVE_S)?
+        .unwrap_or(crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL);
     Ok(SessionLimits {
         flow_receive_window,
         flow_receive_window_max,
         max_udp_payload,
         congestion,
         idle_timeout,
+        keepalive,
     })
 }
 
@@ -709,6 +716,7 @@ mod tests {
             max_udp_payload: bytes,
             congestion: None,
             idle_timeout_s: None,
+            keepalive_s: None,
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -724,6 +732,7 @@ mod tests {
                 max_udp_payload: 8922,
                 congestion: CongestionAlgorithm::Cubic,
                 idle_timeout: std::time::Duration::from_secs(30),
+                keepalive: std::time::Duration::from_secs(25),
             }
         );
         // How long a session outlives its last path.
@@ -746,6 +755,25 @@ mod tests {
                 format!(
                     "f.toml: session.idle_timeout_s: expected seconds in 5..=3600, got \"{bad}\""
                 )
+            );
+        }
+        // How often a quiet session's idle paths send a heartbeat.
+        let keepalive = |s| {
+            session_limits(
+                f,
+                &RawSession {
+                    keepalive_s: Some(s),
+                    ..raw(None, None)
+                },
+            )
+        };
+        assert_eq!(keepalive(1).unwrap().keepalive.as_secs(), 1);
+        assert_eq!(keepalive(25).unwrap().keepalive.as_secs(), 25);
+        for bad in [0, 26, -3] {
+            let e = keepalive(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("f.toml: session.keepalive_s: expected seconds in 1..=25, got \"{bad}\"")
             );
         }
         // The largest window: by default 16 MiB, or the first window where that is larger;

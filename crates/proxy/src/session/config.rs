@@ -169,8 +169,14 @@ pub struct SessionConfig {
     pub initial_rtt: Duration,
     /// Longest we delay an ACK.
     pub max_ack_delay: Duration,
-    /// An idle live path sends a PING this often.
+    /// An idle live path sends a PING this often while the session is busy.
     pub heartbeat_interval: Duration,
+    /// An idle live path sends a PING this often once the session carried no application data
+    /// for `quiet_after` (at least `heartbeat_interval`): a quiet session (a phone in a pocket)
+    /// wakes its links' radios only this often, enough to keep NAT mappings alive.
+    pub quiet_heartbeat_interval: Duration,
+    /// How long after the last application data, sent or received, the session is quiet.
+    pub quiet_after: Duration,
     /// Consecutive probe timeouts after which a path is declared failed.
     pub failure_probe_timeouts: u32,
     /// A failed path is probed this often to find out whether it came back.
@@ -182,6 +188,10 @@ pub struct SessionConfig {
     /// The congestion controller built for every path (its datagram size is the path's).
     pub congestion: CongestionConfig,
 }
+
+/// The default [`SessionConfig::quiet_heartbeat_interval`]: 25 s, as WireGuard's persistent
+/// keepalive, under the 30 s after which the shortest-lived NAT mappings go.
+pub const DEFAULT_QUIET_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(25);
 
 impl Default for SessionConfig {
     fn default() -> Self {
@@ -200,6 +210,8 @@ impl Default for SessionConfig {
             initial_rtt: Duration::from_millis(100),
             max_ack_delay: Duration::from_millis(5),
             heartbeat_interval: Duration::from_secs(1),
+            quiet_heartbeat_interval: DEFAULT_QUIET_HEARTBEAT_INTERVAL,
+            quiet_after: Duration::from_secs(10),
             failure_probe_timeouts: 3,
             failed_probe_interval: Duration::from_millis(250),
             idle_timeout: Duration::from_secs(30),
@@ -309,6 +321,7 @@ impl SessionConfig {
         c.failure_probe_timeouts = c.failure_probe_timeouts.clamp(1, 16);
         c.initial_rtt = c.initial_rtt.max(Duration::from_micros(1));
         c.heartbeat_interval = c.heartbeat_interval.max(Duration::from_millis(1));
+        c.quiet_heartbeat_interval = c.quiet_heartbeat_interval.max(c.heartbeat_interval);
         c.failed_probe_interval = c.failed_probe_interval.max(Duration::from_millis(1));
         c
     }

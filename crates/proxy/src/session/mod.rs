@@ -238,6 +238,10 @@ pub struct Session {
     scratch_lost: Vec<SentPacket>,
     report: ReportAccumulator,
     next_report_at: Timestamp,
+    /// When application data (any frame but PING, ACK and CLOSE) was last sent or received:
+    /// from [`SessionConfig::quiet_after`] later, idle paths' heartbeats slow down
+    /// ([`path::Heartbeat`]).
+    busy_at: Timestamp,
     all_failed_since: Option<Timestamp>,
     path_status_seq: u64,
     peer_report: Option<ReceiverReport>,
@@ -304,6 +308,7 @@ impl Session {
                 ..ReportAccumulator::default()
             },
             next_report_at: now + config.report_interval,
+            busy_at: now,
             all_failed_since: Some(now),
             path_status_seq: 0,
             peer_report: None,
@@ -667,8 +672,9 @@ impl Session {
         }
         let mut t: Option<Timestamp> = None;
         let mut take = |x: Timestamp| t = Some(t.map_or(x, |y: Timestamp| y.min(x)));
+        let heartbeat = self.heartbeat();
         for p in self.paths[..self.path_end].iter().flatten() {
-            if let Some(x) = p.next_timeout(&self.config) {
+            if let Some(x) = p.next_timeout(&self.config, heartbeat) {
                 take(x);
             }
         }
@@ -701,11 +707,12 @@ impl Session {
         let mut lost = std::mem::take(&mut self.scratch_lost);
         // The ACK table is empty between ACK frames: it holds the probe-timeout reinjections.
         let mut reinject = std::mem::take(&mut self.scratch_acked);
+        let heartbeat = self.heartbeat();
         for i in 0..self.path_end {
             let Some(path) = self.paths[i].as_mut() else {
                 continue;
             };
-            let failed = path.on_timeout(now, &self.config, &mut lost, &mut reinject);
+            let failed = path.on_timeout(now, &self.config, heartbeat, &mut lost, &mut reinject);
             let id = path.id;
             if failed {
                 self.scheduler.on_path_state(id, PathState::Failed, now);
@@ -722,6 +729,17 @@ impl Session {
         {
             self.finish_close(error::IDLE_TIMEOUT_CODE, false);
         }
+    }
+
+    /// The idle paths' heartbeats now: slower once the session is quiet.
+    fn heartbeat(&self) -> path::Heartbeat {
+        path::Heartbeat::new(&self.config, self.busy_at)
+    }
+
+    /// Whether the session is quiet (no application data for [`SessionConfig::quiet_after`])
+    /// at `now`, its idle paths' heartbeats slowed down.
+    pub fn is_quiet(&self, now: Timestamp) -> bool {
+        now >= self.heartbeat().quiet_from
     }
 
     fn note_path_liveness(&mut self, now: Timestamp) {

@@ -67,6 +67,8 @@ pub(crate) struct Path {
     loss_time: Option<Timestamp>,
     pto_count: u32,
     last_ack_eliciting_sent: Timestamp,
+    /// When the peer's last ack-eliciting packet arrived (see [`Heartbeat::due`]).
+    last_ack_eliciting_heard: Timestamp,
     last_ack_received: Timestamp,
     /// A PING must go out on this path (probe timeout, heartbeat, or failed-path probe).
     pub probe_due: bool,
@@ -109,6 +111,49 @@ pub struct PathStats {
     pub redundant_copies: u64,
 }
 
+/// When an idle live path sends its heartbeat PING: [`SessionConfig::heartbeat_interval`]
+/// after its last ack-eliciting packet while the session is busy, and
+/// [`SessionConfig::quiet_heartbeat_interval`] after it once the session is quiet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The interval while the session is busy.
+    pub busy: Duration,
+    /// The interval once it is quiet (at least `busy`).
+    pub quiet: Duration,
+    /// When the session is (or was) quiet from: its last application data plus
+    /// [`SessionConfig::quiet_after`]; [`Timestamp::MAX`]: never.
+    pub quiet_from: Timestamp,
+}
+
+impl Heartbeat {
+    /// The heartbeats of `config` for a session whose last application data was at `busy_at`.
+    pub fn new(config: &SessionConfig, busy_at: Timestamp) -> Self {
+        Heartbeat {
+            busy: config.heartbeat_interval,
+            quiet: config
+                .quiet_heartbeat_interval
+                .max(config.heartbeat_interval),
+            quiet_from: busy_at + config.quiet_after,
+        }
+    }
+
+    /// When the heartbeat of a path whose last ack-eliciting packet went at `last_sent`, and
+    /// came from the peer at `last_heard`, is due: the busy interval after `last_sent` while
+    /// that falls before the session went quiet, else the quiet interval after the later of
+    /// the two. A quiet path's two ends thus share one exchange per interval (the first to
+    /// send a PING puts the other's off), one radio wake-up instead of two. Data again moves
+    /// `quiet_from` on, and a path whose busy heartbeat has then passed sends one at once: each
+    /// path is checked as traffic resumes.
+    pub fn due(self, last_sent: Timestamp, last_heard: Timestamp) -> Timestamp {
+        let busy = last_sent + self.busy;
+        if busy < self.quiet_from {
+            busy
+        } else {
+            last_sent.max(last_heard) + self.quiet
+        }
+    }
+}
+
 impl Path {
     pub fn new(id: PathId, config: PathConfig, session: &SessionConfig, now: Timestamp) -> Self {
         let congestion_config = CongestionConfig {
@@ -141,6 +186,7 @@ impl Path {
             loss_time: None,
             pto_count: 0,
             last_ack_eliciting_sent: now,
+            last_ack_eliciting_heard: now,
             last_ack_received: now,
             probe_due: false,
             next_failed_probe: now,
@@ -487,7 +533,7 @@ impl Path {
 
     /// The earliest timer of this path (called for every path after every packet, so the
     /// probe and failure deadlines share one computation of the probe period).
-    pub fn next_timeout(&self, config: &SessionConfig) -> Option<Timestamp> {
+    pub fn next_timeout(&self, config: &SessionConfig, heartbeat: Heartbeat) -> Option<Timestamp> {
         let mut t = self.loss_time;
         let mut take = |x: Option<Timestamp>| {
             if let Some(x) = x {
@@ -498,9 +544,10 @@ impl Path {
         if self.is_failed() {
             take(Some(self.next_failed_probe));
         } else if self.ack_eliciting_in_flight == 0 {
-            take(Some(
-                self.last_ack_eliciting_sent + config.heartbeat_interval,
-            ));
+            take(Some(heartbeat.due(
+                self.last_ack_eliciting_sent,
+                self.last_ack_eliciting_heard,
+            )));
         } else {
             let base = self.probe_period_ns(config);
             take(Some(self.pto_at(base)));
@@ -550,6 +597,7 @@ impl Path {
         &mut self,
         now: Timestamp,
         config: &SessionConfig,
+        heartbeat: Heartbeat,
         lost: &mut Vec<SentPacket>,
         reinject: &mut Vec<SentPacket>,
     ) -> bool {
@@ -595,7 +643,7 @@ impl Path {
             self.probe_due = true;
             self.last_ack_eliciting_sent = now;
         } else if self.ack_eliciting_in_flight == 0
-            && now - self.last_ack_eliciting_sent >= config.heartbeat_interval
+            && heartbeat.due(self.last_ack_eliciting_sent, self.last_ack_eliciting_heard) <= now
         {
             self.probe_due = true;
             self.last_ack_eliciting_sent = now;
@@ -764,6 +812,7 @@ impl Path {
 
     /// The packet just recorded was ack-eliciting.
     pub fn on_ack_eliciting(&mut self, now: Timestamp, max_ack_delay: Duration) {
+        self.last_ack_eliciting_heard = self.last_ack_eliciting_heard.max(now);
         self.ack_pending = true;
         self.unacked_eliciting += 1;
         if self.unacked_eliciting >= 2 {

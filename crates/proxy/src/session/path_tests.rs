@@ -5,6 +5,41 @@ use crate::session::frame::{AckFields, Frame, encode_ack};
 use crate::session::sent::Payload;
 use crate::session::varint::{Reader, Writer};
 
+/// The heartbeats of a session that never goes quiet.
+fn busy(config: &SessionConfig) -> Heartbeat {
+    Heartbeat {
+        quiet_from: Timestamp::MAX,
+        ..Heartbeat::new(config, Timestamp::ZERO)
+    }
+}
+
+#[test]
+fn a_heartbeat_slows_down_once_the_session_is_quiet_and_comes_back_with_data() {
+    let config = SessionConfig::default();
+    let s = Timestamp::from_millis;
+    let never = Timestamp::ZERO;
+    // Data last at 50 s: quiet from 60 s (`quiet_after` 10 s).
+    let h = Heartbeat::new(&config, s(50_000));
+    assert_eq!(h.quiet_from, s(60_000));
+    // A heartbeat due while busy keeps the busy interval (1 s), whatever came from the peer.
+    assert_eq!(h.due(s(55_000), s(55_500)), s(56_000));
+    assert_eq!(h.due(s(58_999), never), s(59_999));
+    // One that would fall at or after the session went quiet waits the quiet interval (25 s).
+    assert_eq!(h.due(s(59_000), never), s(84_000));
+    assert_eq!(h.due(s(70_000), never), s(95_000));
+    // ... after the peer's PING, when that came later: one exchange per interval for both.
+    assert_eq!(h.due(s(70_000), s(80_000)), s(105_000));
+    // Data again at 90 s: the path whose last PING went at 70 s is due at once (71 s passed).
+    let again = Heartbeat::new(&config, s(90_000));
+    assert_eq!(again.due(s(70_000), s(80_000)), s(71_000));
+    // A quiet interval below the busy one is the busy one.
+    let odd = SessionConfig {
+        quiet_heartbeat_interval: Duration::from_millis(10),
+        ..SessionConfig::default()
+    };
+    assert_eq!(Heartbeat::new(&odd, s(0)).due(s(20_000), never), s(21_000));
+}
+
 fn ack_bytes(path: PathId, ranges: &[(u64, u64)]) -> Vec<u8> {
     let mut set = RangeSet::default();
     for r in ranges {
@@ -80,7 +115,7 @@ fn time_threshold_declares_old_packets_lost_and_arms_a_timer() {
     let (_, lost, _) = apply_ack(&mut p, &[(2, 3)], Timestamp::from_millis(91));
     // RTT 50 ms: 9/8 of it is 56.25 ms; packet 0 (91 ms old) is lost, packet 1 (51 ms) not yet.
     assert_eq!(lost, vec![0]);
-    let timer = p.next_timeout(&config).unwrap();
+    let timer = p.next_timeout(&config, busy(&config)).unwrap();
     assert!(
         timer <= Timestamp::from_micros(40_000 + 56_250),
         "{timer:?}"
@@ -89,6 +124,7 @@ fn time_threshold_declares_old_packets_lost_and_arms_a_timer() {
     p.on_timeout(
         Timestamp::from_millis(97),
         &config,
+        busy(&config),
         &mut later,
         &mut Vec::new(),
     );
@@ -105,8 +141,8 @@ fn silent_path_fails_reinjects_and_recovers_on_a_probe_ack() {
     let mut now = Timestamp::ZERO;
     let mut failed_at = None;
     while failed_at.is_none() && now < Timestamp::from_secs_f64(10.0) {
-        now = p.next_timeout(&config).unwrap().max(now);
-        if p.on_timeout(now, &config, &mut lost, &mut Vec::new()) {
+        now = p.next_timeout(&config, busy(&config)).unwrap().max(now);
+        if p.on_timeout(now, &config, busy(&config), &mut lost, &mut Vec::new()) {
             failed_at = Some(now);
         }
         if p.probe_due {
@@ -120,9 +156,9 @@ fn silent_path_fails_reinjects_and_recovers_on_a_probe_ack() {
     assert!(lost.len() >= 4);
     assert_eq!(p.bytes_in_flight, 0);
     // Failed paths are probed; an ACK of the probe brings the path back.
-    let probe_at = p.next_timeout(&config).unwrap();
+    let probe_at = p.next_timeout(&config, busy(&config)).unwrap();
     assert!(probe_at <= failed_at.unwrap() + config.failed_probe_interval);
-    p.on_timeout(probe_at, &config, &mut lost, &mut Vec::new());
+    p.on_timeout(probe_at, &config, busy(&config), &mut lost, &mut Vec::new());
     assert!(p.probe_due);
     let pn = p.next_pn;
     let mut probe = SentPacket::new(pn, probe_at, 30, Payload::None);
@@ -265,8 +301,8 @@ fn a_probe_timeout_reinjects_stream_packets_once_and_closes_the_window_until_an_
     let view = p.view(Timestamp::ZERO, &mut wake);
     assert!(view.cwnd > view.bytes_in_flight, "room before the timeout");
     let (mut lost, mut reinject) = (Vec::new(), Vec::new());
-    let pto = p.next_timeout(&config).unwrap();
-    assert!(!p.on_timeout(pto, &config, &mut lost, &mut reinject));
+    let pto = p.next_timeout(&config, busy(&config)).unwrap();
+    assert!(!p.on_timeout(pto, &config, busy(&config), &mut lost, &mut reinject));
     assert!(lost.is_empty(), "a probe timeout declares nothing lost");
     assert_eq!(
         reinject.iter().map(|s| s.pn).collect::<Vec<_>>(),
@@ -281,8 +317,8 @@ fn a_probe_timeout_reinjects_stream_packets_once_and_closes_the_window_until_an_
     p.probe_due = false;
     send(&mut p, 4, pto);
     let mut again = Vec::new();
-    let next = p.next_timeout(&config).unwrap();
-    p.on_timeout(next, &config, &mut lost, &mut again);
+    let next = p.next_timeout(&config, busy(&config)).unwrap();
+    p.on_timeout(next, &config, busy(&config), &mut lost, &mut again);
     assert!(again.is_empty(), "{again:?}");
     // An ACK of the probe opens the window again (and settles the older packets).
     let (_, _, _) = apply_ack(&mut p, &[(4, 5)], next + Duration::from_millis(1));
@@ -296,15 +332,15 @@ fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
     config.failed_probe_interval = Duration::from_millis(1);
     send(&mut p, 0, Timestamp::ZERO);
     let (mut lost, mut reinject) = (Vec::new(), Vec::new());
-    let pto = p.next_timeout(&config).unwrap();
-    assert!(!p.on_timeout(pto, &config, &mut lost, &mut reinject));
+    let pto = p.next_timeout(&config, busy(&config)).unwrap();
+    assert!(!p.on_timeout(pto, &config, busy(&config), &mut lost, &mut reinject));
     assert_eq!(p.pto_count, 1);
     p.probe_due = false;
     send(&mut p, 1, pto);
     // The backed-off probe timeout is two periods away; the closed path is probed sooner.
-    let next = p.next_timeout(&config).unwrap();
+    let next = p.next_timeout(&config, busy(&config)).unwrap();
     assert_eq!(next, pto + Duration::from_millis(1));
-    assert!(!p.on_timeout(next, &config, &mut lost, &mut reinject));
+    assert!(!p.on_timeout(next, &config, busy(&config), &mut lost, &mut reinject));
     assert!(
         p.probe_due,
         "a probe is due one failed-probe interval after the last"
@@ -315,8 +351,8 @@ fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
     send(&mut quiet, 0, Timestamp::ZERO);
     let mut failed_quiet = None;
     while failed_quiet.is_none() {
-        let now = quiet.next_timeout(&config).unwrap();
-        if quiet.on_timeout(now, &config, &mut lost, &mut reinject) {
+        let now = quiet.next_timeout(&config, busy(&config)).unwrap();
+        if quiet.on_timeout(now, &config, busy(&config), &mut lost, &mut reinject) {
             failed_quiet = Some(now);
         }
     }
@@ -327,8 +363,8 @@ fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
             send(&mut p, pn, now);
             pn += 1;
         }
-        now = p.next_timeout(&config).unwrap();
-        if p.on_timeout(now, &config, &mut lost, &mut reinject) {
+        now = p.next_timeout(&config, busy(&config)).unwrap();
+        if p.on_timeout(now, &config, busy(&config), &mut lost, &mut reinject) {
             failed = Some(now);
         }
     }

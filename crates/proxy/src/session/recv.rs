@@ -68,9 +68,14 @@ impl Session {
         }
         let (_, frames) = parse_packet(data).map_err(frame_err)?;
         let mut ack_eliciting = false;
+        let mut busy = false;
         for frame in frames.flatten() {
             ack_eliciting |= !matches!(frame, Frame::Ack(_) | Frame::Close { .. });
+            busy |= !matches!(frame, Frame::Ack(_) | Frame::Close { .. } | Frame::Ping);
             self.on_frame(path, frame, now)?;
+        }
+        if busy {
+            self.busy_at = self.busy_at.max(now);
         }
         if ack_eliciting && let Some(p) = self.paths[path.index()].as_mut() {
             p.on_ack_eliciting(now, self.config.max_ack_delay);

@@ -779,6 +779,9 @@ impl Session {
         {
             Frame::Ping.encode(&mut w).ok()?;
         }
+        if !matches!(sent.payload, Payload::None) || sent.controls[0].is_some() {
+            self.busy_at = self.busy_at.max(now);
+        }
         sent.size = w.len() as u16;
         let len = w.len();
         path.on_sent(sent, now);

@@ -63,6 +63,7 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
         session_receive_window: limits.flow_receive_window_max.max(32 << 20),
         max_datagram_payload: limits.max_udp_payload + crate::inbound::socks5::MAX_REPLY,
         idle_timeout: limits.idle_timeout,
+        quiet_heartbeat_interval: limits.keepalive,
         congestion: crate::session::congestion::CongestionConfig {
             algorithm: limits.congestion,
             ..crate::session::congestion::CongestionConfig::default()

@@ -6,7 +6,6 @@
 use std::any::Any;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::time::Duration;
 
 use quinn::congestion::{Controller, ControllerFactory};
 
@@ -56,15 +55,23 @@ impl ControllerFactory for Permissive {
     }
 }
 
+/// How long a path's connection lives with nothing heard from the peer: over twice the longest
+/// `[session] keepalive_s`, so that a quiet session's paths live on one lost heartbeat.
+pub const PATH_IDLE_TIMEOUT_MS: u32 = 60_000;
+
 /// The transport configuration of every path connection (both ends).
 pub fn transport_config() -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.congestion_controller_factory(Arc::new(Permissive))
         .datagram_send_buffer_size(DATAGRAM_BUFFER)
         .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER))
-        .keep_alive_interval(Some(Duration::from_secs(2)))
+        // The session's heartbeats keep a path alive (every second while it is busy, every
+        // `keepalive_s` once quiet); a keep-alive of quinn's own would wake the links' radios
+        // in a quiet session. A path silent for the idle timeout closes (a link in an outage
+        // then looks for the server anew: `transport::client`).
+        .keep_alive_interval(None)
         .max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
-            15_000,
+            PATH_IDLE_TIMEOUT_MS,
         ))))
         // quinn's path MTU discovery (its defaults: probes up to 1452-byte UDP payloads, again
         // every 10 minutes, black-hole detection falling back to 1200) runs; the session driver
