@@ -371,3 +371,58 @@ fn sighup_reloads_the_server_and_the_client() {
     assert_eq!(client.stop(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `braid emu | head -2`: once the reader of its standard output has gone, the emulator stops
+/// with code 0 at its next counters, where `println!` would panic on the broken pipe.
+#[test]
+fn emu_stops_quietly_when_its_output_is_closed() {
+    use std::io::BufRead as _;
+    let dir = state_dir("emu-pipe");
+    let file = write(
+        &dir,
+        "emu.toml",
+        "[[path]]\nname = \"a\"\nlisten = \"127.0.0.1:0\"\nforward = \"127.0.0.1:9\"\nrate_mbps = 10.0\n",
+    );
+    // Port 0 is for in-process use; a free port for the real command.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(&file, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_braid"))
+        .args(["emu", "-c", &file, "--stats-interval", "0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .starts_with("braid emu: path a")
+    );
+    assert!(lines.next().unwrap().unwrap().contains("0 client(s)"));
+    drop(lines);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("braid emu still runs 10 s after its output closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -176,7 +176,7 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         }
     };
     if args.check {
-        println!("{}: {}", args.config.display(), summary(&config));
+        outln!("{}: {}", args.config.display(), summary(&config));
         return ExitCode::SUCCESS;
     }
     init_logging();

@@ -78,7 +78,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         let mut out = std::io::stdout();
         match crate::demo::run(&options, &mut out).await {
             Ok(summary) => {
-                println!("{summary}");
+                outln!("{summary}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

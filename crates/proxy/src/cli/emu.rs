@@ -52,8 +52,17 @@ pub fn run(args: &EmuArgs) -> ExitCode {
             }
         };
         for (path, listen) in config.paths.iter().zip(emu.listen_addrs()) {
-            println!(
-                "braid emu: path {} {listen} -> {} (forward: {}; reverse: {})",
+            let rebinds: Vec<String> = path
+                .rebind_at
+                .iter()
+                .map(|t| format!("{}", t.as_secs_f64()))
+                .collect();
+            let rebinds = match rebinds.is_empty() {
+                true => String::new(),
+                false => format!("; NAT rebinding at {} s", rebinds.join(", ")),
+            };
+            outln!(
+                "braid emu: path {} {listen} -> {} (forward: {}; reverse: {}{rebinds})",
                 path.link.name,
                 path.forward,
                 describe(&path.link.forward),
@@ -64,7 +73,10 @@ pub fn run(args: &EmuArgs) -> ExitCode {
         tick.tick().await;
         loop {
             tokio::select! {
-                _ = tick.tick() => print_stats(&emu),
+                // Standard output gone (`braid emu | head`): nobody reads the counters.
+                _ = tick.tick() => if !print_stats(&emu) {
+                    break;
+                },
                 () = signals.stopped() => break,
             }
         }
@@ -74,17 +86,21 @@ pub fn run(args: &EmuArgs) -> ExitCode {
     })
 }
 
-fn print_stats(emu: &braid_testbed::emu::EmuHandle) {
+/// Prints every path's counters and the delivery lateness; `false` when standard output
+/// failed.
+fn print_stats(emu: &braid_testbed::emu::EmuHandle) -> bool {
+    let mut printed = true;
     for s in emu.stats() {
-        println!("{s}");
+        printed &= outln!("{s}");
     }
     let late = emu.lateness();
-    println!(
-        "  delivery lateness: mean {:.0} us, max {} us over {} datagrams",
-        late.mean_us(),
-        late.max_us,
-        late.count
-    );
+    printed
+        & outln!(
+            "  delivery lateness: mean {:.0} us, max {} us over {} datagrams",
+            late.mean_us(),
+            late.max_us,
+            late.count
+        )
 }
 
 /// A one-line summary of a link direction.

@@ -7,6 +7,22 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `print!` that never panics: writes to standard output and says whether that worked. It fails
+/// when standard output is a pipe whose reader has gone (`braid emu | head`), where `print!`
+/// panics; a command that prints for as long as it runs stops then.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that never panics (see [`out!`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod client;
 mod demo;
 mod emu;
@@ -64,7 +80,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Schedulers => {
-            print!("{}", scheduler_catalogue());
+            out!("{}", scheduler_catalogue());
             ExitCode::SUCCESS
         }
         Command::Client(args) => client::run(&args),
@@ -75,6 +91,13 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Train(args) => train::run(&args),
     }
+}
+
+/// Writes `args` to standard output and flushes it; `false` when that failed (see [`out!`]).
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) -> bool {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(args).and_then(|()| stdout.flush()).is_ok()
 }
 
 /// The metrics endpoint's part of a `--check` line: `, metrics ADDR (bearer token)` or

@@ -87,7 +87,7 @@ pub fn run(args: &ServerArgs) -> ExitCode {
         }
     };
     if args.check {
-        println!("{}: {}", args.config.display(), summary(&config));
+        outln!("{}: {}", args.config.display(), summary(&config));
         return ExitCode::SUCCESS;
     }
     let identity = match ServerIdentity::load_or_generate(&config.state_dir, &config.server_name) {
@@ -98,7 +98,7 @@ pub fn run(args: &ServerArgs) -> ExitCode {
         }
     };
     if args.print_fingerprint {
-        println!("{}", identity.fingerprint());
+        outln!("{}", identity.fingerprint());
         return ExitCode::SUCCESS;
     }
     init_logging();
@@ -115,8 +115,8 @@ pub fn run(args: &ServerArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        println!("braid server listening on {}", server.addr);
-        println!(
+        outln!("braid server listening on {}", server.addr);
+        outln!(
             "certificate fingerprint (server_fingerprint): {}",
             server.fingerprint
         );

@@ -178,9 +178,9 @@ pub fn run(args: &SimArgs) -> ExitCode {
     );
     let runs = args.runs as usize;
     if args.json {
-        print!("{}", sim::format_json(file.name(), seed, runs, &summaries));
+        out!("{}", sim::format_json(file.name(), seed, runs, &summaries));
     } else {
-        print!("{}", sim::format_table(file.name(), runs, &summaries));
+        out!("{}", sim::format_table(file.name(), runs, &summaries));
     }
     if let Some(dir) = &args.report {
         match write_report(dir, file.name(), runs, &summaries) {

@@ -53,16 +53,18 @@ pub fn run(args: &StatusArgs) -> ExitCode {
         Ok(status) => {
             if args.json {
                 match serde_json::to_string_pretty(&status) {
-                    Ok(s) => println!("{s}"),
+                    Ok(s) => {
+                        outln!("{s}");
+                    }
                     Err(e) => {
                         eprintln!("braid: {e}");
                         return ExitCode::from(1);
                     }
                 }
             } else if args.prometheus {
-                print!("{}", crate::metrics::render(&status));
+                out!("{}", crate::metrics::render(&status));
             } else {
-                print!("{}", status.to_table());
+                out!("{}", status.to_table());
             }
             ExitCode::SUCCESS
         }

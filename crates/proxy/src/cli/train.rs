@@ -75,7 +75,7 @@ pub fn run(args: &TrainArgs) -> ExitCode {
     };
     match result {
         Ok(summary) => {
-            println!(
+            outln!(
                 "trained {} on {} samples: {} steps, final loss {:.5}, {:.1} s",
                 summary.model.display(),
                 summary.samples,
@@ -110,7 +110,7 @@ fn evaluate(args: &TrainArgs, options: &TrainOptions) -> ExitCode {
         });
     match result {
         Ok(report) => {
-            print!("{report}");
+            out!("{report}");
             ExitCode::SUCCESS
         }
         Err(e) => failed(e),
