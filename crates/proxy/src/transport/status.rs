@@ -28,9 +28,10 @@ pub struct PathReport {
     pub loss_rate: f32,
     /// Delivery rate from ACKs, Mbit/s.
     pub delivery_mbps: f64,
-    /// Bytes sent per second over the last second, Mbit/s.
+    /// Bytes sent per second over the last second, Mbit/s (a quiet session's: over its last
+    /// busy second, when it carried no data either).
     pub send_mbps: f64,
-    /// Bytes received per second over the last second, Mbit/s.
+    /// Bytes received per second over the last second, Mbit/s (as `send_mbps`).
     pub recv_mbps: f64,
     /// Packets sent.
     pub packets_sent: u64,

@@ -229,7 +229,11 @@ impl Driver {
 
     async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut batch = Vec::with_capacity(256);
+        // The paths' rates for `braid status`, each second while the session is busy: a quiet
+        // one (`Session::is_quiet`) sleeps until its next heartbeat or datagram, so that an idle
+        // daemon wakes its CPU as seldom as its links' radios.
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let timer = tokio::time::sleep(Duration::from_secs(86_400));
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
@@ -275,7 +279,7 @@ impl Driver {
                     let now = self.now();
                     self.session.handle_timeout(now);
                 }
-                _ = tick.tick() => self.update_rates(),
+                _ = tick.tick(), if !self.session.is_quiet(self.now()) => self.update_rates(),
             }
         }
         for p in self.paths.iter().flatten() {
