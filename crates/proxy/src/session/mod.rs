@@ -672,8 +672,13 @@ impl Session {
         }
         let mut t: Option<Timestamp> = None;
         let mut take = |x: Timestamp| t = Some(t.map_or(x, |y: Timestamp| y.min(x)));
-        let heartbeat = self.heartbeat();
+        let (heartbeat, standby) = (self.heartbeat(), self.standby_heartbeat());
         for p in self.paths[..self.path_end].iter().flatten() {
+            let heartbeat = if p.state == PathState::Backup {
+                standby
+            } else {
+                heartbeat
+            };
             if let Some(x) = p.next_timeout(&self.config, heartbeat) {
                 take(x);
             }
@@ -707,10 +712,15 @@ impl Session {
         let mut lost = std::mem::take(&mut self.scratch_lost);
         // The ACK table is empty between ACK frames: it holds the probe-timeout reinjections.
         let mut reinject = std::mem::take(&mut self.scratch_acked);
-        let heartbeat = self.heartbeat();
+        let (heartbeat, standby) = (self.heartbeat(), self.standby_heartbeat());
         for i in 0..self.path_end {
             let Some(path) = self.paths[i].as_mut() else {
                 continue;
+            };
+            let heartbeat = if path.state == PathState::Backup {
+                standby
+            } else {
+                heartbeat
             };
             let failed = path.on_timeout(now, &self.config, heartbeat, &mut lost, &mut reinject);
             let id = path.id;
@@ -734,6 +744,26 @@ impl Session {
     /// The idle paths' heartbeats now: slower once the session is quiet.
     fn heartbeat(&self) -> path::Heartbeat {
         path::Heartbeat::new(&self.config, self.busy_at)
+    }
+
+    /// The heartbeats of the backup paths: as a quiet session's while a primary path is live
+    /// (a standby link, often a metered LTE modem, is then checked once per
+    /// `quiet_heartbeat_interval`, not every second while the primary carries the traffic),
+    /// else as the others'.
+    fn standby_heartbeat(&self) -> path::Heartbeat {
+        let primary_live = self.paths[..self.path_end]
+            .iter()
+            .flatten()
+            .any(|p| p.state == PathState::Active);
+        let heartbeat = self.heartbeat();
+        if primary_live {
+            path::Heartbeat {
+                quiet_from: Timestamp::ZERO,
+                ..heartbeat
+            }
+        } else {
+            heartbeat
+        }
     }
 
     /// Whether the session is quiet (no application data for [`SessionConfig::quiet_after`])
