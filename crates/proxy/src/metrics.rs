@@ -379,6 +379,12 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
         "Seconds since the session started.",
         per_session(status, |s| s.uptime_s.into()),
     );
+    e.family(
+        "braid_session_quiet",
+        Gauge,
+        "1 while no data crossed the session for 10 s (its idle paths checked once per keepalive_s).",
+        per_session(status, |s| Value::Int(u64::from(s.quiet))),
+    );
     let models = status
         .sessions
         .iter()
@@ -1075,6 +1081,7 @@ mod tests {
                 congestion: "olia".to_owned(),
                 model_version: None,
                 uptime_s: 3.25,
+                quiet: false,
                 paths: vec![wifi, bbr],
                 counters: SessionCounters {
                     bytes_written: 1 << 60,

@@ -857,6 +857,8 @@ fn a_quiet_session_sends_one_heartbeat_per_keepalive_and_finds_a_dark_path() {
     let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 200_000)]);
     h.run_until(secs(20.0), |h| d.step(h));
     assert!(d.all_done());
+    let now = h.now();
+    assert!(h.client().is_quiet(now) && h.server().is_quiet(now));
     let at_20 = [sent_on(&mut h, 0), sent_on(&mut h, 1)];
     let _ = events(&mut h, CLIENT);
     h.run_until(secs(120.0), |_| {});
@@ -886,4 +888,6 @@ fn a_quiet_session_sends_one_heartbeat_per_keepalive_and_finds_a_dark_path() {
     let start = h.now();
     h.run_until(start + Duration::from_secs(5), |h| d.step(h));
     assert!(d.all_done(), "the resumed transfer did not finish");
+    let now = h.now();
+    assert!(!h.client().is_quiet(now) && !h.server().is_quiet(now));
 }

@@ -187,6 +187,10 @@ pub struct SessionStatus {
     pub model_version: Option<u64>,
     /// Seconds since the session started.
     pub uptime_s: f64,
+    /// No data crossed the session for 10 s: its idle paths are checked once per
+    /// `[session] keepalive_s` (`docs/config.md`, *Quiet sessions*).
+    #[serde(default)]
+    pub quiet: bool,
     /// The paths.
     pub paths: Vec<PathReport>,
     /// Counters.
@@ -445,7 +449,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
+                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s{}: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -454,6 +458,7 @@ impl DaemonStatus {
                     .unwrap_or_default(),
                 s.congestion,
                 s.uptime_s,
+                if s.quiet { " (quiet)" } else { "" },
                 c.flows_open,
                 c.flows_total,
                 c.bytes_written,

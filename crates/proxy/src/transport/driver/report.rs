@@ -88,6 +88,7 @@ impl Driver {
             model_version: self.session.scheduler().model_version(),
             congestion: self.session.config().congestion.algorithm.name().to_owned(),
             uptime_s: self.epoch.elapsed().as_secs_f64(),
+            quiet: self.session.is_quiet(now),
             paths,
             counters,
         }
