@@ -36,11 +36,7 @@ async fn curl_download_survives_a_5_s_outage_of_one_link() {
         took.as_secs_f64(),
         mbps(50 * MB, took)
     );
-    let stats = bed.emu.stats();
-    for s in &stats {
-        println!("{s}");
-    }
-    print_session(&bed).await;
+    let stats = print_counters(&bed).await;
     // The outage happened inside the transfer and really dropped traffic.
     assert!(
         ended.as_secs_f64() > 9.0,

@@ -69,11 +69,7 @@ async fn curl_download_survives_nat_rebinding_of_both_links() {
         ended.as_secs_f64(),
         mbps(50 * MB, took)
     );
-    let stats = bed.emu.stats();
-    for s in &stats {
-        println!("{s}");
-    }
-    print_session(&bed).await;
+    let stats = print_counters(&bed).await;
     assert!(
         ended.as_secs_f64() > 7.0,
         "the transfer ended before the second rebinding"

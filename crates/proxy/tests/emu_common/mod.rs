@@ -17,7 +17,7 @@ use braid_proxy::daemon::{ClientHandle, ServerHandle, start_client, start_server
 use braid_proxy::session::Tier;
 use braid_proxy::tls::ServerIdentity;
 use braid_sched_core::{SchedulerConfig, SchedulerKind};
-use braid_testbed::emu::{EmuConfig, EmuHandle, Emulator};
+use braid_testbed::emu::{EmuConfig, EmuHandle, Emulator, PathStats};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
@@ -357,4 +357,14 @@ pub async fn server_remotes(bed: &Testbed) -> Vec<(u8, String)> {
         .collect();
     remotes.sort();
     remotes
+}
+
+/// Prints every path's emulator counters and the session's status; returns the counters.
+pub async fn print_counters(bed: &Testbed) -> Vec<PathStats> {
+    let stats = bed.emu.stats();
+    for s in &stats {
+        println!("{s}");
+    }
+    print_session(bed).await;
+    stats
 }
