@@ -87,18 +87,13 @@ async fn a_link_dark_at_start_joins_soon_after_its_outage_ends() {
 async fn a_link_that_does_not_rejoin_fast_sends_little_into_an_outage() {
     let dir = temp_dir("slow-rejoin");
     let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
-    let server = braid_proxy::daemon::start_server(server_config(&dir), identity)
-        .await
-        .unwrap();
     let dark = "outages = [[0.0, 16.0]]";
     let links = [format!("{WIFI}\n{dark}"), format!("{LTE}\n{dark}")];
-    let emu =
-        braid_testbed::emu::Emulator::start(&emu_config(server.addr, &[&links[0], &links[1], LTE]))
-            .await
-            .unwrap();
-    let mut config = client_config(&dir, &server.fingerprint, &emu.listen_addrs());
-    config.links[1].fast_rejoin = Duration::ZERO;
-    let client = braid_proxy::daemon::start_client(config).await.unwrap();
+    let (_server, emu, client) =
+        start_three_with(&dir, identity, &[&links[0], &links[1], LTE], |config| {
+            config.links[1].fast_rejoin = Duration::ZERO;
+        })
+        .await;
     assert!(client.wait_for_paths(1, Duration::from_secs(5)).await);
     while emu.now().as_secs_f64() < 15.9 {
         tokio::time::sleep(Duration::from_millis(50)).await;

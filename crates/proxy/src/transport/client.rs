@@ -519,7 +519,7 @@ async fn run_link(
         let started = Instant::now();
         // Whether the attempt failed with the server silent while the link rejoins fast (a
         // shorter wait follows).
-        let mut silent = false;
+        let mut short_wait = false;
         let answered_before = history.answered.load(Ordering::Acquire);
         let mut floor = started + BACKOFF_MIN;
         // What changes from here on ends the wait after a failed attempt early.
@@ -641,7 +641,7 @@ async fn run_link(
                 }
             }
             Err(e) => {
-                silent = matches!(e, LinkError::NoAnswer(_));
+                let silent = matches!(e, LinkError::NoAnswer(_));
                 // Only a server silent on a link that sent something is an outage that goes
                 // on (an interface down sends nothing, and finds its end through the kernel).
                 if silent {
@@ -659,8 +659,8 @@ async fn run_link(
                 } else {
                     dark_since = None;
                 }
-                silent = silent && rejoins_fast(dark_since, link.fast_rejoin);
-                let retry_in = retry_delay(backoff, silent);
+                short_wait = silent && rejoins_fast(dark_since, link.fast_rejoin);
+                let retry_in = retry_delay(backoff, short_wait);
                 warn!(link = %link.name, error = %e, ?retry_in, "link not joined");
                 // Found unusable before sending anything: the next check costs nothing on the
                 // network, so news of the interfaces may bring it at once.
@@ -670,7 +670,7 @@ async fn run_link(
                 ctx.update(id, generation, |slot| slot.last_error = Some(e.to_string()));
             }
         }
-        let wait = retry_delay(backoff, silent);
+        let wait = retry_delay(backoff, short_wait);
         ctx.update(id, generation, |slot| {
             slot.retry_at = Some(Instant::now() + wait)
         });

@@ -121,13 +121,23 @@ pub async fn start_three(
     identity: ServerIdentity,
     links: &[&str],
 ) -> (ServerHandle, EmuHandle, ClientHandle) {
+    start_three_with(dir, identity, links, |_| {}).await
+}
+
+/// As [`start_three`], with the client's configuration changed by `edit` first.
+pub async fn start_three_with(
+    dir: &Path,
+    identity: ServerIdentity,
+    links: &[&str],
+    edit: impl FnOnce(&mut ClientConfig),
+) -> (ServerHandle, EmuHandle, ClientHandle) {
     let server = start_server(server_config(dir), identity).await.unwrap();
     let emu = Emulator::start(&emu_config(server.addr, links))
         .await
         .unwrap();
-    let client = start_client(client_config(dir, &server.fingerprint, &emu.listen_addrs()))
-        .await
-        .unwrap();
+    let mut config = client_config(dir, &server.fingerprint, &emu.listen_addrs());
+    edit(&mut config);
+    let client = start_client(config).await.unwrap();
     (server, emu, client)
 }
 
