@@ -482,6 +482,67 @@ fn session_backup_path_is_used_only_when_the_primary_fails_and_checked_seldom_un
     assert!(received > 1_500_000, "received only {received}");
 }
 
+/// A bulk transfer that fills the primary's window does not spill onto the backup (it only
+/// waits for the primary, as Linux MPTCP's default scheduler does); when the primary goes dark
+/// the backup takes over at the primary's first probe timeout, before it is declared failed,
+/// and the transfer completes intact.
+#[test]
+fn a_backup_takes_no_overflow_and_takes_over_at_the_primarys_first_probe_timeout() {
+    let mut primary = LinkConfig::new(10.0, 20.0);
+    primary.outages = vec![(secs(5.0), secs(100.0))];
+    let links = [primary, LinkConfig::new(10.0, 20.0)];
+    let mut h = harness(&links, session_common::bulk_config(), PathConfig::default());
+    for side in [CLIENT, SERVER] {
+        h.endpoints[side]
+            .set_path_tier(PathId(1), Tier::Backup, Timestamp::ZERO)
+            .unwrap();
+    }
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 12_000_000)]);
+    let bytes_sent = |h: &mut Harness| -> Vec<u64> {
+        let now = h.now();
+        h.client()
+            .path_status(now)
+            .map(|p| p.stats.bytes_sent)
+            .collect()
+    };
+    h.run_until(secs(5.0), |h| d.step(h));
+    let at_outage = bytes_sent(&mut h);
+    // 5 s of a 10 Mbit/s path is about 6 MB; the backup only carried its heartbeats.
+    assert!(
+        at_outage[0] > 4_000_000 && at_outage[1] < 20_000,
+        "bytes sent before the outage (primary, backup): {at_outage:?}"
+    );
+    let mut takeover = None;
+    let mut step_end = secs(5.0);
+    while takeover.is_none() && step_end < secs(8.0) {
+        step_end += Duration::from_millis(10);
+        h.run_until(step_end, |h| d.step(h));
+        if bytes_sent(&mut h)[1] > at_outage[1] + 50_000 {
+            takeover = Some(h.now());
+        }
+    }
+    let takeover = takeover.expect("the backup never took over");
+    let now = h.now();
+    let primary_failed = h.client().path_status(now).next().unwrap().stats.failures > 0;
+    println!(
+        "before the outage: {at_outage:?} bytes sent (primary, backup); the backup took over \
+         {:.0} ms into it, primary failed by then: {primary_failed}",
+        (takeover - secs(5.0)).as_secs_f64() * 1e3
+    );
+    assert!(
+        takeover < secs(5.6),
+        "the backup took over {:.0} ms into the outage",
+        (takeover - secs(5.0)).as_secs_f64() * 1e3
+    );
+    assert!(
+        !primary_failed,
+        "the backup waited for the primary to be declared failed"
+    );
+    h.run_until(secs(20.0), |h| d.step(h));
+    let t = &d.transfers[0];
+    assert!(t.eof && !t.corrupt, "{} of 12 MB received", t.received);
+}
+
 #[test]
 fn session_closes_after_the_idle_timeout_when_every_path_is_dead() {
     let config = SessionConfig {

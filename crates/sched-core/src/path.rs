@@ -24,7 +24,7 @@ pub enum PathState {
     /// A live primary-tier path.
     #[default]
     Active,
-    /// A live backup-tier path: used only when no primary path has room (see [`crate::tier`]).
+    /// A live backup-tier path: used only when no primary path is live (see [`crate::tier`]).
     Backup,
     /// A path that failed (no heartbeat answered, or the link went away); never chosen.
     Failed,
@@ -64,6 +64,10 @@ pub struct PathView {
     pub rate_limited: bool,
     /// Largest datagram payload the path carries, bytes.
     pub max_datagram_size: u16,
+    /// True when a probe timeout fired on this live path and nothing was acknowledged since: it
+    /// may have gone dark (Linux MPTCP's "potentially failed"). Its window is closed until an
+    /// ACK comes, and backup paths may take its place (see [`crate::tier`]).
+    pub potentially_failed: bool,
 }
 
 impl PathView {
@@ -84,6 +88,7 @@ impl PathView {
             delivery_rate: 0,
             rate_limited: false,
             max_datagram_size: 1200,
+            potentially_failed: false,
         }
     }
 
@@ -92,9 +97,16 @@ impl PathView {
         self.cwnd.saturating_sub(self.bytes_in_flight)
     }
 
-    /// Not failed and not held back by its rate cap (or its controller's pacing rate).
+    /// Neither failed nor potentially failed: a path a scheduler may wait for. (A potentially
+    /// failed path is not waited for, as in Linux MPTCP, where such a subflow is unavailable to
+    /// every scheduler.)
+    pub fn is_live(&self) -> bool {
+        self.state != PathState::Failed && !self.potentially_failed
+    }
+
+    /// Live, and not held back by its rate cap (or its controller's pacing rate).
     pub fn is_usable(&self) -> bool {
-        self.state != PathState::Failed && !self.rate_limited
+        self.is_live() && !self.rate_limited
     }
 
     /// Usable, and its window admits a packet of `len` bytes.
@@ -105,6 +117,12 @@ impl PathView {
     /// True for a live backup-tier path.
     pub fn is_backup(&self) -> bool {
         self.state == PathState::Backup
+    }
+
+    /// True for a primary-tier path that is neither failed nor potentially failed: while one
+    /// is, backup paths carry nothing.
+    pub fn is_live_primary(&self) -> bool {
+        self.is_live() && !self.is_backup()
     }
 }
 

@@ -34,8 +34,8 @@ pub enum Violation {
     /// The decision names a path whose window has no room for the packet.
     #[error("decision names path {0:?}, whose window has no room for the packet")]
     NoHeadroom(PathId),
-    /// The decision names a backup path while a primary path had room.
-    #[error("decision names backup path {0:?} while a primary path had room")]
+    /// The decision names a backup path while a primary path was live.
+    #[error("decision names backup path {0:?} while a primary path was live")]
     TierNotAdmitted(PathId),
     /// A duplicate decision with fewer than two paths.
     #[error("duplicate decision over {0} path(s)")]
@@ -63,7 +63,7 @@ pub fn check_decision(
     {
         return Err(Violation::IllegalDrop);
     }
-    let gate = TierGate::new(paths, packet.len);
+    let gate = TierGate::new(paths);
     for id in decision.paths().iter() {
         let path = paths
             .iter()
@@ -84,15 +84,15 @@ pub fn check_decision(
 
 /// True when some usable path whose tier is admitted has room for the packet.
 pub fn any_admitted_room(paths: &[PathView], packet: &PacketMeta) -> bool {
-    let gate = TierGate::new(paths, packet.len);
+    let gate = TierGate::new(paths);
     paths
         .iter()
         .any(|p| p.can_send(packet.len) && gate.admits(p))
 }
 
 /// The lowest-srtt usable, admitted path, whether or not it has room.
-pub fn fastest_admitted(paths: &[PathView], packet: &PacketMeta) -> Option<PathId> {
-    let gate = TierGate::new(paths, packet.len);
+pub fn fastest_admitted(paths: &[PathView]) -> Option<PathId> {
+    let gate = TierGate::new(paths);
     paths
         .iter()
         .filter(|p| p.is_usable() && gate.admits(p))
@@ -327,6 +327,12 @@ mod tests {
             check_decision(&paths, &pkt, Decision::Send(PathId(0))),
             Err(Violation::NoHeadroom(PathId(0)))
         );
+        // A full primary is still live: the backup waits.
+        assert_eq!(
+            check_decision(&paths, &pkt, Decision::Send(PathId(1))),
+            Err(Violation::TierNotAdmitted(PathId(1)))
+        );
+        paths[0].potentially_failed = true;
         assert_eq!(
             check_decision(&paths, &pkt, Decision::Send(PathId(1))),
             Ok(())

@@ -1,8 +1,14 @@
-//! Priority tiers: backup paths carry traffic only when no primary path can.
+//! Priority tiers: backup paths carry traffic only when no primary path is live.
 //!
-//! Every scheduler applies the same rule through [`TierGate`]: when some live primary path has
-//! window headroom for the packet, only primary paths may be chosen; otherwise (every primary is
-//! failed, rate-limited or saturated: overflow) backup paths may be chosen too.
+//! Every scheduler applies the same rule through [`TierGate`]: while some primary path is live
+//! (neither failed nor potentially failed, see [`PathView::is_live_primary`]), only primary
+//! paths may be chosen, even when their windows are full, their rate caps hold them back or
+//! their pacers do: the packet waits for them. Once every primary path has failed, or had a
+//! probe timeout with nothing acknowledged since, backup paths may be chosen too. This is the
+//! failover rule of Linux MPTCP's default scheduler (v0.95: a backup subflow is used only when
+//! every active one is unavailable for good or potentially failed, not while one is only
+//! temporarily full), and what a metered standby link (LTE behind Wi-Fi) needs: a transfer that
+//! fills the primaries does not spill onto it.
 
 use crate::path::PathView;
 
@@ -13,12 +19,10 @@ pub struct TierGate {
 }
 
 impl TierGate {
-    /// Looks at every path once and decides whether backups may be used for a packet of `len`
-    /// bytes.
-    pub fn new(paths: &[PathView], len: u32) -> Self {
-        let primary_has_room = paths.iter().any(|p| !p.is_backup() && p.can_send(len));
+    /// Looks at every path once and decides whether backups may be used.
+    pub fn new(paths: &[PathView]) -> Self {
         TierGate {
-            backups_allowed: !primary_has_room,
+            backups_allowed: !paths.iter().any(PathView::is_live_primary),
         }
     }
 
@@ -39,19 +43,31 @@ mod tests {
     use crate::path::{PathId, PathState};
 
     #[test]
-    fn backups_only_on_overflow_or_failure() {
+    fn backups_only_when_no_primary_is_live() {
         let mut primary = PathView::new(PathId(0), 10_000, 10_000);
         let mut backup = PathView::new(PathId(1), 5_000, 10_000);
         backup.state = PathState::Backup;
-        let gate = TierGate::new(&[primary, backup], 1_200);
+        let gate = TierGate::new(&[primary, backup]);
         assert!(gate.admits(&primary));
         assert!(!gate.admits(&backup));
 
-        primary.bytes_in_flight = 9_500; // saturated: overflow to backup
-        assert!(TierGate::new(&[primary, backup], 1_200).admits(&backup));
+        // A full window, a rate cap or a pacer only hold the primary back for a while.
+        primary.bytes_in_flight = 9_500;
+        primary.rate_limited = true;
+        assert!(!TierGate::new(&[primary, backup]).admits(&backup));
 
-        primary.bytes_in_flight = 0;
+        // A probe timeout with nothing acknowledged since: the primary may be dark.
+        primary.potentially_failed = true;
+        assert!(TierGate::new(&[primary, backup]).admits(&backup));
+
+        primary.potentially_failed = false;
         primary.state = PathState::Failed;
-        assert!(TierGate::new(&[primary, backup], 1_200).admits(&backup));
+        assert!(TierGate::new(&[primary, backup]).admits(&backup));
+
+        // Only backups: they carry everything.
+        assert!(TierGate::new(&[backup]).admits(&backup));
+        // Two primaries: one live one keeps the backups out.
+        let other = PathView::new(PathId(2), 20_000, 10_000);
+        assert!(!TierGate::new(&[primary, other, backup]).admits(&backup));
     }
 }

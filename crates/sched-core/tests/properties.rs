@@ -2,8 +2,8 @@
 //! harness in `braid_sched_core::testing`.
 //!
 //! - `decisions_respect_the_contract`: random path states (RTTs, windows, bytes in flight,
-//!   Active/Backup/Failed, rate caps, weights) and random sequences of selects, acks, losses,
-//!   state changes and clock steps. After every step: each path a decision names is usable, has
+//!   Active/Backup/Failed, potentially failed, rate caps, weights) and random sequences of
+//!   selects, acks, losses, state changes and clock steps. After every step: each path a decision names is usable, has
 //!   room for the packet and its tier is admitted; bytes in flight are conserved; and a `Wait`
 //!   is only answered when it is allowed (see [`wait_is_justified`]).
 //! - `nothing_starves_under_a_fixed_seed`: seeded path sets with a constant backlog and acks one
@@ -11,7 +11,7 @@
 //!   slowest usable path's srtt plus one tick without sending anything; (2) the fastest usable
 //!   primary path always gets traffic; (3) schedulers that never wait by design (minrtt, rr,
 //!   wrr, redundant, edf) put traffic on every usable primary path; (4) backup paths get nothing
-//!   while a primary has room (checked per decision).
+//!   while a primary is live (checked per decision).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -41,7 +41,7 @@ fn wait_is_justified(kind: SchedulerKind, paths: &[PathView], packet: &PacketMet
         return true;
     }
     if may_wait_for_fast_path(kind) {
-        let fastest = fastest_admitted(paths, packet);
+        let fastest = fastest_admitted(paths);
         return fastest.is_some_and(|id| {
             paths
                 .iter()
@@ -69,6 +69,7 @@ prop_compose! {
         in_flight in 0u64..120_000,
         state in state_strategy(),
         rate_limited in proptest::bool::weighted(0.15),
+        potentially_failed in proptest::bool::weighted(0.15),
         weight in 0u16..6,
         loss in 0.0f32..0.3,
     ) -> PathView {
@@ -77,6 +78,7 @@ prop_compose! {
         p.bytes_in_flight = in_flight;
         p.state = state;
         p.rate_limited = rate_limited;
+        p.potentially_failed = potentially_failed && state == PathState::Active;
         p.weight = weight;
         p.loss_rate = loss;
         p

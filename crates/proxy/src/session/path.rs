@@ -287,6 +287,7 @@ impl Path {
             delivery_rate: self.delivery_rate,
             rate_limited,
             max_datagram_size: self.config.max_datagram_size,
+            potentially_failed: self.pto_count > 0 && !self.is_failed(),
         }
     }
 

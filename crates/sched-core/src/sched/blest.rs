@@ -240,7 +240,7 @@ impl Scheduler for Blest {
         if packet.retransmit {
             self.retransmitted = true;
         }
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let mut fastest: Option<&PathView> = None;
         let mut best: Option<&PathView> = None;
         let mut in_flight_total: u64 = 0;

@@ -247,6 +247,23 @@ mod tests {
     }
 
     #[test]
+    fn a_potentially_failed_fast_path_is_not_waited_for() {
+        let mut p = paths();
+        let mut s = Ecf::new(&EcfConfig::default());
+        // The fast path is full and the backlog small: ECF waits for it.
+        assert_eq!(
+            s.select(&p, &packet(20_000), Timestamp::ZERO),
+            Decision::Wait
+        );
+        // A probe timeout on it with nothing acknowledged since: it may be dark.
+        p[0].potentially_failed = true;
+        assert_eq!(
+            s.select(&p, &packet(20_000), Timestamp::ZERO),
+            Decision::Send(PathId(1))
+        );
+    }
+
+    #[test]
     fn failed_fast_path_is_not_waited_for() {
         let mut p = paths();
         p[0].state = PathState::Failed;

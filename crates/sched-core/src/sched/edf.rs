@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::packet::{PacketMeta, TrafficClass};
-use crate::path::{PathState, PathView};
+use crate::path::PathView;
 use crate::scheduler::{Scheduler, SchedulerInfo, SchedulerKind};
 use crate::tier::TierGate;
 use crate::time::Timestamp;
@@ -50,12 +50,12 @@ impl Edf {
 impl Scheduler for Edf {
     #[inline]
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision {
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let mut in_time: Option<&PathView> = None;
         let mut any_room: Option<&PathView> = None;
         let mut could_meet = false;
         for p in paths {
-            if p.state == PathState::Failed || !gate.admits(p) {
+            if !p.is_live() || !gate.admits(p) {
                 continue;
             }
             let meets = packet
@@ -88,7 +88,7 @@ impl Scheduler for Edf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::path::PathId;
+    use crate::path::{PathId, PathState};
 
     /// Path 0: 10 ms srtt, 5 ms owd. Path 1: 60 ms srtt, 30 ms owd.
     fn paths() -> [PathView; 2] {

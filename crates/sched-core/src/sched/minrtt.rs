@@ -35,7 +35,7 @@ impl MinRtt {
 /// The path with the lowest srtt among those that can take `len` bytes now and whose tier is
 /// admitted; ties go to the lower id. Shared by schedulers that fall back to minRTT.
 pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
-    let gate = TierGate::new(paths, len);
+    let gate = TierGate::new(paths);
     paths
         .iter()
         .filter(|p| p.can_send(len) && gate.admits(p))
@@ -55,7 +55,7 @@ pub struct FastAndBest<'a> {
 
 /// Finds [`FastAndBest`] for a packet of `len` bytes; ties go to the lower id.
 pub fn fastest_and_best(paths: &[PathView], len: u32) -> FastAndBest<'_> {
-    let gate = TierGate::new(paths, len);
+    let gate = TierGate::new(paths);
     let mut fastest: Option<&PathView> = None;
     let mut best: Option<&PathView> = None;
     for p in paths {
@@ -120,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn backup_only_on_overflow() {
+    fn backup_only_when_no_primary_is_live() {
         let mut s = MinRtt::default();
         let mut p = paths();
         p[1].state = PathState::Backup;
@@ -129,8 +129,13 @@ mod tests {
             s.select(&p, &pkt, Timestamp::ZERO),
             Decision::Send(PathId(2))
         );
+        // Full primaries: the packet waits for them.
         p[0].bytes_in_flight = 20_000;
         p[2].bytes_in_flight = 20_000;
+        assert_eq!(s.select(&p, &pkt, Timestamp::ZERO), Decision::Wait);
+        // Both went quiet after their probe timeouts: the backup takes over.
+        p[0].potentially_failed = true;
+        p[2].state = PathState::Failed;
         assert_eq!(
             s.select(&p, &pkt, Timestamp::ZERO),
             Decision::Send(PathId(1))

@@ -3,8 +3,8 @@
 //! `mptcp_redundant.c` scheduler.
 //!
 //! The packet is copied onto every path that can take it now ([`PathView::can_send`]) and
-//! whose tier is admitted: backup paths join only on overflow (see [`crate::tier`]). One such
-//! path gives a plain send; none gives a wait. Copies cost window on every path, so the
+//! whose tier is admitted: backup paths join only when no primary is live (see
+//! [`crate::tier`]). One such path gives a plain send; none gives a wait. Copies cost window on every path, so the
 //! session's per-path congestion control still bounds what each link carries.
 
 use crate::decision::{Decision, PathSet};
@@ -40,7 +40,7 @@ impl Redundant {
 impl Scheduler for Redundant {
     #[inline]
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, _now: Timestamp) -> Decision {
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let mut set = PathSet::EMPTY;
         let mut only = None;
         for p in paths {
@@ -81,7 +81,11 @@ mod tests {
         // The backup is not used while a primary has room.
         assert_eq!(s.select(&p, &pkt, now), Decision::Send(PathId(0)));
         p[0].rate_limited = true;
-        // No primary can send: overflow to the backup.
+        // No primary can send now, but both are live: wait for them.
+        assert_eq!(s.select(&p, &pkt, now), Decision::Wait);
+        p[0].state = PathState::Failed;
+        p[1].potentially_failed = true;
+        // No primary is live: the backup carries it.
         assert_eq!(s.select(&p, &pkt, now), Decision::Send(PathId(2)));
         p[2].state = PathState::Failed;
         assert_eq!(s.select(&p, &pkt, now), Decision::Wait);

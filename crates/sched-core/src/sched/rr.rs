@@ -41,7 +41,7 @@ impl Scheduler for RoundRobin {
         if n == 0 {
             return Decision::Wait;
         }
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let start = self.next % n;
         for step in 0..n {
             // (start + step) mod n without a division per step: both terms are below n.

@@ -51,7 +51,7 @@ impl WeightedRoundRobin {
 impl Scheduler for WeightedRoundRobin {
     #[inline]
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, _now: Timestamp) -> Decision {
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let mut total: i64 = 0;
         let mut chosen: Option<(usize, PathId)> = None;
         for p in paths {

@@ -311,7 +311,7 @@ impl Damps {
 
     /// The admitted, live paths with `τ_j` and `c_j` for packets of `len` bytes.
     fn candidates(&self, paths: &[PathView], len: u32) -> Candidates {
-        let gate = TierGate::new(paths, len);
+        let gate = TierGate::new(paths);
         let mut c = Candidates {
             ids: [PathId(0); MAX_PATHS],
             delays: [0.0; MAX_PATHS],
@@ -321,11 +321,7 @@ impl Damps {
         };
         for p in paths {
             let i = p.id.index();
-            if i >= MAX_PATHS
-                || c.len >= MAX_PATHS
-                || p.state == PathState::Failed
-                || !gate.admits(p)
-            {
+            if i >= MAX_PATHS || c.len >= MAX_PATHS || !p.is_live() || !gate.admits(p) {
                 continue;
             }
             let owd_us = if p.owd_us > 0 {

@@ -948,7 +948,7 @@ impl Edar {
         let Some(best) = best else {
             return Decision::Wait;
         };
-        let gate = TierGate::new(paths, len);
+        let gate = TierGate::new(paths);
         let mut set = PathSet::EMPTY;
         set.insert(best.id);
         for p in paths {

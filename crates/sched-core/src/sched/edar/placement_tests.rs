@@ -128,8 +128,12 @@ fn fastest_placement_honours_tiers() {
     // The fastest primary full, the other primary with room: wait (not the backup).
     p[0].bytes_in_flight = 100_000;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
-    // Both primaries full: the backup tier opens and the backup is the fastest.
+    // Both primaries full: they are live, so still wait.
     p[1].bytes_in_flight = 100_000;
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
+    // Both potentially failed: the backup tier opens and the backup is the fastest.
+    p[0].potentially_failed = true;
+    p[1].potentially_failed = true;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
 }
 

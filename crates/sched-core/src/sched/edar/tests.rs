@@ -367,6 +367,8 @@ fn redundant_mode_honours_tiers_and_failures() {
     p[1].state = PathState::Failed;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(0)));
     p[0].bytes_in_flight = 100_000;
+    assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
+    p[0].potentially_failed = true;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
     p[2].rate_limited = true;
     assert_eq!(s.select(&p, &pkt(), now), Decision::Wait);
@@ -392,6 +394,8 @@ fn redundant_mode_with_the_buffer_honours_tiers_and_failures() {
     p[1].state = PathState::Failed;
     assert_eq!(s.select(&p, &datagram(), now), Decision::Send(PathId(0)));
     p[0].bytes_in_flight = 100_000;
+    assert_eq!(s.select(&p, &datagram(), now), Decision::Wait);
+    p[0].potentially_failed = true;
     assert_eq!(s.select(&p, &datagram(), now), Decision::Send(PathId(2)));
     assert_eq!(s.select(&p, &pkt(), now), Decision::Send(PathId(2)));
     p[2].rate_limited = true;

@@ -490,7 +490,7 @@ impl Scheduler for Falcon {
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, now: Timestamp) -> Decision {
         self.refresh(paths);
         self.stats.decisions += 1;
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let slots = Slots::fill(paths, packet, |p| gate.admits(p));
         let explore = self.experience.is_some()
             && self.epsilon > 0.0

@@ -424,7 +424,7 @@ impl Olms {
 
 impl Scheduler for Olms {
     fn select(&mut self, paths: &[PathView], packet: &PacketMeta, _now: Timestamp) -> Decision {
-        let gate = TierGate::new(paths, packet.len);
+        let gate = TierGate::new(paths);
         let mut candidates = [PathId(0); MAX_PATHS];
         let mut k = 0;
         for p in paths {
@@ -433,7 +433,7 @@ impl Scheduler for Olms {
                 self.last_srtt_us[i] = p.srtt_us;
                 self.last_cwnd[i] = p.cwnd;
             }
-            if i < MAX_PATHS && k < MAX_PATHS && p.state != PathState::Failed && gate.admits(p) {
+            if i < MAX_PATHS && k < MAX_PATHS && p.is_live() && gate.admits(p) {
                 candidates[k] = p.id;
                 k += 1;
             }
