@@ -50,6 +50,58 @@ async fn curl_download_survives_a_5_s_outage_of_one_link() {
     assert!(bed.client.wait_for_paths(2, Duration::from_secs(10)).await);
 }
 
+/// A backup link (LTE behind Wi-Fi) during a 30 MB download. While Wi-Fi is up the backup
+/// delivers none of the download, though it fills Wi-Fi's window (the failover rule,
+/// `docs/schedulers.md`); the server, told by the JOIN that the link is a backup, applies it
+/// to what it sends. When Wi-Fi goes dark for good at 6 s, the download moves to the backup
+/// within 2 s and completes, bytes intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_link_carries_a_download_only_once_the_primary_goes_dark() {
+    const DARK_AT: f64 = 6.0;
+    require_curl();
+    let blob = Arc::new(pattern(30 * MB, 9));
+    let expected = sha256_hex(&blob);
+    let http = http_server(blob.clone()).await;
+    let wifi = format!("{WIFI}\noutages = [[{DARK_AT:.1}, 600.0]]");
+    let bed = testbed_with("backup", &[&wifi, LTE], |config| {
+        config.links[1].tier = braid_proxy::session::Tier::Backup;
+    })
+    .await;
+    let started = bed.emu.now().as_secs_f64();
+    assert!(started < 3.0, "set-up took {started:.1} s");
+    let ((digest, took), samples) = curl_download_sampled(&bed, http, 60).await;
+    assert_eq!(digest, expected, "downloaded bytes differ");
+    let (_, before) = sample_at(&samples, DARK_AT).expect("no sample before the outage");
+    let took_over = samples
+        .iter()
+        .find(|(t, d)| *t > DARK_AT && d[1] > before[1] + MB as u64)
+        .map(|(t, _)| t - DARK_AT);
+    let (_, end) = samples.last().unwrap();
+    println!(
+        "download 30 MB, Wi-Fi dark from {DARK_AT} s: {:.1} s; delivered by {DARK_AT} s: Wi-Fi \
+         {} B, backup {} B; the backup carried 1 MB more {took_over:.2?} s into the outage; \
+         at the end: {end:?}",
+        took.as_secs_f64(),
+        before[0],
+        before[1]
+    );
+    print_counters(&bed).await;
+    assert!(
+        before[0] > 3 * MB as u64,
+        "the download had not started well before the outage"
+    );
+    // Heartbeats and ACKs only: one heartbeat exchange per 25 s on an idle backup.
+    assert!(
+        before[1] < 20_000,
+        "the backup delivered {} B while Wi-Fi was up",
+        before[1]
+    );
+    assert!(
+        took_over.is_some_and(|t| t < 2.0),
+        "the backup took over {took_over:?} s into the outage"
+    );
+}
+
 /// A link dark from the emulator's start to 3.5 s joins by 5.5 s. The client's first handshake
 /// on it goes unanswered; a single handshake would send its first packet again only at 1, 3
 /// and 7 s, so it would join at about 7 s. With a handshake started every 2 s beside the older

@@ -19,14 +19,8 @@ const REBIND_AT: [f64; 2] = [4.0, 7.0];
 /// Bytes link `link` delivered towards the client between emulator times `from` and `to`, and
 /// the seconds that covers, from the samples (the last one at or before each time); `None` if
 /// none is that early.
-fn delivered_between(
-    samples: &[(f64, Vec<u64>)],
-    link: usize,
-    from: f64,
-    to: f64,
-) -> Option<(u64, f64)> {
-    let at = |time: f64| samples.iter().rfind(|(t, _)| *t <= time);
-    let ((t0, d0), (t1, d1)) = (at(from)?, at(to)?);
+fn delivered_between(samples: &Samples, link: usize, from: f64, to: f64) -> Option<(u64, f64)> {
+    let ((t0, d0), (t1, d1)) = (sample_at(samples, from)?, sample_at(samples, to)?);
     Some((d1[link].saturating_sub(d0[link]), t1 - t0))
 }
 
@@ -46,19 +40,7 @@ async fn curl_download_survives_nat_rebinding_of_both_links() {
     let before = server_remotes(&bed).await;
     assert_eq!(before.len(), 2, "server paths {before:?}");
 
-    // The bytes each link delivered towards the client, sampled every 50 ms during the download.
-    let download = curl_download(bed.client.socks_addr, http, &bed.dir, 40);
-    tokio::pin!(download);
-    let mut samples = Vec::new();
-    let (digest, took) = loop {
-        tokio::select! {
-            done = &mut download => break done,
-            () = tokio::time::sleep(Duration::from_millis(50)) => {
-                let delivered = bed.emu.stats().iter().map(|s| s.reverse_dir.sent_bytes).collect();
-                samples.push((bed.emu.now().as_secs_f64(), delivered));
-            }
-        }
-    };
+    let ((digest, took), samples) = curl_download_sampled(&bed, http, 40).await;
     assert_eq!(digest, expected, "downloaded bytes differ");
     let ended = bed.emu.now();
     println!(
@@ -96,7 +78,7 @@ async fn curl_download_survives_nat_rebinding_of_both_links() {
 
 /// Prints link `i`'s delivery rate in the second before and after each rebinding, and checks
 /// that it carried the download on after each and that the emulator rebound its mappings.
-fn check_link(s: &PathStats, i: usize, samples: &[(f64, Vec<u64>)], ended: f64) {
+fn check_link(s: &PathStats, i: usize, samples: &Samples, ended: f64) {
     let rates: Vec<String> = REBIND_AT
         .iter()
         .map(|&at| {

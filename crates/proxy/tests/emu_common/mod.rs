@@ -142,9 +142,18 @@ pub async fn start_three_with(
 }
 
 pub async fn testbed(name: &str, links: &[&str]) -> Testbed {
+    testbed_with(name, links, |_| {}).await
+}
+
+/// As [`testbed`], with the client's configuration changed by `edit` first.
+pub async fn testbed_with(
+    name: &str,
+    links: &[&str],
+    edit: impl FnOnce(&mut ClientConfig),
+) -> Testbed {
     let dir = temp_dir(name);
     let identity = ServerIdentity::generate("braid").unwrap();
-    let (server, emu, client) = start_three(&dir, identity, links).await;
+    let (server, emu, client) = start_three_with(&dir, identity, links, edit).await;
     assert!(
         client
             .wait_for_paths(links.len(), Duration::from_secs(15))
@@ -309,6 +318,36 @@ pub async fn curl_download(
     let data = std::fs::read(&file).unwrap();
     let _ = std::fs::remove_file(&file);
     (sha256_hex(&data), took)
+}
+
+/// Bytes each link delivered towards the client (`reverse_dir.sent_bytes`), sampled at an
+/// emulator time (seconds).
+pub type Samples = Vec<(f64, Vec<u64>)>;
+
+/// As [`curl_download`] through `bed`, sampling every 50 ms what each link delivered towards
+/// the client.
+pub async fn curl_download_sampled(
+    bed: &Testbed,
+    http: SocketAddr,
+    max_s: u64,
+) -> ((String, Duration), Samples) {
+    let download = curl_download(bed.client.socks_addr, http, &bed.dir, max_s);
+    tokio::pin!(download);
+    let mut samples = Vec::new();
+    loop {
+        tokio::select! {
+            done = &mut download => return (done, samples),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                let delivered = bed.emu.stats().iter().map(|s| s.reverse_dir.sent_bytes).collect();
+                samples.push((bed.emu.now().as_secs_f64(), delivered));
+            }
+        }
+    }
+}
+
+/// The last sample at or before emulator time `time`.
+pub fn sample_at(samples: &Samples, time: f64) -> Option<&(f64, Vec<u64>)> {
+    samples.iter().rfind(|(t, _)| *t <= time)
 }
 
 /// Uploads `data` to `/upload` with curl (`PUT`); the server's SHA-256 and the time it took.
