@@ -3,7 +3,9 @@
 //! link that is dark when the client starts joins within about a second of its outage's end.
 //! A link told not to rejoin fast (`fast_rejoin_s = 0`) sends a fraction of what a fast one
 //! sends into an outage. A server that stops and comes back while the links are dark is found
-//! to have lost the session by its answer to the next join.
+//! to have lost the session by its answer to the next join, and a request it had not answered
+//! goes through on the next session. A request made before any link joined waits for one. A
+//! backup link carries a download only once the primary goes dark.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod emu_common;
@@ -130,6 +132,45 @@ async fn a_link_dark_at_start_joins_soon_after_its_outage_ends() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A SOCKS5 request made the moment the client starts, its only link dark until 1 s: the
+/// session has no path yet, so the request waits for the link to join (up to `SESSION_WAIT`,
+/// 5 s) and is connected, where it used to be refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_before_any_link_joined_waits_for_one() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = temp_dir("no-path-yet");
+    let wifi = format!("{WIFI}\noutages = [[0.0, 1.0]]");
+    let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
+    let (_server, emu, client) = start_three(&dir, identity, &[&wifi]).await;
+    let origin = restart_common::endless_origin(Duration::from_millis(10)).await;
+    let mut s = tokio::net::TcpStream::connect(client.socks_addr)
+        .await
+        .unwrap();
+    let asked_at = emu.now().as_secs_f64();
+    let mut request = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
+    request.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 2 + 10];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut reply))
+        .await
+        .expect("no answer")
+        .unwrap();
+    let answered_at = emu.now().as_secs_f64();
+    println!(
+        "asked at {asked_at:.2} s, answered {:?} at {answered_at:.2} s",
+        &reply[2..4]
+    );
+    assert!(asked_at < 1.0, "the request was made at {asked_at:.2} s");
+    assert_eq!(reply[..4], [5, 0, 5, 0], "the request was refused");
+    assert!(
+        answered_at > 1.0,
+        "answered at {answered_at:.2} s, inside the outage"
+    );
+    let mut some = vec![0u8; 1024];
+    s.read_exact(&mut some).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two links dark from the start to 16 s beside a third that carries the session: the first
 /// with the default `fast_rejoin_s` (300 s) races a handshake every 2 s; the second, with
 /// `fast_rejoin_s = 0`, sends one handshake per attempt, backing off. By the outage's end the
@@ -176,7 +217,9 @@ async fn a_link_that_does_not_rejoin_fast_sends_little_into_an_outage() {
 /// under the session's id; the new server answers that the join started the session
 /// (`JOIN_OK_CREATED`), and the client, whose session had joined before, ends it: the
 /// application whose flow it carried gets a reset within seconds, not a flow that waits for
-/// ever, and a new session carries traffic.
+/// ever, and a new session carries traffic. A request made just after the restart, whose OPEN
+/// the old session sent and the server never answered, is opened again on the new session and
+/// connected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -219,6 +262,18 @@ async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() 
         "restarted at {:?}",
         emu.now()
     );
+    // A request made now, still inside the outage: its OPEN goes out on the old session, and
+    // its own packets are what the restarted server answers. That session ends before any
+    // verdict, so the request is opened again on the next one and goes through.
+    let later = tokio::spawn(async move {
+        let mut s = tokio::net::TcpStream::connect(client.socks_addr)
+            .await
+            .unwrap();
+        s.write_all(&request).await.unwrap();
+        let mut reply = [0u8; 2 + 10];
+        s.read_exact(&mut reply).await.unwrap();
+        (s, reply, client)
+    });
     let ended = read_until_end(&mut s).await;
     assert!(
         matches!(ended, Err((std::io::ErrorKind::ConnectionReset, _))),
@@ -228,6 +283,18 @@ async fn a_server_that_lost_the_session_unheard_is_found_out_by_the_next_join() 
     println!("the application's connection was reset at {reset_at:.2} s");
     // The connections' idle timeout (60 s) would have taken until about 61.5 s.
     assert!(reset_at < 8.0, "reset at {reset_at:.2} s");
+    let (mut s, reply, client) = tokio::time::timeout(Duration::from_secs(20), later)
+        .await
+        .expect("the request made during the outage was never answered")
+        .unwrap();
+    let connected_at = emu.now().as_secs_f64();
+    println!("the request made at the restart was connected by {connected_at:.2} s");
+    assert_eq!(
+        reply[..4],
+        [5, 0, 5, 0],
+        "the request made at the restart was refused"
+    );
+    s.read_exact(&mut some).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !client
         .status()

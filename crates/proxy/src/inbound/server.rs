@@ -17,7 +17,7 @@ use tracing::{debug, info};
 use super::socks5::Reply;
 use crate::config::SocksUser;
 use crate::egress::{CONNECTED, reply_for_reset};
-use crate::session::{FlowKind, Target};
+use crate::session::{FlowError, FlowKind, Target};
 use crate::transport::InboundStatus;
 use crate::transport::flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionHandle,
@@ -26,6 +26,15 @@ use crate::transport::relay::{RelayError, relay_tcp};
 
 /// How long the client waits for the server to connect a flow's destination.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
+/// How long a request waits for a session when the client has none: at start-up, before a
+/// link has joined, or between a session that ended (the server lost it) and the next.
+pub const SESSION_WAIT: Duration = Duration::from_secs(5);
+/// Sessions a request is opened on before it fails: a session that ends before the server's
+/// verdict (nothing but the flow's OPEN was sent on it) is no failure of the request.
+const CONNECT_ATTEMPTS: usize = 3;
+/// How often a request that found its session without a path asks again (within
+/// [`SESSION_WAIT`]).
+const PATH_POLL: Duration = Duration::from_millis(50);
 /// Connections an inbound listener serves at once.
 pub const MAX_CONNECTIONS: usize = 1024;
 /// How long a client has from connecting to the end of its request (SOCKS5 greeting,
@@ -154,28 +163,81 @@ impl InboundContext {
     }
 
     /// Opens a stream flow and waits until the server has connected it: the flow's halves and
-    /// the first destination bytes, or the SOCKS5 reply that says why not.
+    /// the first destination bytes, or the SOCKS5 reply that says why not. With no session, or
+    /// one without a path yet, it waits up to [`SESSION_WAIT`] for one. A session that ends before the server's
+    /// verdict (the server restarted unheard, and the client learned it from this request's
+    /// own packets) only carried the flow's OPEN, so the request is opened again on the next
+    /// session ([`CONNECT_ATTEMPTS`] sessions at most, [`CONNECT_WAIT`] in all).
     pub async fn connect(&self, target: Target) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
-        let flow = self
-            .open(FlowKind::Stream, target)
-            .await
-            .map_err(|_| Reply::GeneralFailure)?;
-        let (writer, mut reader) = flow.split();
-        match tokio::time::timeout(CONNECT_WAIT, reader.recv()).await {
-            Ok(Some(FlowMsg::Data(mut first))) if first.first() == Some(&CONNECTED) => {
-                first.advance(1);
-                Ok((writer, reader, first))
-            }
-            Ok(Some(FlowMsg::Reset(code))) => Err(reply_for_reset(code)),
-            Ok(_) => {
-                let _ = writer.reset(0).await;
-                Err(Reply::GeneralFailure)
-            }
-            Err(_) => {
-                let _ = writer.reset(0).await;
-                Err(Reply::TtlExpired)
+        let deadline = Instant::now() + CONNECT_WAIT;
+        let mut ended: Option<SessionHandle> = None;
+        let mut attempts = 0;
+        let mut pathless_until: Option<Instant> = None;
+        while attempts < CONNECT_ATTEMPTS {
+            let Some(session) = self.next_session(ended.as_ref(), deadline).await else {
+                break;
+            };
+            let flow = match session.open(FlowKind::Stream, target.clone()).await {
+                Ok(flow) => flow,
+                Err(OpenError::Gone) => {
+                    ended = Some(session);
+                    attempts += 1;
+                    continue;
+                }
+                // No path yet (the session just started and its links are joining), or the
+                // session is closing: wait for a path, or for the next session.
+                Err(OpenError::Flow(FlowError::SessionClosed)) => {
+                    let until = *pathless_until
+                        .get_or_insert_with(|| (Instant::now() + SESSION_WAIT).min(deadline));
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    tokio::time::sleep(PATH_POLL).await;
+                    continue;
+                }
+                Err(OpenError::Flow(_)) => return Err(Reply::GeneralFailure),
+            };
+            attempts += 1;
+            let (writer, mut reader) = flow.split();
+            match tokio::time::timeout_at(deadline, reader.recv()).await {
+                Ok(Some(FlowMsg::Data(mut first))) if first.first() == Some(&CONNECTED) => {
+                    first.advance(1);
+                    return Ok((writer, reader, first));
+                }
+                Ok(Some(FlowMsg::Reset(code))) => return Err(reply_for_reset(code)),
+                // The driver let the flow go without an end: its session is over.
+                Ok(None) => {
+                    debug!(%target, "the session ended before the server connected the flow; opening it again on the next");
+                    ended = Some(session);
+                }
+                Ok(Some(_)) => {
+                    let _ = writer.reset(0).await;
+                    return Err(Reply::GeneralFailure);
+                }
+                Err(_) => {
+                    let _ = writer.reset(0).await;
+                    return Err(Reply::TtlExpired);
+                }
             }
         }
+        Err(Reply::GeneralFailure)
+    }
+
+    /// The current session if it is open and not `ended`, else the next one, waited for up to
+    /// [`SESSION_WAIT`] (and not past `deadline`).
+    async fn next_session(
+        &self,
+        ended: Option<&SessionHandle>,
+        deadline: Instant,
+    ) -> Option<SessionHandle> {
+        let mut session = self.session.clone();
+        let usable = |s: &Option<SessionHandle>| {
+            s.as_ref()
+                .is_some_and(|h| !h.is_closed() && ended.is_none_or(|e| !e.is_same_session(h)))
+        };
+        let wait = (Instant::now() + SESSION_WAIT).min(deadline);
+        let found = tokio::time::timeout_at(wait, session.wait_for(usable)).await;
+        found.ok()?.ok()?.clone()
     }
 }
 

@@ -117,6 +117,11 @@ impl SessionHandle {
     pub fn is_closed(&self) -> bool {
         self.commands.is_closed()
     }
+
+    /// True when both handles are on the same session's driver.
+    pub fn is_same_session(&self, other: &SessionHandle) -> bool {
+        self.commands.same_channel(&other.commands)
+    }
 }
 
 /// One flow, as handed to the task that serves it.
