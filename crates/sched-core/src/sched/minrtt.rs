@@ -35,11 +35,27 @@ impl MinRtt {
 /// The path with the lowest srtt among those that can take `len` bytes now and whose tier is
 /// admitted; ties go to the lower id. Shared by schedulers that fall back to minRTT.
 pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
-    let gate = TierGate::new(paths);
-    paths
-        .iter()
-        .filter(|p| p.can_send(len) && gate.admits(p))
-        .min_by_key(|p| (p.srtt_us, p.id))
+    // One pass applying [`TierGate`]'s rule: the best primary and the best backup with room,
+    // and whether some primary is live (then the backups are not admitted; otherwise no
+    // primary can have room, a failed or potentially failed path being unusable).
+    let mut primary: Option<&PathView> = None;
+    let mut backup: Option<&PathView> = None;
+    let mut live_primary = false;
+    for p in paths {
+        live_primary |= p.is_live_primary();
+        if !p.can_send(len) {
+            continue;
+        }
+        let best = if p.is_backup() {
+            &mut backup
+        } else {
+            &mut primary
+        };
+        if best.is_none_or(|b| (p.srtt_us, p.id) < (b.srtt_us, b.id)) {
+            *best = Some(p);
+        }
+    }
+    if live_primary { primary } else { backup }
 }
 
 /// The two paths ECF, BLEST and Peekaboo compare, found in one pass over the admitted tier:
