@@ -40,6 +40,9 @@ use crate::session::{PathConfig, Role};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest retry delay of a link.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A session that ends sooner than this after it started is followed by the next only after
+/// [`BACKOFF_MIN`].
+const SHORT_SESSION: Duration = Duration::from_secs(5);
 /// How long a handshake plus join may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// While no handshake of an attempt has completed, another starts this often (see
@@ -474,6 +477,7 @@ pub(crate) async fn session_loop(
     slot: watch::Sender<Option<SessionHandle>>,
 ) {
     loop {
+        let began = Instant::now();
         let session_id: SessionId = rand::random();
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
@@ -499,7 +503,12 @@ pub(crate) async fn session_loop(
         slot.send_replace(None);
         ctx.end_session();
         warn!("session closed; starting a new one");
-        tokio::time::sleep(BACKOFF_MIN).await;
+        // A session that lived for a while (the server lost it, or every link stayed dark for
+        // its idle timeout) is followed at once: requests wait for the next one. Only sessions
+        // that end as they start are spaced out.
+        if began.elapsed() < SHORT_SESSION {
+            tokio::time::sleep(BACKOFF_MIN).await;
+        }
     }
 }
 
