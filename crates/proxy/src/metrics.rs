@@ -512,6 +512,15 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
         "1 while the path is usable, 0 while it is failed.",
         up,
     );
+    let suspect = per_path(status, |p| {
+        Some(Value::Int(u64::from(p.potentially_failed)))
+    });
+    e.family(
+        "braid_path_potentially_failed",
+        Gauge,
+        "1 while a probe timeout on the live path is unanswered (the link may be dark; backup paths take over while no primary is live), else 0.",
+        suspect,
+    );
     let gauges: [Family<PathReport, Option<Value>>; 10] = [
         ("braid_path_srtt_seconds", "Smoothed RTT.", |p| {
             Some(ms_to_seconds(p.srtt_ms))
@@ -1057,6 +1066,7 @@ mod tests {
             ..PathReport::default()
         };
         let mut wifi = path(0, "wifi", "active");
+        wifi.potentially_failed = true;
         wifi.coupled = Some(CoupledReport {
             kind: "olia".to_owned(),
             alpha: -0.25,
@@ -1206,6 +1216,14 @@ mod tests {
         );
         assert_eq!(value(&samples, "braid_path_up", "path=\"0\""), "1");
         assert_eq!(value(&samples, "braid_path_up", "path=\"1\""), "0");
+        assert_eq!(
+            value(&samples, "braid_path_potentially_failed", "path=\"0\""),
+            "1"
+        );
+        assert_eq!(
+            value(&samples, "braid_path_potentially_failed", "path=\"1\""),
+            "0"
+        );
         assert_eq!(
             value(&samples, "braid_session_info", "congestion=\"olia\""),
             "1"

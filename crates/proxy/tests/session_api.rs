@@ -523,7 +523,12 @@ fn a_backup_takes_no_overflow_and_takes_over_at_the_primarys_first_probe_timeout
     }
     let takeover = takeover.expect("the backup never took over");
     let now = h.now();
-    let primary_failed = h.client().path_status(now).next().unwrap().stats.failures > 0;
+    let primary = h.client().path_status(now).next().unwrap();
+    let primary_failed = primary.stats.failures > 0;
+    assert!(
+        primary_failed || primary.view.potentially_failed,
+        "the backup took over from a primary not known to be silent"
+    );
     println!(
         "before the outage: {at_outage:?} bytes sent (primary, backup); the backup took over \
          {:.0} ms into it, primary failed by then: {primary_failed}",

@@ -14,6 +14,11 @@ pub struct PathReport {
     pub remote: String,
     /// `active`, `backup` or `failed`.
     pub state: String,
+    /// A probe timeout fired on the live path and nothing was acknowledged since: the link may
+    /// have gone dark. Backup paths take over while no primary is live but potentially failed
+    /// ones (`docs/schedulers.md`, Tiers).
+    #[serde(default)]
+    pub potentially_failed: bool,
     /// Smoothed RTT, ms.
     pub srtt_ms: f64,
     /// RTT variation, ms.
@@ -502,6 +507,12 @@ impl DaemonStatus {
                     p.loss_rate * 100.0,
                     p.packets_lost
                 );
+                if p.potentially_failed {
+                    let _ = writeln!(
+                        out,
+                        "      unanswered since a probe timeout: the link may be dark"
+                    );
+                }
                 if let Some(b) = &p.bbr {
                     let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
                     let _ = writeln!(
