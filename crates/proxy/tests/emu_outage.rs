@@ -4,7 +4,8 @@
 //! A link told not to rejoin fast (`fast_rejoin_s = 0`) sends a fraction of what a fast one
 //! sends into an outage. A server that stops and comes back while the links are dark is found
 //! to have lost the session by its answer to the next join, and a request it had not answered
-//! goes through on the next session. A request made before any link joined waits for one. A
+//! goes through on the next session. A request made before any link joined waits for one,
+//! until the session is 5 s old; after that, a session without a path refuses at once. A
 //! backup link carries a download only once the primary goes dark.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -168,6 +169,47 @@ async fn a_request_made_before_any_link_joined_waits_for_one() {
     );
     let mut some = vec![0u8; 1024];
     s.read_exact(&mut some).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client whose only link stays dark (as with its server down): a request made as it starts
+/// waits for the session's first path until the session is 5 s old (`SESSION_WAIT`) and is
+/// refused then; the next request is refused at once instead of waiting too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_for_a_new_sessions_links_but_not_for_a_session_that_never_joined() {
+    let dir = temp_dir("never-joins");
+    let wifi = format!("{WIFI}\noutages = [[0.0, 60.0]]");
+    let identity = braid_proxy::tls::ServerIdentity::generate("braid").unwrap();
+    let (_server, _emu, client) = start_three(&dir, identity, &[&wifi]).await;
+    let request = |socks| async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let started = std::time::Instant::now();
+        let mut s = tokio::net::TcpStream::connect(socks).await.unwrap();
+        s.write_all(&[5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, 0, 9])
+            .await
+            .unwrap();
+        let mut reply = [0u8; 2 + 10];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut reply))
+            .await
+            .expect("no answer")
+            .unwrap();
+        (reply[3], started.elapsed())
+    };
+    let (first, first_took) = request(client.socks_addr).await;
+    let (second, second_took) = request(client.socks_addr).await;
+    println!(
+        "no path: the first request answered {first} after {first_took:?}, the next {second} \
+         after {second_took:?}"
+    );
+    assert_eq!((first, second), (1, 1), "not refused (general failure)");
+    assert!(
+        (4.0..7.0).contains(&first_took.as_secs_f64()),
+        "the first request waited {first_took:?}"
+    );
+    assert!(
+        second_took < Duration::from_millis(500),
+        "the next request waited {second_took:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -26,8 +26,9 @@ use crate::transport::relay::{RelayError, relay_tcp};
 
 /// How long the client waits for the server to connect a flow's destination.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
-/// How long a request waits for a session when the client has none: at start-up, before a
-/// link has joined, or between a session that ended (the server lost it) and the next.
+/// How long a request waits for a session when the client has none (between a session that
+/// ended and the next), and how long after a session started a request waits for its first
+/// path (its links are joining: at start-up, or after the server lost the last session).
 pub const SESSION_WAIT: Duration = Duration::from_secs(5);
 /// Sessions a request is opened on before it fails: a session that ends before the server's
 /// verdict (nothing but the flow's OPEN was sent on it) is no failure of the request.
@@ -163,8 +164,9 @@ impl InboundContext {
     }
 
     /// Opens a stream flow and waits until the server has connected it: the flow's halves and
-    /// the first destination bytes, or the SOCKS5 reply that says why not. With no session, or
-    /// one without a path yet, it waits up to [`SESSION_WAIT`] for one. A session that ends before the server's
+    /// the first destination bytes, or the SOCKS5 reply that says why not. With no session, it
+    /// waits up to [`SESSION_WAIT`] for one; a session without a path, until it is
+    /// [`SESSION_WAIT`] old. A session that ends before the server's
     /// verdict (the server restarted unheard, and the client learned it from this request's
     /// own packets) only carried the flow's OPEN, so the request is opened again on the next
     /// session ([`CONNECT_ATTEMPTS`] sessions at most, [`CONNECT_WAIT`] in all).
@@ -172,7 +174,6 @@ impl InboundContext {
         let deadline = Instant::now() + CONNECT_WAIT;
         let mut ended: Option<SessionHandle> = None;
         let mut attempts = 0;
-        let mut pathless_until: Option<Instant> = None;
         while attempts < CONNECT_ATTEMPTS {
             let Some(session) = self.next_session(ended.as_ref(), deadline).await else {
                 break;
@@ -184,12 +185,12 @@ impl InboundContext {
                     attempts += 1;
                     continue;
                 }
-                // No path yet (the session just started and its links are joining), or the
-                // session is closing: wait for a path, or for the next session.
+                // No path yet, or the session is closing: while the session is younger than
+                // SESSION_WAIT (its links are joining), wait for a path or the next session. A
+                // session without a path for longer (a server down: every link failing to
+                // join) refuses at once, as does one whose paths all left.
                 Err(OpenError::Flow(FlowError::SessionClosed)) => {
-                    let until = *pathless_until
-                        .get_or_insert_with(|| (Instant::now() + SESSION_WAIT).min(deadline));
-                    if Instant::now() >= until {
+                    if Instant::now() >= (session.started() + SESSION_WAIT).min(deadline) {
                         break;
                     }
                     tokio::time::sleep(PATH_POLL).await;

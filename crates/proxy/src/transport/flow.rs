@@ -59,6 +59,8 @@ pub enum OpenError {
 #[derive(Clone, Debug)]
 pub struct SessionHandle {
     pub(crate) commands: mpsc::Sender<Command>,
+    /// When the session's driver started.
+    pub(crate) started: tokio::time::Instant,
 }
 
 impl SessionHandle {
@@ -116,6 +118,11 @@ impl SessionHandle {
     /// True once the driver has stopped.
     pub fn is_closed(&self) -> bool {
         self.commands.is_closed()
+    }
+
+    /// When the session started.
+    pub fn started(&self) -> tokio::time::Instant {
+        self.started
     }
 
     /// True when both handles are on the same session's driver.

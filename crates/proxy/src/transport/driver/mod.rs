@@ -211,6 +211,7 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
     (
         SessionHandle {
             commands: commands_tx,
+            started: tokio::time::Instant::now(),
         },
         task,
     )
