@@ -185,15 +185,21 @@ impl InboundContext {
                     attempts += 1;
                     continue;
                 }
-                // No path yet, or the session is closing: while the session is younger than
-                // SESSION_WAIT (its links are joining), wait for a path or the next session. A
-                // session without a path for longer (a server down: every link failing to
-                // join) refuses at once, as does one whose paths all left.
-                Err(OpenError::Flow(FlowError::SessionClosed)) => {
+                // No path yet: while the session is younger than SESSION_WAIT (its links are
+                // joining), wait for one. A session without a path for longer (a server down:
+                // every link failing to join) refuses at once, as does one whose paths all
+                // left.
+                Err(OpenError::Flow(FlowError::NoPath)) => {
                     if Instant::now() >= (session.started() + SESSION_WAIT).min(deadline) {
                         break;
                     }
                     tokio::time::sleep(PATH_POLL).await;
+                    continue;
+                }
+                // The session is closing (the server lost it): the next one takes the request.
+                Err(OpenError::Flow(FlowError::SessionClosed)) => {
+                    ended = Some(session);
+                    attempts += 1;
                     continue;
                 }
                 Err(OpenError::Flow(_)) => return Err(Reply::GeneralFailure),

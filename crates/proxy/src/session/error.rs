@@ -161,6 +161,10 @@ pub enum FlowError {
     /// The session is closed.
     #[error("session closed")]
     SessionClosed,
+    /// The session has no path (none joined yet, or every one left): the client's driver
+    /// refuses new flows then rather than let them wait.
+    #[error("the session has no path")]
+    NoPath,
 }
 
 /// A path API call that cannot be honoured.

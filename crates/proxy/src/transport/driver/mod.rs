@@ -526,7 +526,7 @@ impl Driver {
     ) {
         // Without any path the flow could only wait; the application gets a quick failure.
         if self.paths.iter().all(Option::is_none) {
-            let _ = reply.send(Err(FlowError::SessionClosed));
+            let _ = reply.send(Err(FlowError::NoPath));
             return;
         }
         match self.session.open_flow(kind, target) {
