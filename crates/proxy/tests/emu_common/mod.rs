@@ -370,6 +370,29 @@ pub async fn curl_upload(
     (String::from_utf8_lossy(&out).into_owned(), took)
 }
 
+/// A SOCKS5 CONNECT (no authentication) to the IPv4 `target` through `socks`: the stream and
+/// the 12 bytes answered (method choice, then the reply's first 10 bytes; `reply[3]` is its
+/// code), waited for up to 10 s.
+pub async fn socks5_connect(
+    socks: SocketAddr,
+    target: SocketAddr,
+) -> (tokio::net::TcpStream, [u8; 12]) {
+    let SocketAddr::V4(target) = target else {
+        panic!("an IPv4 target, not {target}");
+    };
+    let mut s = tokio::net::TcpStream::connect(socks).await.unwrap();
+    let mut request = vec![5, 1, 0, 5, 1, 0, 1];
+    request.extend_from_slice(&target.ip().octets());
+    request.extend_from_slice(&target.port().to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut reply))
+        .await
+        .expect("no answer to the SOCKS5 request")
+        .unwrap();
+    (s, reply)
+}
+
 pub fn mbps(bytes: usize, took: Duration) -> f64 {
     bytes as f64 * 8.0 / took.as_secs_f64() / 1e6
 }
