@@ -30,11 +30,6 @@ impl TierGate {
     pub fn admits(self, path: &PathView) -> bool {
         self.backups_allowed || !path.is_backup()
     }
-
-    /// True when the packet may go to backup paths.
-    pub fn backups_allowed(self) -> bool {
-        self.backups_allowed
-    }
 }
 
 #[cfg(test)]

@@ -57,9 +57,10 @@ pub fn run(args: &EmuArgs) -> ExitCode {
                 .iter()
                 .map(|t| format!("{}", t.as_secs_f64()))
                 .collect();
-            let rebinds = match rebinds.is_empty() {
-                true => String::new(),
-                false => format!("; NAT rebinding at {} s", rebinds.join(", ")),
+            let rebinds = if rebinds.is_empty() {
+                String::new()
+            } else {
+                format!("; NAT rebinding at {} s", rebinds.join(", "))
             };
             outln!(
                 "braid emu: path {} {listen} -> {} (forward: {}; reverse: {}{rebinds})",

@@ -190,7 +190,7 @@ impl InboundContext {
                 // every link failing to join) refuses at once, as does one whose paths all
                 // left.
                 Err(OpenError::Flow(FlowError::NoPath)) => {
-                    if Instant::now() >= (session.started() + SESSION_WAIT).min(deadline) {
+                    if Instant::now() >= (session.started + SESSION_WAIT).min(deadline) {
                         break;
                     }
                     tokio::time::sleep(PATH_POLL).await;

@@ -672,14 +672,9 @@ impl Session {
         }
         let mut t: Option<Timestamp> = None;
         let mut take = |x: Timestamp| t = Some(t.map_or(x, |y: Timestamp| y.min(x)));
-        let (heartbeat, standby) = (self.heartbeat(), self.standby_heartbeat());
+        let heartbeat = self.heartbeats();
         for p in self.paths[..self.path_end].iter().flatten() {
-            let heartbeat = if p.state == PathState::Backup {
-                standby
-            } else {
-                heartbeat
-            };
-            if let Some(x) = p.next_timeout(&self.config, heartbeat) {
+            if let Some(x) = p.next_timeout(&self.config, heartbeat(p.state)) {
                 take(x);
             }
         }
@@ -712,17 +707,18 @@ impl Session {
         let mut lost = std::mem::take(&mut self.scratch_lost);
         // The ACK table is empty between ACK frames: it holds the probe-timeout reinjections.
         let mut reinject = std::mem::take(&mut self.scratch_acked);
-        let (heartbeat, standby) = (self.heartbeat(), self.standby_heartbeat());
+        let heartbeat = self.heartbeats();
         for i in 0..self.path_end {
             let Some(path) = self.paths[i].as_mut() else {
                 continue;
             };
-            let heartbeat = if path.state == PathState::Backup {
-                standby
-            } else {
-                heartbeat
-            };
-            let failed = path.on_timeout(now, &self.config, heartbeat, &mut lost, &mut reinject);
+            let failed = path.on_timeout(
+                now,
+                &self.config,
+                heartbeat(path.state),
+                &mut lost,
+                &mut reinject,
+            );
             let id = path.id;
             if failed {
                 self.scheduler.on_path_state(id, PathState::Failed, now);
@@ -744,6 +740,19 @@ impl Session {
     /// The idle paths' heartbeats now: slower once the session is quiet.
     fn heartbeat(&self) -> path::Heartbeat {
         path::Heartbeat::new(&self.config, self.busy_at)
+    }
+
+    /// The heartbeat of a path in a given state now: the backups' ([`Self::standby_heartbeat`])
+    /// or the others' ([`Self::heartbeat`]).
+    fn heartbeats(&self) -> impl Fn(PathState) -> path::Heartbeat + use<> {
+        let (heartbeat, standby) = (self.heartbeat(), self.standby_heartbeat());
+        move |state| {
+            if state == PathState::Backup {
+                standby
+            } else {
+                heartbeat
+            }
+        }
     }
 
     /// The heartbeats of the backup paths: as a quiet session's while a primary path is live

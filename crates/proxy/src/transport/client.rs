@@ -477,7 +477,6 @@ pub(crate) async fn session_loop(
     slot: watch::Sender<Option<SessionHandle>>,
 ) {
     loop {
-        let began = Instant::now();
         let session_id: SessionId = rand::random();
         let (handle, task) = driver::spawn(DriverSetup {
             role: Role::Client,
@@ -497,6 +496,7 @@ pub(crate) async fn session_loop(
             user: ctx.config.user.clone(),
             acceptor: None,
         });
+        let began = handle.started;
         slot.send_replace(Some(handle.clone()));
         ctx.start_session(session_id, handle);
         let _ = task.await;

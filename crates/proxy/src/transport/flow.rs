@@ -120,11 +120,6 @@ impl SessionHandle {
         self.commands.is_closed()
     }
 
-    /// When the session started.
-    pub fn started(&self) -> tokio::time::Instant {
-        self.started
-    }
-
     /// True when both handles are on the same session's driver.
     pub fn is_same_session(&self, other: &SessionHandle) -> bool {
         self.commands.same_channel(&other.commands)
