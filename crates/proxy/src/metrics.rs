@@ -521,6 +521,13 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
         "1 while a probe timeout on the live path is unanswered (the link may be dark; backup paths take over while no primary is live), else 0.",
         suspect,
     );
+    let degraded = per_path(status, |p| Some(Value::Int(u64::from(p.degraded))));
+    e.family(
+        "braid_path_degraded",
+        Gauge,
+        "1 while the live path, kept busy, delivers less than [session] backup_below_mbps (backup paths help while no primary is live and not degraded), else 0.",
+        degraded,
+    );
     let gauges: [Family<PathReport, Option<Value>>; 10] = [
         ("braid_path_srtt_seconds", "Smoothed RTT.", |p| {
             Some(ms_to_seconds(p.srtt_ms))
@@ -1067,6 +1074,7 @@ mod tests {
         };
         let mut wifi = path(0, "wifi", "active");
         wifi.potentially_failed = true;
+        wifi.degraded = true;
         wifi.coupled = Some(CoupledReport {
             kind: "olia".to_owned(),
             alpha: -0.25,
@@ -1224,6 +1232,8 @@ mod tests {
             value(&samples, "braid_path_potentially_failed", "path=\"1\""),
             "0"
         );
+        assert_eq!(value(&samples, "braid_path_degraded", "path=\"0\""), "1");
+        assert_eq!(value(&samples, "braid_path_degraded", "path=\"1\""), "0");
         assert_eq!(
             value(&samples, "braid_session_info", "congestion=\"olia\""),
             "1"

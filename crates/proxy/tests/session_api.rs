@@ -548,6 +548,61 @@ fn a_backup_takes_no_overflow_and_takes_over_at_the_primarys_first_probe_timeout
     assert!(t.eof && !t.corrupt, "{} of 12 MB received", t.received);
 }
 
+/// Bytes sent on each path by 8 s of a 20 MB upload over a 20 Mbit/s primary of 10 ms (one way)
+/// with `primary_loss` and a 20 Mbit/s backup of 20 ms, with `[session] backup_below_mbps =
+/// floor_mbps`; and whether the primary was shown degraded at the end.
+fn upload_beside_a_backup(primary_loss: f64, floor_mbps: f64) -> (Vec<u64>, bool) {
+    let mut primary = LinkConfig::new(20.0, 10.0);
+    primary.loss = primary_loss;
+    let links = [primary, LinkConfig::new(20.0, 20.0)];
+    let config = SessionConfig {
+        backup_below_rate: (floor_mbps * 1e6 / 8.0) as u64,
+        ..session_common::bulk_config()
+    };
+    let mut h = harness(&links, config, PathConfig::default());
+    for side in [CLIENT, SERVER] {
+        h.endpoints[side]
+            .set_path_tier(PathId(1), Tier::Backup, Timestamp::ZERO)
+            .unwrap();
+    }
+    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 20_000_000)]);
+    h.run_until(secs(8.0), |h| d.step(h));
+    let now = h.now();
+    let paths: Vec<_> = h.client().path_status(now).collect();
+    let sent = paths.iter().map(|p| p.stats.bytes_sent).collect();
+    (sent, paths[0].view.degraded)
+}
+
+#[test]
+fn a_primary_kept_busy_below_the_floor_lets_the_backup_help() {
+    // A healthy primary keeps the backup out with or without a floor: it passes the floor.
+    for floor in [0.0, 10.0] {
+        let (sent, degraded) = upload_beside_a_backup(0.0, floor);
+        assert!(
+            sent[0] > 15_000_000 && sent[1] < 20_000 && !degraded,
+            "healthy primary, floor {floor} Mbit/s: bytes sent (primary, backup) {sent:?}"
+        );
+    }
+    // 5 % loss: the controller's window collapses and the primary carries a few Mbit/s.
+    let (alone, degraded) = upload_beside_a_backup(0.05, 0.0);
+    assert!(
+        alone[1] < 20_000 && !degraded,
+        "lossy primary, no floor: bytes sent (primary, backup) {alone:?}"
+    );
+    let (helped, degraded) = upload_beside_a_backup(0.05, 10.0);
+    println!(
+        "lossy primary: bytes sent (primary, backup) in 8 s without a floor {alone:?}, with a \
+         10 Mbit/s floor {helped:?}"
+    );
+    assert!(degraded, "the lossy primary is not shown degraded");
+    // The backup carries the rest, and the primary still carries what it can.
+    assert!(
+        helped[1] > 5_000_000 && helped[0] > alone[0] / 2,
+        "lossy primary, 10 Mbit/s floor: bytes sent (primary, backup) {helped:?}, without \
+         the floor {alone:?}"
+    );
+}
+
 #[test]
 fn session_closes_after_the_idle_timeout_when_every_path_is_dead() {
     let config = SessionConfig {

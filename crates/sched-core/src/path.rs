@@ -68,6 +68,12 @@ pub struct PathView {
     /// may have gone dark (Linux MPTCP's "potentially failed"). Its window is closed until an
     /// ACK comes, and backup paths may take its place (see [`crate::tier`]).
     pub potentially_failed: bool,
+    /// True when this live path has been kept busy (its window or pacer full) for a while yet
+    /// delivered less than the floor its session was configured with (the daemon's
+    /// `[session] backup_below_mbps`; never with no floor set): a primary path so slow lets
+    /// backup paths help (see [`crate::tier`]). It is still chosen and waited for like any
+    /// live path.
+    pub degraded: bool,
 }
 
 impl PathView {
@@ -89,6 +95,7 @@ impl PathView {
             rate_limited: false,
             max_datagram_size: 1200,
             potentially_failed: false,
+            degraded: false,
         }
     }
 
@@ -119,10 +126,10 @@ impl PathView {
         self.state == PathState::Backup
     }
 
-    /// True for a primary-tier path that is neither failed nor potentially failed: while one
-    /// is, backup paths carry nothing.
+    /// True for a primary-tier path that is neither failed, potentially failed nor degraded:
+    /// while one is, backup paths carry nothing.
     pub fn is_live_primary(&self) -> bool {
-        self.is_live() && !self.is_backup()
+        self.is_live() && !self.is_backup() && !self.degraded
     }
 }
 

@@ -1,14 +1,19 @@
 //! Priority tiers: backup paths carry traffic only when no primary path is live.
 //!
 //! Every scheduler applies the same rule through [`TierGate`]: while some primary path is live
-//! (neither failed nor potentially failed, see [`PathView::is_live_primary`]), only primary
-//! paths may be chosen, even when their windows are full, their rate caps hold them back or
-//! their pacers do: the packet waits for them. Once every primary path has failed, or had a
+//! (neither failed, potentially failed nor degraded, see [`PathView::is_live_primary`]), only
+//! primary paths may be chosen, even when their windows are full, their rate caps hold them back
+//! or their pacers do: the packet waits for them. Once every primary path has failed, or had a
 //! probe timeout with nothing acknowledged since, backup paths may be chosen too. This is the
 //! failover rule of Linux MPTCP's default scheduler (v0.95: a backup subflow is used only when
 //! every active one is unavailable for good or potentially failed, not while one is only
 //! temporarily full), and what a metered standby link (LTE behind Wi-Fi) needs: a transfer that
 //! fills the primaries does not spill onto it.
+//!
+//! One addition, off unless the daemon is given a floor: a primary that stays busy yet delivers
+//! less than the floor ([`PathView::degraded`]: a Wi-Fi link losing packets at the edge of its
+//! range, where a loss-based controller's window collapses) no longer keeps the backups out.
+//! Backups then share the traffic with the primaries that still carry what they can.
 
 use crate::path::PathView;
 
@@ -58,6 +63,12 @@ mod tests {
         primary.potentially_failed = false;
         primary.state = PathState::Failed;
         assert!(TierGate::new(&[primary, backup]).admits(&backup));
+
+        // A primary that stays busy below its floor lets the backups help, and is still chosen.
+        primary.state = PathState::Active;
+        primary.degraded = true;
+        let gate = TierGate::new(&[primary, backup]);
+        assert!(gate.admits(&backup) && gate.admits(&primary));
 
         // Only backups: they carry everything.
         assert!(TierGate::new(&[backup]).admits(&backup));

@@ -70,6 +70,7 @@ prop_compose! {
         state in state_strategy(),
         rate_limited in proptest::bool::weighted(0.15),
         potentially_failed in proptest::bool::weighted(0.15),
+        degraded in proptest::bool::weighted(0.15),
         weight in 0u16..6,
         loss in 0.0f32..0.3,
     ) -> PathView {
@@ -79,6 +80,7 @@ prop_compose! {
         p.state = state;
         p.rate_limited = rate_limited;
         p.potentially_failed = potentially_failed && state == PathState::Active;
+        p.degraded = degraded && state == PathState::Active && !p.potentially_failed;
         p.weight = weight;
         p.loss_rate = loss;
         p

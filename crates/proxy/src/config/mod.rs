@@ -166,6 +166,8 @@ pub(crate) struct RawSession {
     idle_timeout_s: Option<i64>,
     /// Signed, like the window.
     keepalive_s: Option<i64>,
+    /// A float, checked by name with its range.
+    backup_below_mbps: Option<f64>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -185,6 +187,9 @@ pub struct SessionLimits {
     pub idle_timeout: std::time::Duration,
     /// How often an idle path of a quiet session sends a heartbeat (`keepalive_s`).
     pub keepalive: std::time::Duration,
+    /// Bytes per second below which a busy primary path lets backup paths help
+    /// (`backup_below_mbps`; 0: backups only when no primary is live).
+    pub backup_below: u64,
 }
 
 impl Default for SessionLimits {
@@ -196,6 +201,7 @@ impl Default for SessionLimits {
             congestion: crate::session::congestion::CongestionAlgorithm::default(),
             idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             keepalive: crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL,
+            backup_below: 0,
         }
     }
 }
@@ -226,8 +232,11 @@ pub const DEFAULT_MAX_UDP_PAYLOAD: usize =
 pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
     ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
 
+/// Largest accepted `[session] backup_below_mbps`, Mbit/s (as a link's `rate_cap_mbps`).
+pub const BACKUP_BELOW_MBPS_MAX: f64 = 100_000.0;
+
 /// Validates `[session]`: the per-flow receive window, the longest UDP payload, the
-/// congestion controller, the idle timeout and the keepalive.
+/// congestion controller, the idle timeout, the keepalive and the backups' floor.
 pub(crate) fn session_limits(
     file: &Path,
     raw: &RawSession,
@@ -302,6 +311,20 @@ pub(crate) fn session_limits(
         .unwrap_or(DEFAULT_SESSION_IDLE_TIMEOUT);
     let keepalive = seconds("keepalive_s", raw.keepalive_s, KEEPALIVE_S)?
         .unwrap_or(crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL);
+    let backup_below = match raw.backup_below_mbps {
+        None => 0,
+        Some(mbps) if mbps.is_finite() && (0.0..=BACKUP_BELOW_MBPS_MAX).contains(&mbps) => {
+            (mbps * 1e6 / 8.0).round() as u64
+        }
+        Some(mbps) => {
+            return Err(invalid(
+                file,
+                "session.backup_below_mbps",
+                "a rate in [0, 100000] Mbit/s",
+                mbps,
+            ));
+        }
+    };
     Ok(SessionLimits {
         flow_receive_window,
         flow_receive_window_max,
@@ -309,6 +332,7 @@ pub(crate) fn session_limits(
         congestion,
         idle_timeout,
         keepalive,
+        backup_below,
     })
 }
 
@@ -717,6 +741,7 @@ mod tests {
             congestion: None,
             idle_timeout_s: None,
             keepalive_s: None,
+            backup_below_mbps: None,
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -733,6 +758,7 @@ mod tests {
                 congestion: CongestionAlgorithm::Cubic,
                 idle_timeout: std::time::Duration::from_secs(30),
                 keepalive: std::time::Duration::from_secs(25),
+                backup_below: 0,
             }
         );
         // How long a session outlives its last path.
@@ -774,6 +800,29 @@ mod tests {
             assert_eq!(
                 e,
                 format!("f.toml: session.keepalive_s: expected seconds in 1..=25, got \"{bad}\"")
+            );
+        }
+        // The rate below which a busy primary lets the backups help, in bytes per second.
+        let floor = |mbps| {
+            session_limits(
+                f,
+                &RawSession {
+                    backup_below_mbps: Some(mbps),
+                    ..raw(None, None)
+                },
+            )
+        };
+        assert_eq!(floor(8.0).unwrap().backup_below, 1_000_000);
+        assert_eq!(floor(0.0).unwrap().backup_below, 0);
+        assert_eq!(floor(0.5).unwrap().backup_below, 62_500);
+        for bad in [-1.0, 100_001.0, f64::NAN, f64::INFINITY] {
+            let e = floor(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "f.toml: session.backup_below_mbps: expected a rate in [0, 100000] Mbit/s, \
+                     got \"{bad}\""
+                )
             );
         }
         // The largest window: by default 16 MiB, or the first window where that is larger;

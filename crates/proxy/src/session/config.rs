@@ -187,6 +187,10 @@ pub struct SessionConfig {
     pub report_interval: Duration,
     /// The congestion controller built for every path (its datagram size is the path's).
     pub congestion: CongestionConfig,
+    /// Bytes per second below which a primary path kept busy for a while counts as degraded and
+    /// lets backup paths share the traffic ([`braid_sched_core::path::PathView::degraded`]);
+    /// 0 (the default): backups carry traffic only when no primary is live.
+    pub backup_below_rate: u64,
 }
 
 /// The default [`SessionConfig::quiet_heartbeat_interval`]: 25 s, as WireGuard's persistent
@@ -217,6 +221,7 @@ impl Default for SessionConfig {
             idle_timeout: Duration::from_secs(30),
             report_interval: Duration::from_millis(100),
             congestion: CongestionConfig::default(),
+            backup_below_rate: 0,
         }
     }
 }

@@ -758,12 +758,13 @@ impl Session {
     /// The heartbeats of the backup paths: as a quiet session's while a primary path is live
     /// (a standby link, often a metered LTE modem, is then checked once per
     /// `quiet_heartbeat_interval`, not every second while the primary carries the traffic),
-    /// else as the others'.
+    /// else as the others' (a primary that may be dark or is degraded: the backup may carry
+    /// traffic any moment).
     fn standby_heartbeat(&self) -> path::Heartbeat {
         let primary_live = self.paths[..self.path_end]
             .iter()
             .flatten()
-            .any(|p| p.state == PathState::Active);
+            .any(|p| p.is_live_primary(self.clock));
         let heartbeat = self.heartbeat();
         if primary_live {
             path::Heartbeat {

@@ -28,6 +28,10 @@ use super::sent::{Payload, SentPacket};
 pub const PACKET_THRESHOLD: u64 = 3;
 /// Weight of one packet in the loss-rate moving average.
 const LOSS_RATE_GAIN: f32 = 1.0 / 64.0;
+/// How long a path must stay busy below [`SessionConfig::backup_below_rate`] before it counts
+/// as degraded: longer than a fresh path's slow start takes to pass the floor (a few round
+/// trips), so that every transfer does not begin on the backups.
+pub const DEGRADED_AFTER: Duration = Duration::from_secs(1);
 /// A rate-capped path may send this many datagrams at once.
 const RATE_CAP_BURST_DATAGRAMS: u64 = 4;
 
@@ -90,6 +94,13 @@ pub(crate) struct Path {
     delivery_rate: u64,
     rate_window_start: Timestamp,
     rate_window_bytes: u64,
+    /// The path had window room and nothing to send at some time in the current rate window.
+    idle_in_rate_window: bool,
+    /// [`SessionConfig::backup_below_rate`].
+    degraded_below: u64,
+    /// Since when the path, kept busy, has delivered less than `degraded_below` (see
+    /// [`Path::is_degraded`]).
+    slow_since: Option<Timestamp>,
     // Counters for status displays.
     pub stats: PathStats,
 }
@@ -205,6 +216,9 @@ impl Path {
             delivery_rate: 0,
             rate_window_start: now,
             rate_window_bytes: 0,
+            idle_in_rate_window: false,
+            degraded_below: session.backup_below_rate,
+            slow_since: None,
             stats: PathStats::default(),
         }
     }
@@ -288,6 +302,7 @@ impl Path {
             rate_limited,
             max_datagram_size: self.config.max_datagram_size,
             potentially_failed: self.pto_count > 0 && !self.is_failed(),
+            degraded: self.is_degraded(now),
         }
     }
 
@@ -308,6 +323,7 @@ impl Path {
     pub fn on_app_limited(&mut self) {
         if self.bytes_in_flight < self.cc.window() {
             self.delivery.on_app_limited(self.bytes_in_flight);
+            self.idle_in_rate_window = true;
         }
     }
 
@@ -464,9 +480,44 @@ impl Path {
         if elapsed >= self.rtt.srtt().max(Duration::from_millis(10)) {
             let rate = self.rate_window_bytes as f64 / elapsed.as_secs_f64();
             self.delivery_rate = rate as u64;
+            self.note_rate_window(self.rate_window_start);
             self.rate_window_start = now;
             self.rate_window_bytes = 0;
         }
+    }
+
+    /// Follows whether the path stays busy below [`SessionConfig::backup_below_rate`], at the
+    /// end of a rate window that began at `start`: a window in which it was kept busy and
+    /// delivered less starts (or continues) a slow spell; one in which it was idle at some time,
+    /// or delivered a quarter more than the floor, ends it (in between, the spell goes on as it
+    /// was, so that a rate near the floor does not flap).
+    fn note_rate_window(&mut self, start: Timestamp) {
+        let floor = self.degraded_below;
+        let idle = std::mem::take(&mut self.idle_in_rate_window);
+        if floor == 0 {
+            return;
+        }
+        if idle || self.delivery_rate >= floor + floor / 4 {
+            self.slow_since = None;
+        } else if self.delivery_rate < floor && self.slow_since.is_none() {
+            self.slow_since = Some(start);
+        }
+    }
+
+    /// A primary path that is neither failed, potentially failed nor degraded at `now`: while
+    /// one is, backup paths carry nothing ([`PathView::is_live_primary`]).
+    pub fn is_live_primary(&self, now: Timestamp) -> bool {
+        self.state == PathState::Active && self.pto_count == 0 && !self.is_degraded(now)
+    }
+
+    /// Whether the path has been kept busy below [`SessionConfig::backup_below_rate`] for
+    /// [`DEGRADED_AFTER`] by `now` (never while it is failed or a probe timeout waits).
+    pub fn is_degraded(&self, now: Timestamp) -> bool {
+        self.pto_count == 0
+            && !self.is_failed()
+            && self
+                .slow_since
+                .is_some_and(|since| now - since >= DEGRADED_AFTER)
     }
 
     fn pop_done(&mut self) {
@@ -715,6 +766,7 @@ impl Path {
         self.probe_due = false;
         self.state = PathState::Failed;
         self.failed_since = Some(now);
+        self.slow_since = None;
         self.next_failed_probe = now;
         self.stats.failures += 1;
     }

@@ -374,3 +374,63 @@ fn a_path_closed_by_a_probe_timeout_is_probed_at_the_failed_path_cadence() {
     );
     assert_eq!(failed, failed_quiet);
 }
+
+#[test]
+fn a_path_kept_busy_below_the_floor_is_degraded_after_a_second_until_it_passes_a_quarter_more() {
+    let config = SessionConfig {
+        backup_below_rate: 1_200_000,
+        ..SessionConfig::default()
+    };
+    let mut p = Path::new(PathId(0), PathConfig::default(), &config, Timestamp::ZERO);
+    let mut unfloored = Path::new(
+        PathId(1),
+        PathConfig::default(),
+        &SessionConfig::default(),
+        Timestamp::ZERO,
+    );
+    let ms = Timestamp::from_millis;
+    // Every 10 ms, what was sent 10 ms before is acknowledged and `per_tick` packets of 1,200
+    // bytes go out: 5 a tick is 0.6 MB/s, half the floor; 11 is 1.32 MB/s, 10 % above it; 16 is
+    // 1.92 MB/s, 60 % above. `idle`: the path also had room with nothing to send.
+    let mut t = 0;
+    let mut run = |paths: &mut [&mut Path], until: u64, per_tick: u64, idle: bool| {
+        while t < until {
+            for p in paths.iter_mut() {
+                if p.next_pn > 0 {
+                    apply_ack(p, &[(0, p.next_pn)], ms(t));
+                }
+                let first = p.next_pn;
+                for pn in first..first + per_tick {
+                    send(p, pn, ms(t));
+                }
+                if idle {
+                    p.on_app_limited();
+                }
+            }
+            t += 10;
+        }
+    };
+    run(&mut [&mut p, &mut unfloored], 900, 5, false);
+    assert!(!p.is_degraded(ms(900)), "degraded before a second");
+    run(&mut [&mut p, &mut unfloored], 1_100, 5, false);
+    assert!(p.is_degraded(ms(1_100)) && p.view(ms(1_100), &mut None).degraded);
+    assert!(!p.is_live_primary(ms(1_100)));
+    // Without a floor, never.
+    assert!(!unfloored.is_degraded(ms(1_100)));
+    // Just above the floor: still degraded, so that a rate near it does not flap.
+    run(&mut [&mut p], 1_600, 11, false);
+    assert!(p.is_degraded(ms(1_600)));
+    // A quarter more: live again within a rate window.
+    run(&mut [&mut p], 1_700, 16, false);
+    assert!(!p.is_degraded(ms(1_700)) && p.is_live_primary(ms(1_700)));
+    // Slow again, but with room and nothing to send part of the time: asked for little, not
+    // degraded.
+    run(&mut [&mut p], 2_200, 5, false);
+    run(&mut [&mut p], 3_000, 5, true);
+    assert!(!p.is_degraded(ms(3_000)));
+    // Kept busy again: a new second starts.
+    run(&mut [&mut p], 3_900, 5, false);
+    assert!(!p.is_degraded(ms(3_900)));
+    run(&mut [&mut p], 4_100, 5, false);
+    assert!(p.is_degraded(ms(4_100)));
+}

@@ -19,6 +19,11 @@ pub struct PathReport {
     /// ones (`docs/schedulers.md`, Tiers).
     #[serde(default)]
     pub potentially_failed: bool,
+    /// The live path has been kept busy for a while yet delivered less than `[session]
+    /// backup_below_mbps`: backup paths help while no primary is live and not degraded
+    /// (`docs/schedulers.md`, Tiers).
+    #[serde(default)]
+    pub degraded: bool,
     /// Smoothed RTT, ms.
     pub srtt_ms: f64,
     /// RTT variation, ms.
@@ -511,6 +516,12 @@ impl DaemonStatus {
                     let _ = writeln!(
                         out,
                         "      unanswered since a probe timeout: the link may be dark"
+                    );
+                }
+                if p.degraded {
+                    let _ = writeln!(
+                        out,
+                        "      busy below [session] backup_below_mbps: backup links help"
                     );
                 }
                 if let Some(b) = &p.bbr {

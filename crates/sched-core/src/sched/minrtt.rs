@@ -36,8 +36,9 @@ impl MinRtt {
 /// admitted; ties go to the lower id. Shared by schedulers that fall back to minRTT.
 pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
     // One pass applying [`TierGate`]'s rule: the best primary and the best backup with room,
-    // and whether some primary is live (then the backups are not admitted; otherwise no
-    // primary can have room, a failed or potentially failed path being unusable).
+    // and whether some primary is live (then the backups are not admitted; otherwise both
+    // tiers are, and the only primaries with room are degraded ones, a failed or potentially
+    // failed path being unusable).
     let mut primary: Option<&PathView> = None;
     let mut backup: Option<&PathView> = None;
     let mut live_primary = false;
@@ -55,7 +56,15 @@ pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
             *best = Some(p);
         }
     }
-    if live_primary { primary } else { backup }
+    if live_primary {
+        primary
+    } else {
+        match (primary, backup) {
+            (Some(p), Some(b)) if (b.srtt_us, b.id) < (p.srtt_us, p.id) => Some(b),
+            (None, b) => b,
+            (p, _) => p,
+        }
+    }
 }
 
 /// The two paths ECF, BLEST and Peekaboo compare, found in one pass over the admitted tier:
@@ -155,6 +164,33 @@ mod tests {
         assert_eq!(
             s.select(&p, &pkt, Timestamp::ZERO),
             Decision::Send(PathId(1))
+        );
+    }
+
+    #[test]
+    fn degraded_primaries_share_with_the_backup_by_rtt() {
+        let mut s = MinRtt::default();
+        let mut p = paths();
+        p[1].state = PathState::Backup;
+        p[0].degraded = true;
+        p[2].degraded = true;
+        let pkt = PacketMeta::bulk(1_200);
+        // The fastest path with room, of either tier: the backup, then the faster primary.
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(1))
+        );
+        p[1].bytes_in_flight = 20_000;
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(2))
+        );
+        // One primary that is not degraded keeps the backup out again.
+        p[1].bytes_in_flight = 0;
+        p[0].degraded = false;
+        assert_eq!(
+            s.select(&p, &pkt, Timestamp::ZERO),
+            Decision::Send(PathId(2))
         );
     }
 }

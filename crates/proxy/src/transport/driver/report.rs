@@ -45,6 +45,7 @@ impl Driver {
                 remote: p.conn.remote_address().to_string(),
                 state: state.to_owned(),
                 potentially_failed: v.potentially_failed,
+                degraded: v.degraded,
                 srtt_ms: f64::from(v.srtt_us) / 1e3,
                 rttvar_ms: f64::from(v.rttvar_us) / 1e3,
                 min_rtt_ms: f64::from(v.min_rtt_us) / 1e3,
