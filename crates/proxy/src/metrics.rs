@@ -528,10 +528,20 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
         "1 while the live path, kept busy, delivers less than [session] backup_below_mbps (backup paths help while no primary is live and not degraded), else 0.",
         degraded,
     );
-    let gauges: [Family<PathReport, Option<Value>>; 10] = [
+    let gauges: [Family<PathReport, Option<Value>>; 12] = [
         ("braid_path_srtt_seconds", "Smoothed RTT.", |p| {
             Some(ms_to_seconds(p.srtt_ms))
         }),
+        (
+            "braid_path_loss_packet_threshold",
+            "Loss detection's packet threshold (3; more on a path that reorders).",
+            |p| Some(p.packet_threshold.into()),
+        ),
+        (
+            "braid_path_loss_time_slack_seconds",
+            "What loss detection's time threshold adds to the RTT (at least 1/8 of it; more on a path that reorders).",
+            |p| Some(ms_to_seconds(p.time_slack_ms)),
+        ),
         ("braid_path_rttvar_seconds", "RTT variation.", |p| {
             Some(ms_to_seconds(p.rttvar_ms))
         }),
@@ -571,7 +581,7 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
     for (name, help, value) in gauges {
         e.family(name, Gauge, help, per_path(status, value));
     }
-    let counters: [Family<PathReport, u64>; 11] = [
+    let counters: [Family<PathReport, u64>; 12] = [
         ("braid_path_packets_sent_total", "Packets sent.", |p| {
             p.packets_sent
         }),
@@ -584,6 +594,11 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
             "braid_path_packets_lost_total",
             "Packets declared lost.",
             |p| p.packets_lost,
+        ),
+        (
+            "braid_path_spurious_losses_total",
+            "Packets declared lost that were acknowledged afterwards (the link reorders; the loss thresholds grew).",
+            |p| p.spurious_losses,
         ),
         (
             "braid_path_failures_total",

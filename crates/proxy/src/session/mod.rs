@@ -39,6 +39,7 @@ mod flow;
 mod path;
 mod reassembly;
 mod recv;
+mod reorder;
 mod send;
 mod sent;
 mod stream;
@@ -54,7 +55,7 @@ use braid_sched_core::{
 pub use config::{PathConfig, Role, SessionConfig, Tier};
 pub use error::{ConfigError, FlowError, FrameError, PathError, SessionError};
 pub use frame::{FlowKind, Target};
-pub use path::PathStats;
+pub use path::{PathStats, Reordering};
 pub use stream::release_spare_rings;
 
 use datagram::DatagramQueue;
@@ -142,6 +143,8 @@ pub struct PathStatus {
     pub view: PathView,
     /// Counters.
     pub stats: PathStats,
+    /// How much the path reorders, as its loss detection learned it.
+    pub reordering: Reordering,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -559,6 +562,7 @@ impl Session {
         self.paths.iter_mut().flatten().map(move |p| PathStatus {
             view: p.view(now, &mut wake),
             stats: p.stats,
+            reordering: p.reordering(),
         })
     }
 

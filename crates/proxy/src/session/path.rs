@@ -4,8 +4,9 @@
 //!
 //! Loss detection follows RFC 9002 §6: a packet is lost when a packet sent at least
 //! [`PACKET_THRESHOLD`] later was acknowledged, or when it is older than 9/8 of the RTT at the
-//! time a later packet was acknowledged; a probe timeout (§6.2) sends a PING, hands the stream
-//! bytes in flight back for reinjection on any path and closes the path's window until its next
+//! time a later packet was acknowledged; both thresholds grow on a path that reorders, and a
+//! window reduction all of whose losses prove spurious is undone (`reorder.rs`). A probe
+//! timeout (§6.2) sends a PING, hands the stream bytes in flight back for reinjection on any path and closes the path's window until its next
 //! ACK ([`Path::reinject_in_flight`]), and `failure_probe_timeouts` consecutive timeouts declare
 //! the path failed.
 
@@ -22,10 +23,12 @@ use super::congestion::{
 use super::error::SessionError;
 use super::frame::AckFrame;
 use super::ranges::RangeSet;
+use super::reorder::LossHistory;
 use super::sent::{Payload, SentPacket};
 
-/// RFC 9002 §6.1.1 packet reordering threshold.
-pub const PACKET_THRESHOLD: u64 = 3;
+#[cfg(doc)]
+use super::reorder::PACKET_THRESHOLD;
+pub use super::reorder::Reordering;
 /// Weight of one packet in the loss-rate moving average.
 const LOSS_RATE_GAIN: f32 = 1.0 / 64.0;
 /// How long a path must stay busy below [`SessionConfig::backup_below_rate`] before it counts
@@ -101,6 +104,8 @@ pub(crate) struct Path {
     /// Since when the path, kept busy, has delivered less than `degraded_below` (see
     /// [`Path::is_degraded`]).
     slow_since: Option<Timestamp>,
+    /// Recent losses, and what they taught about the path's reordering.
+    losses: LossHistory,
     // Counters for status displays.
     pub stats: PathStats,
 }
@@ -219,6 +224,7 @@ impl Path {
             idle_in_rate_window: false,
             degraded_below: session.backup_below_rate,
             slow_since: None,
+            losses: LossHistory::default(),
             stats: PathStats::default(),
         }
     }
@@ -384,6 +390,9 @@ impl Path {
         let first_new = acked.len();
         let in_flight_before = self.bytes_in_flight;
         let largest_newly_acked = self.mark_acked(ack, acked);
+        let (srtt, forget_after) = (self.rtt.srtt(), self.rtt.pto_base() * 2);
+        self.losses
+            .on_ack(ack, now, srtt, forget_after, &mut self.cc);
         let mut out = AckOutcome::default();
         let Some(largest) = largest_newly_acked else {
             return Ok(out);
@@ -466,6 +475,11 @@ impl Path {
         largest
     }
 
+    /// How much the path reorders, as its loss detection has learned it.
+    pub fn reordering(&self) -> Reordering {
+        self.losses.reordering()
+    }
+
     fn update_owd(&mut self, receiver_time_us: u64, sent: Timestamp) {
         let relative = receiver_time_us as i64 - sent.as_micros() as i64;
         let min = self.owd_min_relative.map_or(relative, |m| m.min(relative));
@@ -536,7 +550,8 @@ impl Path {
             return 0;
         };
         let rtt = self.rtt.srtt().max(self.rtt.latest());
-        let loss_delay = (rtt * 9 / 8).max(GRANULARITY);
+        let loss_delay = self.losses.loss_delay(rtt).max(GRANULARITY);
+        let packet_threshold = self.losses.reordering().packet_threshold;
         let persistent_span = (self.rtt.pto_base() + self.max_ack_delay) * 3;
         let first = lost.len();
         let mut lost_bytes = 0;
@@ -553,11 +568,12 @@ impl Path {
                 continue;
             }
             if now.saturating_duration_since(p.time_sent) >= loss_delay
-                || largest_acked >= p.pn + PACKET_THRESHOLD
+                || largest_acked >= p.pn + packet_threshold
             {
                 self.sent[i].done = true;
                 self.forget(&p);
                 if p.in_flight {
+                    self.losses.record_lost(p.pn, p.time_sent, largest_acked);
                     lost_bytes += u64::from(p.size);
                     newest_lost = Some(p.time_sent);
                     let start = *run_start.get_or_insert(p.time_sent);
@@ -576,8 +592,15 @@ impl Path {
             self.loss_rate = self.loss_rate * (1.0 - LOSS_RATE_GAIN) + LOSS_RATE_GAIN;
         }
         if let Some(sent_time) = newest_lost {
+            // Only the loss-based window controllers are undone: BBR barely answers a loss, and
+            // the coupled ones share their state with the session's other paths.
+            let before = matches!(self.cc, AnyController::NewReno(_) | AnyController::Cubic(_))
+                .then(|| self.cc.clone());
+            let window = self.cc.window();
             self.cc
                 .on_congestion_event(now, sent_time, persistent, lost_bytes);
+            self.losses
+                .after_congestion_event(before, window, persistent, &self.cc);
         }
         self.pop_done();
         lost_bytes
@@ -799,6 +822,7 @@ impl Path {
             return;
         }
         self.config.max_datagram_size = size;
+        self.losses.forget_undo();
         let mds = u64::from(size);
         let congestion = self.congestion_config.resized(mds);
         self.cc.on_max_datagram_size(mds, congestion.minimum_window);
@@ -816,6 +840,7 @@ impl Path {
     /// from the old one's window ([`AnyController::take_over`]).
     pub fn set_congestion(&mut self, algorithm: CongestionAlgorithm) {
         self.congestion_config.algorithm = algorithm;
+        self.losses.forget_undo();
         let mut cc = self
             .congestion_config
             .resized(u64::from(self.config.max_datagram_size))

@@ -434,3 +434,53 @@ fn a_path_kept_busy_below_the_floor_is_degraded_after_a_second_until_it_passes_a
     run(&mut [&mut p], 4_100, 5, false);
     assert!(p.is_degraded(ms(4_100)));
 }
+
+#[test]
+fn losses_that_prove_spurious_widen_the_thresholds_and_undo_the_reduction_they_caused() {
+    let (mut p, _) = path();
+    let ms = Timestamp::from_millis;
+    for pn in 0..20 {
+        send(&mut p, pn, ms(0));
+    }
+    // 3 and 4 overtaken by 15 packets: lost by the packet threshold, and the window reduced.
+    let (_, lost, _) = apply_ack(&mut p, &[(0, 3), (5, 20)], ms(20));
+    assert_eq!(lost, [3, 4]);
+    let reduced = p.cc.window();
+    assert_eq!(p.reordering().packet_threshold, 3);
+    // Both arrive after all, 30 ms after they were sent, on a path of 20 ms: the thresholds grow
+    // past what they met, and the reduction is undone.
+    apply_ack(&mut p, &[(0, 20)], ms(30));
+    let r = p.reordering();
+    assert_eq!(
+        (r.spurious_losses, r.packet_threshold, r.undone_reductions),
+        (2, 17, 1)
+    );
+    assert!(
+        r.time_slack >= Duration::from_millis(9) && r.time_slack <= Duration::from_millis(11),
+        "{r:?}"
+    );
+    let restored = p.cc.window();
+    assert!(restored > reduced, "{reduced} -> {restored}");
+    // Overtaken as far again, and as late: no longer lost.
+    for pn in 20..40 {
+        send(&mut p, pn, ms(40));
+    }
+    let (_, lost, _) = apply_ack(&mut p, &[(20, 25), (26, 40)], ms(61));
+    assert!(lost.is_empty(), "{lost:?}");
+    apply_ack(&mut p, &[(20, 40)], ms(65));
+    // Overtaken farther: lost; one of the two arrives, the other does not: the reduction stays.
+    for pn in 40..80 {
+        send(&mut p, pn, ms(100));
+    }
+    let (_, lost, _) = apply_ack(&mut p, &[(40, 41), (43, 80)], ms(121));
+    assert_eq!(lost, [41, 42]);
+    let reduced = p.cc.window();
+    apply_ack(&mut p, &[(40, 42), (43, 80)], ms(125));
+    let r = p.reordering();
+    assert_eq!((r.spurious_losses, r.undone_reductions), (3, 1));
+    assert_eq!(p.cc.window(), reduced);
+    // The other comes two probe periods later: as good as lost, nothing learned from it.
+    let late = ms(100) + p.rtt.pto_base() * 2 + Duration::from_millis(1);
+    apply_ack(&mut p, &[(40, 80)], late);
+    assert_eq!(p.reordering().spurious_losses, 3);
+}

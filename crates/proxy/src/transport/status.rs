@@ -49,6 +49,17 @@ pub struct PathReport {
     pub packets_received: u64,
     /// Packets declared lost.
     pub packets_lost: u64,
+    /// Packets declared lost that were acknowledged afterwards: the link reorders (or delays
+    /// some packets far more than others), and the loss thresholds below grew to wait for them.
+    #[serde(default)]
+    pub spurious_losses: u64,
+    /// The loss detection's packet threshold: a packet is lost once one sent this many later
+    /// was acknowledged (3, more on a path that reorders).
+    #[serde(default)]
+    pub packet_threshold: u64,
+    /// What the loss detection's time threshold adds to the RTT, ms (at least 1/8 of it).
+    #[serde(default)]
+    pub time_slack_ms: f64,
     /// Times the path was declared failed.
     pub failures: u32,
     /// Largest datagram payload, bytes.
@@ -516,6 +527,14 @@ impl DaemonStatus {
                     let _ = writeln!(
                         out,
                         "      unanswered since a probe timeout: the link may be dark"
+                    );
+                }
+                if p.spurious_losses > 0 {
+                    let _ = writeln!(
+                        out,
+                        "      reorders: {} packets declared lost arrived late; a packet is lost \
+                         {} packets or RTT + {:.1} ms on",
+                        p.spurious_losses, p.packet_threshold, p.time_slack_ms
                     );
                 }
                 if p.degraded {
