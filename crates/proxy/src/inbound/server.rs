@@ -33,9 +33,6 @@ pub const SESSION_WAIT: Duration = Duration::from_secs(5);
 /// Sessions a request is opened on before it fails: a session that ends before the server's
 /// verdict (nothing but the flow's OPEN was sent on it) is no failure of the request.
 const CONNECT_ATTEMPTS: usize = 3;
-/// How often a request that found its session without a path asks again (within
-/// [`SESSION_WAIT`]).
-const PATH_POLL: Duration = Duration::from_millis(50);
 /// Connections an inbound listener serves at once.
 pub const MAX_CONNECTIONS: usize = 1024;
 /// How long a client has from connecting to the end of its request (SOCKS5 greeting,
@@ -190,10 +187,10 @@ impl InboundContext {
                 // every link failing to join) refuses at once, as does one whose paths all
                 // left.
                 Err(OpenError::Flow(FlowError::NoPath)) => {
-                    if Instant::now() >= (session.started + SESSION_WAIT).min(deadline) {
+                    let wait = (session.started + SESSION_WAIT).min(deadline);
+                    if Instant::now() >= wait || !session.wait_for_path(wait).await {
                         break;
                     }
-                    tokio::time::sleep(PATH_POLL).await;
                     continue;
                 }
                 // The session is closing (the server lost it): the next one takes the request.

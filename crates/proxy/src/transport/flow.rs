@@ -61,6 +61,8 @@ pub struct SessionHandle {
     pub(crate) commands: mpsc::Sender<Command>,
     /// When the session's driver started.
     pub(crate) started: tokio::time::Instant,
+    /// How many paths the session has.
+    pub(crate) paths: tokio::sync::watch::Receiver<usize>,
 }
 
 impl SessionHandle {
@@ -113,6 +115,16 @@ impl SessionHandle {
     /// Closes the session (CLOSE on every path).
     pub async fn close(&self) {
         let _ = self.commands.send(Command::Close).await;
+    }
+
+    /// Waits until the session has a path, or `deadline`; true when it has one (false too when
+    /// the driver stopped).
+    pub async fn wait_for_path(&self, deadline: tokio::time::Instant) -> bool {
+        let mut paths = self.paths.clone();
+        matches!(
+            tokio::time::timeout_at(deadline, paths.wait_for(|&n| n > 0)).await,
+            Ok(Ok(_))
+        )
     }
 
     /// True once the driver has stopped.

@@ -183,11 +183,14 @@ struct Driver {
     chunks: Arena<3>,
     counters: SessionCounters,
     closed: bool,
+    /// How many paths the session has, for the handles ([`SessionHandle::wait_for_path`]).
+    path_count: tokio::sync::watch::Sender<usize>,
 }
 
 /// Starts a driver task; returns its handle and the task.
 pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>) {
     let (commands_tx, commands_rx) = mpsc::channel(1024);
+    let (path_count, paths) = tokio::sync::watch::channel(0);
     let epoch = Instant::now();
     let session = Session::new(setup.config, setup.role, setup.scheduler, Timestamp::ZERO);
     let driver = Driver {
@@ -206,12 +209,14 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         chunks: Arena::new(CHUNK),
         counters: SessionCounters::default(),
         closed: false,
+        path_count,
     };
     let task = tokio::spawn(driver.run(commands_rx));
     (
         SessionHandle {
             commands: commands_tx,
             started: tokio::time::Instant::now(),
+            paths,
         },
         task,
     )
@@ -322,6 +327,7 @@ impl Driver {
                         .map(|p| p.name)
                         .unwrap_or_default();
                     let _ = self.session.remove_path(id, now);
+                    self.note_path_count();
                     info!(session = %self.label, path = id.0, link = %name, "path left");
                 }
                 if session_over {
@@ -378,6 +384,14 @@ impl Driver {
             send_mbps: 0.0,
             recv_mbps: 0.0,
         });
+        self.note_path_count();
+    }
+
+    /// Tells the handles how many paths the session has now.
+    fn note_path_count(&self) {
+        let count = self.paths.iter().flatten().count();
+        self.path_count
+            .send_if_modified(|n| std::mem::replace(n, count) != count);
     }
 
     fn new_flow(&mut self, id: FlowId, kind: FlowKind) -> FlowHandle {
