@@ -308,7 +308,7 @@ impl Path {
             rate_limited,
             max_datagram_size: self.config.max_datagram_size,
             potentially_failed: self.pto_count > 0 && !self.is_failed(),
-            degraded: self.is_degraded(now),
+            degraded: self.state == PathState::Active && self.is_degraded(now),
         }
     }
 
