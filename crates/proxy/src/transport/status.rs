@@ -53,6 +53,9 @@ pub struct PathReport {
     /// some packets far more than others), and the loss thresholds below grew to wait for them.
     #[serde(default)]
     pub spurious_losses: u64,
+    /// Window reductions undone because every loss that caused one proved spurious.
+    #[serde(default)]
+    pub undone_reductions: u64,
     /// The loss detection's packet threshold: a packet is lost once one sent this many later
     /// was acknowledged (3, more on a path that reorders).
     #[serde(default)]
@@ -532,9 +535,9 @@ impl DaemonStatus {
                 if p.spurious_losses > 0 {
                     let _ = writeln!(
                         out,
-                        "      reorders: {} packets declared lost arrived late; a packet is lost \
-                         {} packets or RTT + {:.1} ms on",
-                        p.spurious_losses, p.packet_threshold, p.time_slack_ms
+                        "      reorders: {} packets declared lost arrived late ({} window cuts \
+                         undone); a packet is lost {} packets or RTT + {:.1} ms on",
+                        p.spurious_losses, p.undone_reductions, p.packet_threshold, p.time_slack_ms
                     );
                 }
                 if p.degraded {
@@ -609,6 +612,49 @@ mod tests {
             ),
             "{table}"
         );
+        let wire = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<DaemonStatus>(&wire).unwrap(), status);
+    }
+
+    #[test]
+    fn a_path_says_when_it_may_be_dark_is_degraded_or_reorders() {
+        let path = |id: u8| PathReport {
+            id,
+            name: format!("link{id}"),
+            state: "active".into(),
+            packet_threshold: 3,
+            ..PathReport::default()
+        };
+        let mut status = DaemonStatus {
+            role: "client".into(),
+            version: "0".into(),
+            sessions: vec![SessionStatus {
+                paths: vec![path(0), path(1)],
+                ..SessionStatus::default()
+            }],
+            ..DaemonStatus::default()
+        };
+        let plain = status.to_table();
+        for line in ["unanswered since", "busy below", "reorders:"] {
+            assert!(!plain.contains(line), "{plain}");
+        }
+        let p = &mut status.sessions[0].paths[1];
+        p.potentially_failed = true;
+        p.degraded = true;
+        p.spurious_losses = 11;
+        p.undone_reductions = 6;
+        p.packet_threshold = 22;
+        p.time_slack_ms = 13.6;
+        let table = status.to_table();
+        let under_link1 = table.split_once("link1").unwrap().1;
+        for line in [
+            "unanswered since a probe timeout: the link may be dark",
+            "busy below [session] backup_below_mbps: backup links help",
+            "reorders: 11 packets declared lost arrived late (6 window cuts undone); a packet \
+             is lost 22 packets or RTT + 13.6 ms on",
+        ] {
+            assert!(under_link1.contains(line), "{table}");
+        }
         let wire = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<DaemonStatus>(&wire).unwrap(), status);
     }

@@ -59,6 +59,7 @@ impl Driver {
                 packets_received: s.stats.packets_received,
                 packets_lost: s.stats.packets_lost,
                 spurious_losses: s.reordering.spurious_losses,
+                undone_reductions: s.reordering.undone_reductions,
                 packet_threshold: s.reordering.packet_threshold,
                 time_slack_ms: s.reordering.time_slack.as_secs_f64() * 1e3,
                 failures: s.stats.failures,
