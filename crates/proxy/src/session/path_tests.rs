@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::session::frame::{AckFields, Frame, encode_ack};
+use crate::session::reorder::{FORGET_AFTER_REDUCTIONS, PACKET_THRESHOLD};
 use crate::session::sent::Payload;
 use crate::session::varint::{Reader, Writer};
 
@@ -483,4 +484,29 @@ fn losses_that_prove_spurious_widen_the_thresholds_and_undo_the_reduction_they_c
     let late = ms(100) + p.rtt.pto_base() * 2 + Duration::from_millis(1);
     apply_ack(&mut p, &[(40, 80)], late);
     assert_eq!(p.reordering().spurious_losses, 3);
+    // Losses that are real, one window reduction after another: after the 16th in a row since
+    // the last spurious loss the thresholds are RFC 9002's again.
+    let mut t = late + Duration::from_millis(100);
+    let mut pn = 80;
+    for reduction in 1..=FORGET_AFTER_REDUCTIONS {
+        assert_eq!(
+            p.reordering().packet_threshold,
+            39,
+            "before reduction {reduction}"
+        );
+        for k in pn..pn + 50 {
+            send(&mut p, k, t);
+        }
+        let before = p.cc.window();
+        let (_, lost, _) = apply_ack(&mut p, &[(pn + 1, pn + 50)], t + Duration::from_millis(20));
+        assert_eq!(lost, [pn], "reduction {reduction}");
+        assert!(p.cc.window() < before, "reduction {reduction}");
+        pn += 50;
+        t += Duration::from_millis(100);
+    }
+    let r = p.reordering();
+    assert_eq!(
+        (r.packet_threshold, r.time_slack, r.spurious_losses),
+        (PACKET_THRESHOLD, Duration::ZERO, 3)
+    );
 }
