@@ -6,9 +6,9 @@
 //! [`PACKET_THRESHOLD`] later was acknowledged, or when it is older than 9/8 of the RTT at the
 //! time a later packet was acknowledged; both thresholds grow on a path that reorders, and a
 //! window reduction all of whose losses prove spurious is undone (`reorder.rs`). A probe
-//! timeout (§6.2) sends a PING, hands the stream bytes in flight back for reinjection on any path and closes the path's window until its next
-//! ACK ([`Path::reinject_in_flight`]), and `failure_probe_timeouts` consecutive timeouts declare
-//! the path failed.
+//! timeout (§6.2) sends a PING, hands the stream bytes in flight back for reinjection on any
+//! path and closes the path's window until its next ACK ([`Path::reinject_in_flight`]), and
+//! `failure_probe_timeouts` consecutive timeouts declare the path failed.
 
 use std::collections::VecDeque;
 use std::time::Duration;
