@@ -130,7 +130,7 @@ impl LossHistory {
             episode: self.episode,
         };
         self.next = (self.next + 1) % LOST_RECORDS;
-        self.recorded += 1;
+        self.recorded = self.recorded.saturating_add(1);
     }
 
     /// After the losses just recorded were reported to the controller: `before` is a copy of
@@ -148,7 +148,7 @@ impl LossHistory {
         let recorded = std::mem::take(&mut self.recorded);
         if cc.window() < window {
             self.episode = self.episode.wrapping_add(1);
-            self.reductions_since_spurious += 1;
+            self.reductions_since_spurious = self.reductions_since_spurious.saturating_add(1);
             if self.reductions_since_spurious >= FORGET_AFTER_REDUCTIONS {
                 // Real losses all along: the path no longer reorders.
                 self.reordering.packet_threshold = PACKET_THRESHOLD;
@@ -168,7 +168,7 @@ impl LossHistory {
         } else if let Some(undo) = &mut self.undo
             && undo.episode == self.episode
         {
-            undo.pending += recorded;
+            undo.pending = undo.pending.saturating_add(recorded);
         }
     }
 
@@ -240,7 +240,9 @@ impl LossHistory {
         if undo.episode != record.episode {
             return;
         }
-        undo.pending -= 1;
+        // Each record is matched once, and counted once in `pending`; saturating all the same,
+        // so that no acknowledgement a peer can send makes this panic.
+        undo.pending = undo.pending.saturating_sub(1);
         if undo.pending == 0 {
             if undo.before.window() > cc.window() {
                 *cc = undo.before.clone();
