@@ -1237,18 +1237,14 @@ mod tests {
             value(&samples, "braid_path_send_bits_per_second", "path=\"0\""),
             "12500000"
         );
-        assert_eq!(value(&samples, "braid_path_up", "path=\"0\""), "1");
-        assert_eq!(value(&samples, "braid_path_up", "path=\"1\""), "0");
-        assert_eq!(
-            value(&samples, "braid_path_potentially_failed", "path=\"0\""),
-            "1"
-        );
-        assert_eq!(
-            value(&samples, "braid_path_potentially_failed", "path=\"1\""),
-            "0"
-        );
-        assert_eq!(value(&samples, "braid_path_degraded", "path=\"0\""), "1");
-        assert_eq!(value(&samples, "braid_path_degraded", "path=\"1\""), "0");
+        for family in [
+            "braid_path_up",
+            "braid_path_potentially_failed",
+            "braid_path_degraded",
+        ] {
+            assert_eq!(value(&samples, family, "path=\"0\""), "1", "{family}");
+            assert_eq!(value(&samples, family, "path=\"1\""), "0", "{family}");
+        }
         assert_eq!(
             value(&samples, "braid_session_info", "congestion=\"olia\""),
             "1"

@@ -177,7 +177,9 @@ impl InboundContext {
             };
             let flow = match session.open(FlowKind::Stream, target.clone()).await {
                 Ok(flow) => flow,
-                Err(OpenError::Gone) => {
+                // The session is over, or closing (the server lost it): the next one takes the
+                // request.
+                Err(OpenError::Gone | OpenError::Flow(FlowError::SessionClosed)) => {
                     ended = Some(session);
                     attempts += 1;
                     continue;
@@ -191,12 +193,6 @@ impl InboundContext {
                     if Instant::now() >= wait || !session.wait_for_path(wait).await {
                         break;
                     }
-                    continue;
-                }
-                // The session is closing (the server lost it): the next one takes the request.
-                Err(OpenError::Flow(FlowError::SessionClosed)) => {
-                    ended = Some(session);
-                    attempts += 1;
                     continue;
                 }
                 Err(OpenError::Flow(_)) => return Err(Reply::GeneralFailure),

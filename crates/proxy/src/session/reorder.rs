@@ -80,6 +80,8 @@ struct Undo {
 pub(crate) struct LossHistory {
     records: [LostRecord; LOST_RECORDS],
     next: usize,
+    /// Records in use: an ACK looks at the records only when there are some.
+    live: usize,
     /// Records written since the last [`LossHistory::after_congestion_event`].
     recorded: u32,
     episode: u32,
@@ -94,6 +96,7 @@ impl Default for LossHistory {
         LossHistory {
             records: [EMPTY; LOST_RECORDS],
             next: 0,
+            live: 0,
             recorded: 0,
             episode: 0,
             undo: None,
@@ -123,6 +126,9 @@ impl LossHistory {
     /// Remembers packet `pn`, sent at `time_sent`, declared lost while `largest_acked` was the
     /// largest packet acknowledged.
     pub fn record_lost(&mut self, pn: u64, time_sent: Timestamp, largest_acked: u64) {
+        if self.records[self.next].pn == u64::MAX {
+            self.live += 1;
+        }
         self.records[self.next] = LostRecord {
             pn,
             time_sent,
@@ -189,11 +195,15 @@ impl LossHistory {
         forget_after: Duration,
         cc: &mut AnyController,
     ) {
+        if self.live == 0 {
+            return;
+        }
         let stale_before = now.saturating_sub(forget_after);
         let mut oldest = u64::MAX;
         for record in &mut self.records {
             if record.pn != u64::MAX && record.time_sent < stale_before {
                 *record = EMPTY;
+                self.live -= 1;
             }
             oldest = oldest.min(record.pn);
         }
@@ -209,6 +219,7 @@ impl LossHistory {
                 let record = self.records[i];
                 if record.pn >= lo && record.pn <= hi {
                     self.records[i] = EMPTY;
+                    self.live -= 1;
                     self.on_spurious(record, now, srtt, cc);
                 }
             }

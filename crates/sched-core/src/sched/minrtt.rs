@@ -59,11 +59,10 @@ pub fn lowest_rtt_with_room(paths: &[PathView], len: u32) -> Option<&PathView> {
     if live_primary {
         primary
     } else {
-        match (primary, backup) {
-            (Some(p), Some(b)) if (b.srtt_us, b.id) < (p.srtt_us, p.id) => Some(b),
-            (None, b) => b,
-            (p, _) => p,
-        }
+        [primary, backup]
+            .into_iter()
+            .flatten()
+            .min_by_key(|p| (p.srtt_us, p.id))
     }
 }
 
