@@ -1112,6 +1112,7 @@ mod tests {
                 role: "client".to_owned(),
                 scheduler: "minrtt".to_owned(),
                 congestion: "olia".to_owned(),
+                backup_below_mbps: 0.0,
                 model_version: None,
                 uptime_s: 3.25,
                 quiet: false,

@@ -677,6 +677,45 @@ async fn the_client_sends_no_datagram_longer_than_the_server_takes() {
     assert_eq!(on_server.datagrams_reassembled, 0, "{on_server:?}");
 }
 
+/// The client's file sets `[session] backup_below_mbps`, the server's leaves it out: the client
+/// tells the server (BACKUP_FLOOR), whose session then applies the client's floor to what it
+/// sends, and both statuses say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_s_floor_for_backups_governs_the_server_s_session_too() {
+    let name = "backup-floor";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
+        session: braid_proxy::config::SessionLimits {
+            backup_below: Some(1_000_000),
+            ..Default::default()
+        },
+        ..client_config(name, &server, 1, KEY)
+    })
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    assert_eq!(client.status().await.sessions[0].backup_below_mbps, 8.0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = server.status().await;
+        if status.sessions.first().map(|s| s.backup_below_mbps) == Some(8.0) {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never took the client's floor: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let table = status.to_table();
+    assert!(table.contains("backups help below 8.0 Mb/s"), "{table}");
+}
+
 /// A flow whose peer's FIN comes alone, after its last bytes were read and after this side's
 /// own FIN was acknowledged: the session forgets the flow as that FIN arrives (both directions
 /// are over), before the reader was handed the end. The reader must still get `Finished` (it

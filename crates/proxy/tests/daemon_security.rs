@@ -38,22 +38,23 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
     use braid_proxy::transport::join::{
-        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_CREATED, JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS,
-        JOIN_OK_PING, JOIN_OK_SESSION_NEWS, JOIN_REFUSED, PeerKnows,
+        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_BACKUP_FLOOR, JOIN_OK_CREATED, JOIN_OK_DATAGRAM_LIMIT,
+        JOIN_OK_FRAGMENTS, JOIN_OK_PING, JOIN_OK_SESSION_NEWS, JOIN_REFUSED, PeerKnows,
     };
     let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL, [1; 16]).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
     // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
-    // PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows or wants to hear whether its join
-    // started the session (an older one) gets the old answer; one that does learns that the
-    // server knows them too.
-    for bits in 0..32u8 {
+    // PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether its join
+    // started the session or knows BACKUP_FLOOR (an older one) gets the old answer; one that
+    // does learns that the server knows them too.
+    for bits in 0..64u8 {
         let knows = PeerKnows {
             fragments: bits & 1 != 0,
             abandon: bits & 2 != 0,
             datagram_limit: bits & 4 != 0,
             ping: bits & 8 != 0,
             session_news: bits & 16 != 0,
+            backup_floor: bits & 32 != 0,
         };
         let mut answer = JOIN_OK;
         for (known, bit) in [
@@ -62,6 +63,7 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
             (knows.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
             (knows.ping, JOIN_OK_PING),
             (knows.session_news, JOIN_OK_SESSION_NEWS),
+            (knows.backup_floor, JOIN_OK_BACKUP_FLOOR),
         ] {
             if known {
                 answer |= bit;

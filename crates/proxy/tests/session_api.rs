@@ -552,23 +552,45 @@ fn a_backup_takes_no_overflow_and_takes_over_at_the_primarys_first_probe_timeout
 /// with `primary_loss` and a 20 Mbit/s backup of 20 ms, with `[session] backup_below_mbps =
 /// floor_mbps`; and whether the primary was shown degraded at the end.
 fn upload_beside_a_backup(primary_loss: f64, floor_mbps: f64) -> (Vec<u64>, bool) {
+    beside_a_backup(primary_loss, [floor_mbps; 2], false, CLIENT)
+}
+
+/// As [`upload_beside_a_backup`], the transfer sent by `from`, the client's and the server's
+/// floors `floors_mbps`; `told`: the client's file sets the key, so it tells the server its floor
+/// (BACKUP_FLOOR).
+fn beside_a_backup(
+    primary_loss: f64,
+    floors_mbps: [f64; 2],
+    told: bool,
+    from: usize,
+) -> (Vec<u64>, bool) {
     let mut primary = LinkConfig::new(20.0, 10.0);
     primary.loss = primary_loss;
     let links = [primary, LinkConfig::new(20.0, 20.0)];
-    let config = SessionConfig {
-        backup_below_rate: (floor_mbps * 1e6 / 8.0) as u64,
+    let config = |side: usize| SessionConfig {
+        backup_below_rate: (floors_mbps[side] * 1e6 / 8.0) as u64,
+        tell_backup_floor: side == CLIENT && told,
         ..session_common::bulk_config()
     };
-    let mut h = harness(&links, config, PathConfig::default());
+    let mut h = Harness::with_configs(
+        7,
+        [config(CLIENT), config(SERVER)],
+        &SchedulerConfig::new(SchedulerKind::MinRtt),
+        &links,
+        PathConfig::default(),
+    );
     for side in [CLIENT, SERVER] {
         h.endpoints[side]
             .set_path_tier(PathId(1), Tier::Backup, Timestamp::ZERO)
             .unwrap();
+        // What the daemons do once the JOIN exchange said both know BACKUP_FLOOR; it does
+        // nothing on a server, or on a client whose file leaves the key out.
+        h.endpoints[side].announce_backup_floor();
     }
-    let mut d = Driver::new(vec![Bulk::new(0, CLIENT, 20_000_000)]);
+    let mut d = Driver::new(vec![Bulk::new(0, from, 20_000_000)]);
     h.run_until(secs(8.0), |h| d.step(h));
     let now = h.now();
-    let paths: Vec<_> = h.client().path_status(now).collect();
+    let paths: Vec<_> = h.endpoints[from].path_status(now).collect();
     let sent = paths.iter().map(|p| p.stats.bytes_sent).collect();
     (sent, paths[0].view.degraded)
 }
@@ -600,6 +622,38 @@ fn a_primary_kept_busy_below_the_floor_lets_the_backup_help() {
         helped[1] > 5_000_000 && helped[0] > alone[0] / 2,
         "lossy primary, 10 Mbit/s floor: bytes sent (primary, backup) {helped:?}, without \
          the floor {alone:?}"
+    );
+}
+
+#[test]
+fn a_client_that_sets_the_floor_tells_the_server_whose_downloads_then_use_the_backup() {
+    // Each end applies its own floor to what it sends: a client that keeps its floor to itself
+    // leaves the server's downloads on the lossy primary.
+    let (kept, degraded) = beside_a_backup(0.05, [10.0, 0.0], false, SERVER);
+    assert!(
+        kept[1] < 20_000 && !degraded,
+        "floor kept by the client: bytes the server sent (primary, backup) {kept:?}"
+    );
+    // Told, the server takes the client's floor for the session.
+    let (told, degraded) = beside_a_backup(0.05, [10.0, 0.0], true, SERVER);
+    println!(
+        "download over a lossy primary: bytes the server sent (primary, backup) in 8 s with \
+         the client's 10 Mbit/s floor kept {kept:?}, told {told:?}"
+    );
+    assert!(
+        degraded && told[1] > 5_000_000 && told[0] > kept[0] / 2,
+        "floor told: bytes the server sent (primary, backup) {told:?}, kept {kept:?}"
+    );
+    // The client's word is the one that counts, 0 too: the server's own floor gives way.
+    let (zero, degraded) = beside_a_backup(0.05, [0.0, 10.0], true, SERVER);
+    assert!(
+        zero[1] < 20_000 && !degraded,
+        "client's floor 0 told over the server's 10: bytes the server sent {zero:?}"
+    );
+    let (own, _) = beside_a_backup(0.05, [0.0, 10.0], false, SERVER);
+    assert!(
+        own[1] > 5_000_000,
+        "server's own floor, client silent: bytes the server sent {own:?}"
     );
 }
 

@@ -188,8 +188,10 @@ pub struct SessionLimits {
     /// How often an idle path of a quiet session sends a heartbeat (`keepalive_s`).
     pub keepalive: std::time::Duration,
     /// Bytes per second below which a busy primary path lets backup paths help
-    /// (`backup_below_mbps`; 0: backups only when no primary is live).
-    pub backup_below: u64,
+    /// (`backup_below_mbps`; 0: backups only when no primary is live). `None` where the file
+    /// leaves the key out: 0 on this end, and a server takes the client's word for the
+    /// session when it says one (a client that sets the key tells the server).
+    pub backup_below: Option<u64>,
 }
 
 impl Default for SessionLimits {
@@ -201,7 +203,7 @@ impl Default for SessionLimits {
             congestion: crate::session::congestion::CongestionAlgorithm::default(),
             idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             keepalive: crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL,
-            backup_below: 0,
+            backup_below: None,
         }
     }
 }
@@ -312,9 +314,9 @@ pub(crate) fn session_limits(
     let keepalive = seconds("keepalive_s", raw.keepalive_s, KEEPALIVE_S)?
         .unwrap_or(crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL);
     let backup_below = match raw.backup_below_mbps {
-        None => 0,
+        None => None,
         Some(mbps) if mbps.is_finite() && (0.0..=BACKUP_BELOW_MBPS_MAX).contains(&mbps) => {
-            (mbps * 1e6 / 8.0).round() as u64
+            Some((mbps * 1e6 / 8.0).round() as u64)
         }
         Some(mbps) => {
             return Err(invalid(
@@ -758,7 +760,7 @@ mod tests {
                 congestion: CongestionAlgorithm::Cubic,
                 idle_timeout: std::time::Duration::from_secs(30),
                 keepalive: std::time::Duration::from_secs(25),
-                backup_below: 0,
+                backup_below: None,
             }
         );
         // How long a session outlives its last path.
@@ -812,9 +814,9 @@ mod tests {
                 },
             )
         };
-        assert_eq!(floor(8.0).unwrap().backup_below, 1_000_000);
-        assert_eq!(floor(0.0).unwrap().backup_below, 0);
-        assert_eq!(floor(0.5).unwrap().backup_below, 62_500);
+        assert_eq!(floor(8.0).unwrap().backup_below, Some(1_000_000));
+        assert_eq!(floor(0.0).unwrap().backup_below, Some(0));
+        assert_eq!(floor(0.5).unwrap().backup_below, Some(62_500));
         for bad in [-1.0, 100_001.0, f64::NAN, f64::INFINITY] {
             let e = floor(bad).unwrap_err().to_string();
             assert_eq!(
@@ -1223,7 +1225,15 @@ mod example_tests {
         let server = server.replace(&zero_key, &"5a".repeat(32));
         let s = ServerConfig::parse(&server_file, &server).unwrap();
         assert!(!s.egress.allow_loopback && !s.egress.allow_private);
+        // The client's file leaves the floor for backups out (so the server's applies to
+        // downloads); the server's states its default.
         assert_eq!(c.session, SessionLimits::default());
-        assert_eq!(s.session, SessionLimits::default());
+        assert_eq!(
+            s.session,
+            SessionLimits {
+                backup_below: Some(0),
+                ..SessionLimits::default()
+            }
+        );
     }
 }

@@ -191,6 +191,10 @@ pub struct SessionConfig {
     /// lets backup paths share the traffic ([`braid_sched_core::path::PathView::degraded`]);
     /// 0 (the default): backups carry traffic only when no primary is live.
     pub backup_below_rate: u64,
+    /// A client tells the server its `backup_below_rate` (BACKUP_FLOOR, when the server knows
+    /// the frame), which then governs what the server sends on the session too, in place of the
+    /// server's own: set where the client's file sets `[session] backup_below_mbps`.
+    pub tell_backup_floor: bool,
 }
 
 /// The default [`SessionConfig::quiet_heartbeat_interval`]: 25 s, as WireGuard's persistent
@@ -222,6 +226,7 @@ impl Default for SessionConfig {
             report_interval: Duration::from_millis(100),
             congestion: CongestionConfig::default(),
             backup_below_rate: 0,
+            tell_backup_floor: false,
         }
     }
 }

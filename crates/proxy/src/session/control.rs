@@ -1,6 +1,7 @@
-//! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS, PATH_ABANDON) that ride in packets
-//! after the data frame. They are queued once ([`super::Session::push_control`]), written with
-//! their value at the time of sending, and queued again when the packet carrying them is lost.
+//! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS, PATH_ABANDON, DATAGRAM_LIMIT,
+//! BACKUP_FLOOR) that ride in packets after the data frame. They are queued once
+//! ([`super::Session::push_control`]), written with their value at the time of sending, and
+//! queued again when the packet carrying them is lost.
 
 use braid_sched_core::FlowId;
 
@@ -100,6 +101,9 @@ impl Session {
             },
             Control::DatagramLimit => Frame::DatagramLimit {
                 max: self.config.max_datagram_payload as u64,
+            },
+            Control::BackupFloor => Frame::BackupFloor {
+                rate: self.config.backup_below_rate,
             },
         };
         // A frame that does not fit leaves the writer unusable; the size was checked above.

@@ -58,7 +58,13 @@ pub mod kind {
     pub const PATH_ABANDON: u64 = 0x11;
     /// DATAGRAM_LIMIT (the longest datagram payload the sender takes).
     pub const DATAGRAM_LIMIT: u64 = 0x12;
+    /// BACKUP_FLOOR (the rate below which the receiver's busy primaries let backups help).
+    pub const BACKUP_FLOOR: u64 = 0x13;
 }
+
+/// The largest BACKUP_FLOOR rate a decoder takes, bytes per second: 100,000 Mbit/s, the largest
+/// `[session] backup_below_mbps`.
+pub const MAX_BACKUP_FLOOR: u64 = 12_500_000_000;
 
 /// The most fragments one datagram is cut into.
 pub const MAX_FRAGMENTS: u8 = 8;
@@ -246,6 +252,15 @@ pub enum Frame<'a> {
         /// Bytes.
         max: u64,
     },
+    /// The rate, bytes per second, below which a primary path of the receiver's, kept busy,
+    /// counts as degraded and lets backup paths help with what the receiver sends (the sender's
+    /// `[session] backup_below_mbps`; 0: backups only when no primary is live). Sent by a client
+    /// whose file sets the key, once per session, only to a server that said in the JOIN
+    /// exchange that it knows the frame; a client ignores one.
+    BackupFloor {
+        /// Bytes per second, at most [`MAX_BACKUP_FLOOR`].
+        rate: u64,
+    },
     /// Closes the session.
     Close {
         /// Error code (0: normal).
@@ -335,6 +350,15 @@ impl<'a> Frame<'a> {
             kind::DATAGRAM_LIMIT => Frame::DatagramLimit {
                 max: r.varint("datagram limit")?,
             },
+            kind::BACKUP_FLOOR => match r.varint("backup floor")? {
+                rate if rate <= MAX_BACKUP_FLOOR => Frame::BackupFloor { rate },
+                value => {
+                    return Err(FrameError::ValueTooLarge {
+                        field: "backup floor",
+                        value,
+                    });
+                }
+            },
             kind::CLOSE => decode_close(r)?,
             other => return Err(FrameError::UnknownFrameType(other)),
         })
@@ -402,6 +426,10 @@ impl<'a> Frame<'a> {
             Frame::DatagramLimit { max } => {
                 w.varint(kind::DATAGRAM_LIMIT)?;
                 w.varint(max)
+            }
+            Frame::BackupFloor { rate } => {
+                w.varint(kind::BACKUP_FLOOR)?;
+                w.varint(rate)
             }
             Frame::Close { code, reason } => {
                 let reason = truncate_text(reason, MAX_REASON_LEN);

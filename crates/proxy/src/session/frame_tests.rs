@@ -113,6 +113,11 @@ fn samples() -> Vec<Frame<'static>> {
         Frame::PathAbandon { path: PathId(15) },
         Frame::DatagramLimit { max: 8944 },
         Frame::DatagramLimit { max: (1 << 62) - 1 },
+        Frame::BackupFloor { rate: 0 },
+        Frame::BackupFloor { rate: 1_250_000 },
+        Frame::BackupFloor {
+            rate: MAX_BACKUP_FLOOR,
+        },
         Frame::Close {
             code: 0,
             reason: "bye",
@@ -386,6 +391,24 @@ fn malformed_frames_are_typed_errors() {
             FrameError::ValueTooLarge {
                 field: "path status path",
                 value: 200,
+            },
+        ),
+        // 100,000 Mbit/s and a byte per second more.
+        (
+            &[
+                kind::BACKUP_FLOOR as u8,
+                0xc0,
+                0x00,
+                0x00,
+                0x02,
+                0xe9,
+                0x0e,
+                0xdd,
+                0x01,
+            ],
+            FrameError::ValueTooLarge {
+                field: "backup floor",
+                value: MAX_BACKUP_FLOOR + 1,
             },
         ),
         // ACK whose first range runs below zero.

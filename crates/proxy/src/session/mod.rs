@@ -112,6 +112,9 @@ pub enum Event {
     /// The peer said the longest datagram payload it takes (DATAGRAM_LIMIT): longer ones are
     /// refused here from now on ([`Session::send_datagram`]).
     PeerDatagramLimit(usize),
+    /// The client said its floor for backups (BACKUP_FLOOR, bytes per second): it governs what
+    /// this end (the server) sends from now on ([`Session::backup_floor`]).
+    PeerBackupFloor(u64),
     /// The session is closed.
     Closed {
         /// The code (0: normal).
@@ -227,6 +230,8 @@ pub struct Session {
     datagram_limit_announced: bool,
     /// The longest datagram payload the peer takes, once it said (DATAGRAM_LIMIT).
     peer_datagram_limit: Option<usize>,
+    /// BACKUP_FLOOR was queued ([`Session::announce_backup_floor`]).
+    backup_floor_announced: bool,
     /// Datagrams cut into fragments ([`Session::datagrams_split`]).
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
@@ -300,6 +305,7 @@ impl Session {
             peer_relays_ping: false,
             datagram_limit_announced: false,
             peer_datagram_limit: None,
+            backup_floor_announced: false,
             datagrams_split: 0,
             datagrams_reassembled: 0,
             packets_refused: 0,
@@ -442,6 +448,39 @@ impl Session {
             self.datagram_limit_announced = true;
             self.push_control(Control::DatagramLimit);
         }
+    }
+
+    /// Tells the server this client's floor for backups (BACKUP_FLOOR), so that it governs what
+    /// the server sends too: call it once the server said in the JOIN exchange that it knows
+    /// the frame. Only a client whose [`SessionConfig::tell_backup_floor`] is set sends it, once
+    /// per session; other calls do nothing.
+    pub fn announce_backup_floor(&mut self) {
+        if self.role == Role::Client
+            && self.config.tell_backup_floor
+            && !self.backup_floor_announced
+        {
+            self.backup_floor_announced = true;
+            self.push_control(Control::BackupFloor);
+        }
+    }
+
+    /// The rate, bytes per second, below which a busy primary path counts as degraded and lets
+    /// backups help with what this end sends ([`SessionConfig::backup_below_rate`]; on a
+    /// server, the client's once it said one).
+    pub fn backup_floor(&self) -> u64 {
+        self.config.backup_below_rate
+    }
+
+    /// Applies the client's floor (BACKUP_FLOOR) to every path, present and future.
+    pub(crate) fn set_backup_floor(&mut self, rate: u64) {
+        if self.config.backup_below_rate == rate {
+            return;
+        }
+        self.config.backup_below_rate = rate;
+        for path in self.paths.iter_mut().flatten() {
+            path.set_degraded_below(rate);
+        }
+        self.push_event(Event::PeerBackupFloor(rate));
     }
 
     /// The longest datagram payload the peer takes, once it said (DATAGRAM_LIMIT).

@@ -518,6 +518,13 @@ impl Path {
         }
     }
 
+    /// Takes a new floor ([`SessionConfig::backup_below_rate`]): a slow spell begun under the
+    /// old one ends, and the next rate windows judge the path anew.
+    pub fn set_degraded_below(&mut self, rate: u64) {
+        self.degraded_below = rate;
+        self.slow_since = None;
+    }
+
     /// A primary path that is neither failed, potentially failed nor degraded at `now`: while
     /// one is, backup paths carry nothing ([`PathView::is_live_primary`]).
     pub fn is_live_primary(&self, now: Timestamp) -> bool {

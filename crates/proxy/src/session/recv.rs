@@ -17,7 +17,7 @@ use super::frame::{
 };
 use super::sent::{Control, Payload, SentPacket};
 use super::stream::RecvViolation;
-use super::{EARLY_DATAGRAMS, EarlyDatagram, Event, Session, SessionState, Tier};
+use super::{EARLY_DATAGRAMS, EarlyDatagram, Event, Role, Session, SessionState, Tier};
 
 /// What the frames of one packet would add, for [`Session::overfills`].
 #[derive(Default)]
@@ -186,6 +186,13 @@ impl Session {
                     self.push_event(Event::PeerDatagramLimit(max));
                 }
             }
+            // The floor governs what this end sends on the client's links: the client's word,
+            // not the server's.
+            Frame::BackupFloor { rate } => {
+                if self.role == Role::Server {
+                    self.set_backup_floor(rate);
+                }
+            }
             Frame::Close { code, .. } => self.finish_close(code, true),
         }
         Ok(())
@@ -316,7 +323,8 @@ impl Session {
                 | Control::MaxData
                 | Control::PathStatus(_)
                 | Control::PathAbandon(_)
-                | Control::DatagramLimit => {}
+                | Control::DatagramLimit
+                | Control::BackupFloor => {}
             }
         }
     }

@@ -28,6 +28,8 @@ pub(crate) enum Control {
     PathAbandon(PathId),
     /// DATAGRAM_LIMIT: this end's `max_datagram_payload` (`Session::announce_datagram_limit`).
     DatagramLimit,
+    /// BACKUP_FLOOR: this end's `backup_below_rate` (`Session::announce_backup_floor`).
+    BackupFloor,
 }
 
 /// The data frame a packet carried.

@@ -1,7 +1,8 @@
 //! The authenticated join: the first (and only) bidirectional stream of every path connection
 //! carries one JOIN from the client, and the server answers one byte, [`JOIN_OK`] (with the
 //! bits of [`JOIN_OK_FRAGMENTS`], [`JOIN_OK_ABANDON`], [`JOIN_OK_DATAGRAM_LIMIT`],
-//! [`JOIN_OK_PING`] and [`JOIN_OK_SESSION_NEWS`] for what both ends know, and
+//! [`JOIN_OK_PING`], [`JOIN_OK_SESSION_NEWS`] and [`JOIN_OK_BACKUP_FLOOR`] for what both ends
+//! know, and
 //! [`JOIN_OK_CREATED`] when the join started the session: [`answer`], [`parse_answer`]) or
 //! [`JOIN_REFUSED`], then closes a refused connection.
 //!
@@ -9,7 +10,8 @@
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
 //!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
 //!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; bit 4: opens ping flows; bit 5: wants to
-//!        hear whether the join started the session; other bits ignored)
+//!        hear whether the join started the session; bit 7: knows BACKUP_FLOOR; other bits
+//!        ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -56,9 +58,14 @@ pub const JOIN_OK_SESSION_NEWS: u8 = 32;
 /// session had already joined learns so that the server lost it (a restart, or its idle
 /// timeout): the flows it had are unknown there.
 pub const JOIN_OK_CREATED: u8 = 64;
+/// The server's answer bit to a JOIN with flag bit 7: joined, and the server knows the
+/// BACKUP_FLOOR frame (it takes the client's floor for backups for what it sends on the
+/// session). Combined with the others; an older server answers without it, and a client that
+/// did not set the bit is never sent it.
+pub const JOIN_OK_BACKUP_FLOOR: u8 = 128;
 
-/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 5 (the
-/// client's word) and the answer's bits of the same values (the server's).
+/// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 5 and
+/// 7 (the client's word) and the answer's bits of the same values (the server's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PeerKnows {
     /// It reassembles DATAGRAM_FRAGMENT frames (bit 1).
@@ -71,6 +78,8 @@ pub struct PeerKnows {
     pub ping: bool,
     /// It wants to hear (client) or says (server) whether a join started the session (bit 5).
     pub session_news: bool,
+    /// It knows BACKUP_FLOOR (bit 7).
+    pub backup_floor: bool,
 }
 
 impl PeerKnows {
@@ -81,6 +90,7 @@ impl PeerKnows {
         datagram_limit: true,
         ping: true,
         session_news: true,
+        backup_floor: true,
     };
 
     /// Its bits, as the JOIN's flags and the answer carry them.
@@ -91,6 +101,7 @@ impl PeerKnows {
             (self.datagram_limit, JOIN_OK_DATAGRAM_LIMIT),
             (self.ping, JOIN_OK_PING),
             (self.session_news, JOIN_OK_SESSION_NEWS),
+            (self.backup_floor, JOIN_OK_BACKUP_FLOOR),
         ]
         .into_iter()
         .filter(|&(known, _)| known)
@@ -105,6 +116,7 @@ impl PeerKnows {
             datagram_limit: bits & JOIN_OK_DATAGRAM_LIMIT != 0,
             ping: bits & JOIN_OK_PING != 0,
             session_news: bits & JOIN_OK_SESSION_NEWS != 0,
+            backup_floor: bits & JOIN_OK_BACKUP_FLOOR != 0,
         }
     }
 }
@@ -178,9 +190,9 @@ pub struct Join {
     pub tier: Tier,
     /// The link's weight.
     pub weight: u16,
-    /// What the client knows (flag bits 1 to 5): it reassembles DATAGRAM_FRAGMENT frames, may
-    /// send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether the
-    /// join started the session.
+    /// What the client knows (flag bits 1 to 5 and 7): it reassembles DATAGRAM_FRAGMENT frames,
+    /// may send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether the
+    /// join started the session, knows BACKUP_FLOOR.
     pub knows: PeerKnows,
     /// The link's name (for logs and status).
     pub link_name: String,
@@ -408,18 +420,19 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16 | 32);
+        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16 | 32 | 128);
         let (n, y) = (false, true);
-        for (flags, tier, fragments, abandon, limit, ping, news) in [
-            (0b0000_0000, Tier::Primary, n, n, n, n, n),
-            (0b0000_0001, Tier::Backup, n, n, n, n, n),
-            (0b0000_0010, Tier::Primary, y, n, n, n, n),
-            (0b0000_0100, Tier::Primary, n, y, n, n, n),
-            (0b0000_1000, Tier::Primary, n, n, y, n, n),
-            (0b0001_0000, Tier::Primary, n, n, n, y, n),
-            (0b0010_0000, Tier::Primary, n, n, n, n, y),
-            (0b1100_0000, Tier::Primary, n, n, n, n, n),
-            (0b1111_1111, Tier::Backup, y, y, y, y, y),
+        for (flags, tier, fragments, abandon, limit, ping, news, floor) in [
+            (0b0000_0000, Tier::Primary, n, n, n, n, n, n),
+            (0b0000_0001, Tier::Backup, n, n, n, n, n, n),
+            (0b0000_0010, Tier::Primary, y, n, n, n, n, n),
+            (0b0000_0100, Tier::Primary, n, y, n, n, n, n),
+            (0b0000_1000, Tier::Primary, n, n, y, n, n, n),
+            (0b0001_0000, Tier::Primary, n, n, n, y, n, n),
+            (0b0010_0000, Tier::Primary, n, n, n, n, y, n),
+            (0b0100_0000, Tier::Primary, n, n, n, n, n, n),
+            (0b1000_0000, Tier::Primary, n, n, n, n, n, y),
+            (0b1111_1111, Tier::Backup, y, y, y, y, y, y),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
@@ -431,9 +444,10 @@ mod tests {
                     j.knows.abandon,
                     j.knows.datagram_limit,
                     j.knows.ping,
-                    j.knows.session_news
+                    j.knows.session_news,
+                    j.knows.backup_floor
                 ),
-                (tier, fragments, abandon, limit, ping, news),
+                (tier, fragments, abandon, limit, ping, news, floor),
                 "flags {flags:#010b}"
             );
         }
@@ -441,13 +455,14 @@ mod tests {
 
     #[test]
     fn the_answer_carries_what_both_ends_know_and_an_older_one_still_reads() {
-        for bits in 0..32u8 {
+        for bits in 0..64u8 {
             let knows = PeerKnows {
                 fragments: bits & 1 != 0,
                 abandon: bits & 2 != 0,
                 datagram_limit: bits & 4 != 0,
                 ping: bits & 8 != 0,
                 session_news: bits & 16 != 0,
+                backup_floor: bits & 32 != 0,
             };
             let join = Join { knows, ..sample() };
             for created in [false, true] {
@@ -456,7 +471,9 @@ mod tests {
                 let told = created && knows.session_news;
                 assert_eq!(
                     byte,
-                    (bits << 1) | (u8::from(told) * JOIN_OK_CREATED),
+                    ((bits & 31) << 1)
+                        | (u8::from(knows.backup_floor) * JOIN_OK_BACKUP_FLOOR)
+                        | (u8::from(told) * JOIN_OK_CREATED),
                     "{knows:?}"
                 );
                 assert_eq!(
@@ -482,7 +499,7 @@ mod tests {
             &[JOIN_REFUSED][..],
             &[3],
             &[64],
-            &[128],
+            &[64 | 128],
             &[0xff],
             &[],
             &[0, 0],

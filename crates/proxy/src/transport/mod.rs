@@ -64,7 +64,8 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
         max_datagram_payload: limits.max_udp_payload + crate::inbound::socks5::MAX_REPLY,
         idle_timeout: limits.idle_timeout,
         quiet_heartbeat_interval: limits.keepalive,
-        backup_below_rate: limits.backup_below,
+        backup_below_rate: limits.backup_below.unwrap_or(0),
+        tell_backup_floor: limits.backup_below.is_some(),
         congestion: crate::session::congestion::CongestionConfig {
             algorithm: limits.congestion,
             ..crate::session::congestion::CongestionConfig::default()

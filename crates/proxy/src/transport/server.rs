@@ -320,8 +320,10 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         config,
         name: join.link_name.clone(),
         peer: super::join::PeerKnows {
-            // The server never sends PATH_ABANDON.
+            // The server never sends PATH_ABANDON, nor its floor for backups (the client's
+            // governs the session).
             abandon: false,
+            backup_floor: false,
             ..join.knows
         },
     };

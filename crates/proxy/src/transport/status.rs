@@ -207,6 +207,11 @@ pub struct SessionStatus {
     /// `lia`, `olia`).
     #[serde(default)]
     pub congestion: String,
+    /// The rate below which a busy primary path lets backup paths help with what this end
+    /// sends, Mbit/s (`[session] backup_below_mbps`; on a server, the client's when its file
+    /// sets the key; 0: backups only when no primary is live).
+    #[serde(default)]
+    pub backup_below_mbps: f64,
     /// Version of the learned model in use (learned schedulers only).
     pub model_version: Option<u64>,
     /// Seconds since the session started.
@@ -473,7 +478,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} congestion {} up {:.0}s{}: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
+                "\nsession {} user {} scheduler {}{} congestion {}{} up {:.0}s{}: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -481,6 +486,11 @@ impl DaemonStatus {
                     .map(|v| format!(" (model v{v})"))
                     .unwrap_or_default(),
                 s.congestion,
+                if s.backup_below_mbps > 0.0 {
+                    format!(" backups help below {:.1} Mb/s", s.backup_below_mbps)
+                } else {
+                    String::new()
+                },
                 s.uptime_s,
                 if s.quiet { " (quiet)" } else { "" },
                 c.flows_open,
@@ -635,9 +645,15 @@ mod tests {
             ..DaemonStatus::default()
         };
         let plain = status.to_table();
-        for line in ["unanswered since", "busy below", "reorders:"] {
+        for line in [
+            "unanswered since",
+            "busy below",
+            "reorders:",
+            "backups help",
+        ] {
             assert!(!plain.contains(line), "{plain}");
         }
+        status.sessions[0].backup_below_mbps = 10.0;
         let p = &mut status.sessions[0].paths[1];
         p.potentially_failed = true;
         p.degraded = true;
@@ -646,6 +662,10 @@ mod tests {
         p.packet_threshold = 22;
         p.time_slack_ms = 13.6;
         let table = status.to_table();
+        assert!(
+            table.contains(" backups help below 10.0 Mb/s up 0s"),
+            "{table}"
+        );
         let under_link1 = table.split_once("link1").unwrap().1;
         for line in [
             "unanswered since a probe timeout: the link may be dark",

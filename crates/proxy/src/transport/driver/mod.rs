@@ -441,6 +441,9 @@ impl Driver {
                 if peer.datagram_limit {
                     self.session.announce_datagram_limit();
                 }
+                if peer.backup_floor {
+                    self.session.announce_backup_floor();
+                }
             }
             Command::AbandonPath { id, conn } => {
                 // Its connection may have ended first (the path is gone here already); a
@@ -698,6 +701,13 @@ impl Driver {
                             "the peer takes shorter UDP datagrams than this end: longer ones are dropped here and counted (set [session] max_udp_payload alike on both daemons)"
                         );
                     }
+                }
+                Event::PeerBackupFloor(rate) => {
+                    info!(
+                        session = %self.label,
+                        backup_below_mbps = rate as f64 * 8.0 / 1e6,
+                        "the client's [session] backup_below_mbps governs what this end sends on the session"
+                    );
                 }
                 Event::Closed { code, by_peer } => {
                     info!(session = %self.label, code, by_peer, "session closed");

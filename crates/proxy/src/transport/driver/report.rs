@@ -93,6 +93,7 @@ impl Driver {
             scheduler: self.session.scheduler().kind().name().to_owned(),
             model_version: self.session.scheduler().model_version(),
             congestion: self.session.config().congestion.algorithm.name().to_owned(),
+            backup_below_mbps: self.session.backup_floor() as f64 * 8.0 / 1e6,
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             quiet: self.session.is_quiet(now),
             paths,
