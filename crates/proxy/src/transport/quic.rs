@@ -55,6 +55,16 @@ impl ControllerFactory for Permissive {
     }
 }
 
+/// How many ack-eliciting QUIC packets a path's quinn receiver takes before it must send a QUIC
+/// ACK (the ACK frequency extension's threshold, which each end asks of its peer), where QUIC's
+/// default is 1 (an ACK every second packet). The session acknowledges its own packets (ACK
+/// frames inside the datagrams, every second packet, at once on a gap); quinn's ACKs of the
+/// same packets serve only quinn's bookkeeping (its loss detection, which resends nothing of a
+/// datagram; its RTT; path MTU probes, which it asks to be acknowledged at once). Every second
+/// packet they were half the UDP packets a download's receiver sent, and the sender of the
+/// download acknowledged each of the receiver's ACK datagrams in turn.
+pub const QUIC_ACK_ELICITING_THRESHOLD: u32 = 31;
+
 /// How long a path's connection lives with nothing heard from the peer: over twice the longest
 /// `[session] keepalive_s`, so that a quiet session's paths live on one lost heartbeat.
 pub const PATH_IDLE_TIMEOUT_MS: u32 = 60_000;
@@ -62,7 +72,14 @@ pub const PATH_IDLE_TIMEOUT_MS: u32 = 60_000;
 /// The transport configuration of every path connection (both ends).
 pub fn transport_config() -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
+    let mut acks = quinn::AckFrequencyConfig::default();
+    // Also no QUIC ACK at once for a packet out of order: quinn resends no datagram, so its
+    // loss detection needs no haste (the session's own ACKs still go at once on a gap). The
+    // ACK delay stays the peer's own (25 ms by default).
+    acks.ack_eliciting_threshold(quinn::VarInt::from_u32(QUIC_ACK_ELICITING_THRESHOLD))
+        .reordering_threshold(quinn::VarInt::from_u32(0));
     t.congestion_controller_factory(Arc::new(Permissive))
+        .ack_frequency_config(Some(acks))
         .datagram_send_buffer_size(DATAGRAM_BUFFER)
         .datagram_receive_buffer_size(Some(DATAGRAM_BUFFER))
         // The session's heartbeats keep a path alive (every second while it is busy, every
