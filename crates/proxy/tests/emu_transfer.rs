@@ -28,6 +28,18 @@ async fn curl_download_and_upload_50_mb_over_two_shaped_links() {
         took.as_secs_f64(),
         mbps(50 * MB, took)
     );
+    // The client's answers to the download are the session's ACK datagrams, with quinn's own
+    // ACKs inside them (one asked per 32 packets, `transport::quic`). Before, quinn ACKed every
+    // second packet in UDP packets of their own, and the client sent twice as many.
+    let status = bed.client.status().await;
+    let paths = &status.sessions[0].paths;
+    let session_packets: u64 = paths.iter().map(|p| p.packets_sent).sum();
+    let udp_packets: u64 = paths.iter().map(|p| p.quic.udp_sent).sum();
+    println!("client during the download: {session_packets} session packets, {udp_packets} UDP");
+    assert!(
+        udp_packets < session_packets + session_packets / 5,
+        "the client sent {udp_packets} UDP packets for {session_packets} session packets"
+    );
 
     let upload = pattern(50 * MB, 2);
     let (digest, took) = curl_upload(socks, http, &bed.dir, &upload, 60).await;
