@@ -599,10 +599,14 @@ impl Path {
             self.loss_rate = self.loss_rate * (1.0 - LOSS_RATE_GAIN) + LOSS_RATE_GAIN;
         }
         if let Some(sent_time) = newest_lost {
-            // Only the loss-based window controllers are undone: BBR barely answers a loss, and
-            // the coupled ones share their state with the session's other paths.
-            let before = matches!(self.cc, AnyController::NewReno(_) | AnyController::Cubic(_))
-                .then(|| self.cc.clone());
+            // Only the loss-based window controllers are undone (BBR barely answers a loss).
+            // A coupled one's window is its own: the session's other paths read it afresh at
+            // their next ACK.
+            let before = matches!(
+                self.cc,
+                AnyController::NewReno(_) | AnyController::Cubic(_) | AnyController::Coupled(_)
+            )
+            .then(|| self.cc.clone());
             let window = self.cc.window();
             self.cc
                 .on_congestion_event(now, sent_time, persistent, lost_bytes);

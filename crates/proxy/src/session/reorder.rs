@@ -256,7 +256,7 @@ impl LossHistory {
         undo.pending = undo.pending.saturating_sub(1);
         if undo.pending == 0 {
             if undo.before.window() > cc.window() {
-                *cc = undo.before.clone();
+                cc.undo_to(&undo.before);
                 r.undone_reductions += 1;
             }
             self.undo = None;

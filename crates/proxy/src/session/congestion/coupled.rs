@@ -164,6 +164,18 @@ impl Coupled {
         }
     }
 
+    /// This controller put back as `before`, a copy taken before a window reduction whose
+    /// losses all proved spurious (`session::reorder`): as if the reduction had not happened,
+    /// the bytes acknowledged since count towards OLIA's `ℓ` as bytes since `before`'s last
+    /// loss, and the coupling is the latest.
+    pub(crate) fn undone_to(&self, before: &Coupled) -> Coupled {
+        Coupled {
+            coupling: self.coupling,
+            since_loss: before.since_loss.saturating_add(self.since_loss),
+            ..before.clone()
+        }
+    }
+
     /// LIA or OLIA.
     pub fn kind(&self) -> CoupledKind {
         self.kind
@@ -471,6 +483,36 @@ mod tests {
         cc.on_congestion_event(ms(600), ms(550), false, MDS);
         cc.on_congestion_event(ms(610), ms(560), false, MDS);
         assert_eq!(cc.loss_interval(), 40 * MDS);
+    }
+
+    #[test]
+    fn an_undone_reduction_keeps_the_bytes_acknowledged_since_in_olias_interval() {
+        let mut cc = in_avoidance(CoupledKind::Olia, 10 * MDS);
+        let rtt = rtt(50);
+        ack(&mut cc, 20 * MDS, &rtt);
+        cc.on_congestion_event(ms(400), ms(350), false, MDS);
+        ack(&mut cc, 30 * MDS, &rtt);
+        let before = cc.clone();
+        let coupling = Coupling {
+            paths: 2,
+            total_window: 7e4,
+            total_rate: 1e6,
+            max_rate_per_rtt: 2e5,
+            olia_alpha: 0.25,
+        };
+        // A reduction, 12 datagrams acknowledged after it, then all its losses prove spurious.
+        cc.on_congestion_event(ms(500), ms(450), false, MDS);
+        assert!(cc.window() < before.window());
+        cc.on_coupling(&coupling);
+        ack(&mut cc, 12 * MDS, &rtt);
+        let undone = cc.undone_to(&before);
+        assert_eq!(undone.window(), before.window());
+        assert_eq!(undone.ssthresh(), before.ssthresh());
+        // As if no loss had been: 30 + 12 datagrams since the last one, 20 before it.
+        assert_eq!(undone.since_loss, 42 * MDS);
+        assert_eq!(undone.between_losses, 20 * MDS);
+        assert_eq!(undone.loss_interval(), 42 * MDS);
+        assert_eq!(undone.coupling, coupling);
     }
 
     #[test]

@@ -365,6 +365,18 @@ pub enum AnyController {
 }
 
 impl AnyController {
+    /// Puts back `before`, a copy of this controller taken before a window reduction whose
+    /// losses all proved spurious (`session::reorder`). A coupled controller keeps the bytes
+    /// acknowledged since, and its latest coupling ([`Coupled::undone_to`]).
+    pub(crate) fn undo_to(&mut self, before: &AnyController) {
+        *self = match (&*self, before) {
+            (AnyController::Coupled(now), AnyController::Coupled(then)) => {
+                AnyController::Coupled(now.undone_to(then))
+            }
+            _ => before.clone(),
+        };
+    }
+
     /// Which algorithm this is.
     pub fn algorithm(&self) -> CongestionAlgorithm {
         match self {
