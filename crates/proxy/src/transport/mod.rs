@@ -197,7 +197,7 @@ mod tests {
         let upload = |links: &[LinkConfig], scheduler| {
             upload_over(links, scheduler, config.clone(), len, None).seconds
         };
-        let alone = upload(&[fast.clone()], SchedulerKind::Ecf);
+        let alone = upload(std::slice::from_ref(&fast), SchedulerKind::Ecf);
         let ecf = upload(&[fast.clone(), slow.clone()], SchedulerKind::Ecf);
         let minrtt = upload(&[fast, slow], SchedulerKind::MinRtt);
         println!(
