@@ -101,6 +101,8 @@ pub(crate) struct Path {
     idle_in_rate_window: bool,
     /// [`SessionConfig::backup_below_rate`].
     degraded_below: u64,
+    /// When the window was last cut by [`Path::penalise`].
+    penalised_at: Option<Timestamp>,
     /// Since when the path, kept busy, has delivered less than `degraded_below` (see
     /// [`Path::is_degraded`]).
     slow_since: Option<Timestamp>,
@@ -125,6 +127,9 @@ pub struct PathStats {
     pub failures: u32,
     /// Packets sent as copies from the redundant buffer (counted in `packets_sent` too).
     pub redundant_copies: u64,
+    /// Times the window was cut because the path's queue held stream bytes back behind flow
+    /// control while a much faster path had room ([`Path::penalise`]).
+    pub penalties: u64,
 }
 
 /// When an idle live path sends its heartbeat PING: [`SessionConfig::heartbeat_interval`]
@@ -223,6 +228,7 @@ impl Path {
             rate_window_bytes: 0,
             idle_in_rate_window: false,
             degraded_below: session.backup_below_rate,
+            penalised_at: None,
             slow_since: None,
             losses: LossHistory::default(),
             stats: PathStats::default(),
@@ -778,6 +784,32 @@ impl Path {
                     && matches!(p.payload, Payload::Stream { .. })
             })
             .copied()
+    }
+
+    /// When the oldest stream packet in flight on the path (neither acknowledged nor declared
+    /// lost) was sent.
+    pub fn oldest_stream_in_flight(&self) -> Option<Timestamp> {
+        self.sent
+            .iter()
+            .find(|p| !p.done && p.in_flight && matches!(p.payload, Payload::Stream { .. }))
+            .map(|p| p.time_sent)
+    }
+
+    /// Cuts the congestion window as a congestion event does, at most once per smoothed RTT
+    /// (MPTCP's penalisation, [`Session::penalise_blocking_path`]); returns whether it did. A
+    /// reduction waiting to be undone (`reorder.rs`) is forgotten: this cut is not a loss.
+    pub fn penalise(&mut self, now: Timestamp) -> bool {
+        if self
+            .penalised_at
+            .is_some_and(|at| now - at < self.rtt.srtt())
+        {
+            return false;
+        }
+        self.penalised_at = Some(now);
+        self.losses.forget_undo();
+        self.cc.on_congestion_event(now, now, false, 0);
+        self.stats.penalties += 1;
+        true
     }
 
     /// The packets the path still tracks (sent, not yet forgotten), oldest first.

@@ -63,6 +63,11 @@ pub struct PathReport {
     /// What the loss detection's time threshold adds to the RTT, ms (at least 1/8 of it).
     #[serde(default)]
     pub time_slack_ms: f64,
+    /// Times the path's window was cut because its queue held stream bytes back behind flow
+    /// control while a path at most half as slow had room (MPTCP's penalisation,
+    /// `docs/congestion.md`).
+    #[serde(default)]
+    pub penalties: u64,
     /// Times the path was declared failed.
     pub failures: u32,
     /// Largest datagram payload, bytes.
@@ -556,6 +561,13 @@ impl DaemonStatus {
                         "      busy below [session] backup_below_mbps: backup links help"
                     );
                 }
+                if p.penalties > 0 {
+                    let _ = writeln!(
+                        out,
+                        "      window cut {} times: its queue held the flows back while a faster link had room",
+                        p.penalties
+                    );
+                }
                 if let Some(b) = &p.bbr {
                     let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
                     let _ = writeln!(
@@ -657,6 +669,7 @@ mod tests {
         let p = &mut status.sessions[0].paths[1];
         p.potentially_failed = true;
         p.degraded = true;
+        p.penalties = 4;
         p.spurious_losses = 11;
         p.undone_reductions = 6;
         p.packet_threshold = 22;
@@ -670,6 +683,7 @@ mod tests {
         for line in [
             "unanswered since a probe timeout: the link may be dark",
             "busy below [session] backup_below_mbps: backup links help",
+            "window cut 4 times: its queue held the flows back while a faster link had room",
             "reorders: 11 packets declared lost arrived late (6 window cuts undone); a packet \
              is lost 22 packets or RTT + 13.6 ms on",
         ] {

@@ -62,6 +62,7 @@ impl Driver {
                 undone_reductions: s.reordering.undone_reductions,
                 packet_threshold: s.reordering.packet_threshold,
                 time_slack_ms: s.reordering.time_slack.as_secs_f64() * 1e3,
+                penalties: s.stats.penalties,
                 failures: s.stats.failures,
                 max_datagram_size: v.max_datagram_size,
                 quic: QuicCounters::of(&p.conn),
