@@ -88,6 +88,11 @@ enum CopyOf {
     Datagram(QueuedDatagram),
 }
 
+/// How much slower than the fastest path with room a path must be, besides twice as slow, for
+/// its queue to count as holding the flows back ([`Session::penalise_blocking_path`]): 10 ms,
+/// so that the jitter of paths a fraction of a millisecond long (loopback, a LAN) cuts nothing.
+const PENALTY_MARGIN_US: u64 = 10_000;
+
 impl Session {
     /// Writes the next packet into `buf` and says on which path to send it; `None` when
     /// nothing can be sent now (see [`Session::poll_timeout`]).
@@ -199,7 +204,8 @@ impl Session {
     /// MPTCP's penalisation (Raiciu et al., "How hard can it be? Designing and implementing a
     /// deployable multipath TCP", NSDI 2012, §4.2): stream bytes wait for flow control (a flow's
     /// window or the session's) while an admitted path has window room, and the oldest stream
-    /// packet in flight is on a path whose smoothed RTT is over twice the fastest such path's.
+    /// packet in flight is on a path whose smoothed RTT is over twice the fastest such path's
+    /// and [`PENALTY_MARGIN_US`] above it.
     /// That slower path's queue holds the window back: the bytes the fast path brings wait at
     /// the receiver for the ones queued there, and the fast path idles. Its window is cut as
     /// by a congestion event, at most once per its smoothed RTT ([`Path::penalise`]), so that
@@ -229,10 +235,10 @@ impl Session {
             .enumerate()
             .filter_map(|(i, p)| Some((p.as_ref()?.oldest_stream_in_flight()?, i)))
             .min();
+        let slow_from = (2 * u64::from(fast_us)).max(u64::from(fast_us) + PENALTY_MARGIN_US);
         if let Some((_, i)) = blocking
             && let Some(path) = self.paths[i].as_mut()
-            && u64::try_from(path.rtt.srtt().as_micros()).unwrap_or(u64::MAX)
-                > 2 * u64::from(fast_us)
+            && u64::try_from(path.rtt.srtt().as_micros()).unwrap_or(u64::MAX) > slow_from
         {
             path.penalise(now);
         }
