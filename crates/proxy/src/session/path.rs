@@ -795,14 +795,17 @@ impl Path {
             .map(|p| p.time_sent)
     }
 
+    /// The window was cut by [`Path::penalise`] less than a smoothed RTT before `now`.
+    pub fn penalised_recently(&self, now: Timestamp) -> bool {
+        self.penalised_at
+            .is_some_and(|at| now - at < self.rtt.srtt())
+    }
+
     /// Cuts the congestion window as a congestion event does, at most once per smoothed RTT
     /// (MPTCP's penalisation, [`Session::penalise_blocking_path`]); returns whether it did. A
     /// reduction waiting to be undone (`reorder.rs`) is forgotten: this cut is not a loss.
     pub fn penalise(&mut self, now: Timestamp) -> bool {
-        if self
-            .penalised_at
-            .is_some_and(|at| now - at < self.rtt.srtt())
-        {
+        if self.penalised_recently(now) {
             return false;
         }
         self.penalised_at = Some(now);

@@ -7,6 +7,7 @@
 //! flow control and the scheduler links the redundant buffer, a copy of a stream packet in
 //! flight on another path ([`Session::transmit_redundant`]). Nothing here allocates.
 
+use braid_sched_core::tier::TierGate;
 use braid_sched_core::{
     Decision, FlowId, PacketMeta, PathId, PathSet, PathState, Scheduler, Timestamp, TrafficClass,
 };
@@ -219,26 +220,38 @@ impl Session {
         if self.lost_bytes > 0 || self.unsent_bytes == 0 || self.scheduler.link_redundant_buffer() {
             return;
         }
-        self.refresh_views(now);
-        let views = &self.views[..self.view_count];
-        let gate = braid_sched_core::tier::TierGate::new(views);
-        let fastest_with_room = views
-            .iter()
-            .filter(|v| v.is_usable() && gate.admits(v) && v.can_send(MIN_DATAGRAM_SIZE.into()))
-            .map(|v| v.srtt_us)
-            .min();
-        let Some(fast_us) = fastest_with_room else {
-            return;
-        };
-        let blocking = self.paths[..self.path_end]
+        // The path holding the oldest stream packet in flight, unless it was cut within its
+        // last round trip: only then are the paths' views worth refreshing (this runs at every
+        // poll that finds the flows held back).
+        let Some((_, i)) = self.paths[..self.path_end]
             .iter()
             .enumerate()
             .filter_map(|(i, p)| Some((p.as_ref()?.oldest_stream_in_flight()?, i)))
-            .min();
-        let slow_from = (2 * u64::from(fast_us)).max(u64::from(fast_us) + PENALTY_MARGIN_US);
-        if let Some((_, i)) = blocking
-            && let Some(path) = self.paths[i].as_mut()
-            && u64::try_from(path.rtt.srtt().as_micros()).unwrap_or(u64::MAX) > slow_from
+            .min()
+        else {
+            return;
+        };
+        if self.paths[i]
+            .as_ref()
+            .is_none_or(|p| p.penalised_recently(now))
+        {
+            return;
+        }
+        self.refresh_views(now);
+        let views = &self.views[..self.view_count];
+        let gate = TierGate::new(views);
+        let Some(fast_us) = views
+            .iter()
+            .filter(|v| v.is_usable() && gate.admits(v) && v.can_send(MIN_DATAGRAM_SIZE.into()))
+            .map(|v| u64::from(v.srtt_us))
+            .min()
+        else {
+            return;
+        };
+        let slow_from =
+            std::time::Duration::from_micros((2 * fast_us).max(fast_us + PENALTY_MARGIN_US));
+        if let Some(path) = self.paths[i].as_mut()
+            && path.rtt.srtt() > slow_from
         {
             path.penalise(now);
         }
