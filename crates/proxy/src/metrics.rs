@@ -581,7 +581,7 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
     for (name, help, value) in gauges {
         e.family(name, Gauge, help, per_path(status, value));
     }
-    let counters: [Family<PathReport, u64>; 12] = [
+    let counters: [Family<PathReport, u64>; 13] = [
         ("braid_path_packets_sent_total", "Packets sent.", |p| {
             p.packets_sent
         }),
@@ -604,6 +604,11 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
             "braid_path_failures_total",
             "Times the path was declared failed.",
             |p| u64::from(p.failures),
+        ),
+        (
+            "braid_path_penalties_total",
+            "Window cuts because the path's queue held stream bytes back behind flow control while a faster path had room.",
+            |p| p.penalties,
         ),
         (
             "braid_path_udp_datagrams_sent_total",
@@ -1090,6 +1095,7 @@ mod tests {
         let mut wifi = path(0, "wifi", "active");
         wifi.potentially_failed = true;
         wifi.degraded = true;
+        wifi.penalties = 3;
         wifi.coupled = Some(CoupledReport {
             kind: "olia".to_owned(),
             alpha: -0.25,
@@ -1237,6 +1243,10 @@ mod tests {
         assert_eq!(
             value(&samples, "braid_path_send_bits_per_second", "path=\"0\""),
             "12500000"
+        );
+        assert_eq!(
+            value(&samples, "braid_path_penalties_total", "path=\"0\""),
+            "3"
         );
         for family in [
             "braid_path_up",
