@@ -411,6 +411,7 @@ impl Path {
             let sample = now - largest.time_sent;
             let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
             self.rtt.update(delay, sample);
+            self.cc.on_rtt_sample(now, largest.time_sent, sample);
             out.rtt_sample = Some(sample);
             self.update_owd(ack.receiver_time_us, largest.time_sent);
         }

@@ -78,6 +78,7 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
 mod tests {
     use super::*;
     use crate::config::SessionLimits;
+    use crate::session::congestion::CongestionAlgorithm;
     use crate::session::harness::{BulkWriter, CLIENT, Harness, LinkConfig, SERVER};
     use crate::session::{FlowKind, PathConfig, SessionConfig, Target};
     use braid_sched_core::{SchedulerKind, Timestamp};
@@ -97,6 +98,8 @@ mod tests {
         memory_at_end: u64,
         /// The client's window cuts for a queue that held the flow back, per path.
         penalties: Vec<u64>,
+        /// The client's packets declared lost, per path.
+        lost: Vec<u64>,
     }
 
     /// Uploads `len` bytes under `config` over one 200 Mbit/s path of 100 ms one way, the
@@ -172,6 +175,11 @@ mod tests {
             .path_status(now)
             .map(|p| p.stats.penalties)
             .collect();
+        let lost = h
+            .client()
+            .path_status(now)
+            .map(|p| p.stats.packets_lost)
+            .collect();
         Upload {
             seconds: done_at.expect("the upload ends").as_secs_f64(),
             window,
@@ -179,6 +187,7 @@ mod tests {
             send_buffered,
             memory_at_end,
             penalties,
+            lost,
         }
     }
 
@@ -226,6 +235,35 @@ mod tests {
                 );
                 assert!(both.penalties[0] == 0 && both.penalties[1] > 0, "{both:?}");
             }
+        }
+    }
+
+    /// Slow start slows down when the RTT rises (HyStart++, RFC 9406), not only when a deep
+    /// queue overflows: a 10 MB upload over 30 Mbit/s with 10 ms one way and a 300-packet queue
+    /// (96 ms at that rate). Without HyStart++ CUBIC lost 520 packets and NewReno 367, in one
+    /// burst at the end of slow start; with it 97 and 91, late in its conservative phase (it
+    /// began at 174 packets of window, the path holding 362).
+    #[test]
+    fn slow_start_stops_before_a_deep_queue_overflows() {
+        let mut link = LinkConfig::new(30.0, 10.0);
+        link.queue_packets = 300;
+        for algorithm in [CongestionAlgorithm::Cubic, CongestionAlgorithm::NewReno] {
+            let limits = SessionLimits {
+                congestion: algorithm,
+                ..SessionLimits::default()
+            };
+            let up = upload_over(
+                std::slice::from_ref(&link),
+                SchedulerKind::MinRtt,
+                session_config(&limits),
+                10_000_000,
+                None,
+            );
+            println!(
+                "{algorithm}: 10 MB in {:.3} s, {} packets lost",
+                up.seconds, up.lost[0]
+            );
+            assert!(up.lost[0] < 150, "{algorithm}: {up:?}");
         }
     }
 

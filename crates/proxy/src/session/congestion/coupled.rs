@@ -278,6 +278,10 @@ impl Controller for Coupled {
         }
     }
 
+    fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
+        self.reno.hystart_sample(now, largest_sent, sample);
+    }
+
     fn on_congestion_event(
         &mut self,
         now: Timestamp,

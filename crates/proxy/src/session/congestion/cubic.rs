@@ -5,7 +5,9 @@
 //!
 //! - Slow start, the recovery period and persistent congestion behave as in NewReno
 //!   (RFC 9002 §7; RFC 9438 §4.8 for the timeout case, where the window restarts from the
-//!   minimum window).
+//!   minimum window), slow start with HyStart++ (RFC 9406, [`HyStart`]; RFC 9438 §4.10): once
+//!   the RTT rises, a quarter of the growth for five rounds, then congestion avoidance from
+//!   `W_max` = `cwnd`.
 //! - Window increase (§4.2, eq. 1–2): `W_cubic(t) = C (t - K)^3 + W_max` with
 //!   `K = cbrt((W_max - cwnd_epoch) / C)`, `t` measured from the first ACK of the current
 //!   congestion avoidance stage. Each ACK of `n` segments moves `cwnd` by
@@ -21,9 +23,11 @@
 //! - Application-limited (§5.8): app-limited ACKs do not grow the window, and the time spent
 //!   app-limited is excluded from `t` by moving the epoch start forward.
 
+use std::time::Duration;
+
 use braid_sched_core::Timestamp;
 
-use super::{Controller, RttEstimator, WindowParams};
+use super::{Controller, HyStart, RttEstimator, WindowParams};
 
 /// `C` of RFC 9438 §4.1 (segments / s³).
 pub const C: f64 = 0.4;
@@ -85,6 +89,8 @@ pub struct Cubic {
     epoch: Option<Epoch>,
     /// When the current run of app-limited ACKs began.
     app_limited_since: Option<Timestamp>,
+    /// Slow start's HyStart++ (RFC 9406).
+    hystart: HyStart,
     params: WindowParams,
 }
 
@@ -97,6 +103,7 @@ impl Cubic {
             last_reduction: None,
             epoch: None,
             app_limited_since: None,
+            hystart: HyStart::default(),
             params,
         }
     }
@@ -116,6 +123,12 @@ impl Cubic {
         self.last_reduction = (ssthresh != u64::MAX).then_some((self.cwnd, self.cwnd));
         self.epoch = None;
         self.app_limited_since = None;
+        self.hystart.restart();
+    }
+
+    /// Whether slow start is in HyStart++'s conservative phase (RFC 9406 §4.2).
+    pub fn in_css(&self) -> bool {
+        self.hystart.in_css()
     }
 
     /// Whether a packet sent at `sent_time` belongs to the current recovery period.
@@ -141,8 +154,9 @@ impl Cubic {
         let epoch = match &mut self.epoch {
             Some(epoch) => epoch,
             None => {
-                // Only a congestion event lowers ssthresh below u64::MAX, so `last_reduction` is
-                // set by now; were it not, the curve would start flat at the current window.
+                // After a congestion event `last_reduction` is set; after HyStart++ ended slow
+                // start it is not, and the curve starts flat at the current window (RFC 9438
+                // §4.10: `W_max` = `cwnd_prior` = `cwnd`).
                 let (w_max, cwnd_prior) = *self.last_reduction.get_or_insert((cwnd, cwnd));
                 self.epoch
                     .insert(Epoch::new(now, cwnd, w_max, cwnd_prior, mds))
@@ -191,11 +205,22 @@ impl Controller for Cubic {
         let ssthresh = self.ssthresh as f64;
         if self.cwnd < ssthresh {
             let slow_start = bytes.min(ssthresh - self.cwnd);
-            self.cwnd = (self.cwnd + slow_start).min(MAX_WINDOW);
+            let divisor = self.hystart.growth_divisor() as f64;
+            self.cwnd = (self.cwnd + slow_start / divisor).min(MAX_WINDOW);
             bytes -= slow_start;
         }
         if bytes > 0.0 {
             self.avoid_congestion(now, bytes as u64, rtt);
+        }
+    }
+
+    fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
+        if self.cwnd >= self.ssthresh as f64 || self.in_recovery(largest_sent) {
+            return;
+        }
+        self.hystart.on_rtt_sample(now, largest_sent, sample);
+        if self.hystart.take_done() {
+            self.ssthresh = self.window();
         }
     }
 
@@ -206,6 +231,7 @@ impl Controller for Cubic {
         persistent: bool,
         _lost_bytes: u64,
     ) {
+        self.hystart.restart();
         if !self.in_recovery(sent_time) {
             self.recovery_start = Some(now);
             let cwnd_prior = self.cwnd;
@@ -464,5 +490,50 @@ mod tests {
         let epoch = cc.epoch.expect("congestion avoidance started");
         // W_max stays the 12000 of the loss; K = cbrt((12000 - 8400) / 480) = cbrt(7.5).
         assert!((epoch.k - 7.5f64.cbrt()).abs() < 1e-9);
+    }
+
+    /// HyStart++: a round whose smallest RTT rose by the threshold starts the conservative
+    /// phase (a quarter of the growth); five rounds later slow start ends with `ssthresh` at
+    /// the window and the curve's plateau there (no loss, so no reduction).
+    #[test]
+    fn a_rising_rtt_slows_slow_start_then_ends_it_without_a_loss() {
+        let mut cc = cubic();
+        let rtt = rtt(50);
+        // One round per 100 ms: ten ACKs of one datagram, each with an RTT sample.
+        let round = |cc: &mut Cubic, start_ms: u64, sample_ms: u64| {
+            for i in 0..10 {
+                let now = Timestamp::from_millis(start_ms + i);
+                let sent = Timestamp::from_millis(start_ms + i - 50);
+                cc.on_rtt_sample(now, sent, Duration::from_millis(sample_ms));
+                cc.on_ack(now, sent, MDS, &rtt, false);
+            }
+        };
+        round(&mut cc, 1000, 50);
+        round(&mut cc, 1100, 50);
+        assert_eq!(cc.window(), 12_000 + 20 * MDS, "standard slow start");
+        assert!(!cc.in_css());
+        round(&mut cc, 1200, 57);
+        assert!(cc.in_css(), "57 ms >= 50 + 50/8 ms");
+        let before = cc.window();
+        round(&mut cc, 1300, 57);
+        assert!(cc.in_css());
+        assert_eq!(
+            cc.window(),
+            before + 10 * MDS / 4,
+            "a quarter of the ACKed bytes"
+        );
+        for k in 0..3 {
+            round(&mut cc, 1400 + 100 * k, 57);
+        }
+        assert!(cc.in_css());
+        assert_eq!(cc.ssthresh(), u64::MAX);
+        // The fifth round's first sample ends the phase; its ACKs then grow the window in
+        // congestion avoidance, on a curve whose plateau is the window slow start ended at.
+        let window = cc.window();
+        round(&mut cc, 1700, 57);
+        assert!(!cc.in_css());
+        assert_eq!(cc.ssthresh(), window, "slow start ended at the window");
+        assert_eq!(cc.w_max(), Some(window), "the curve's plateau");
+        assert!(cc.window() > window && cc.window() < window + 10 * MDS / 4);
     }
 }

@@ -29,6 +29,7 @@ mod bbr;
 mod coupled;
 mod cubic;
 mod delivery;
+mod hystart;
 mod new_reno;
 mod pacer;
 mod rtt;
@@ -39,6 +40,7 @@ mod model_tests;
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use braid_sched_core::Timestamp;
 
@@ -46,6 +48,7 @@ pub use bbr::{Bbr, BbrMode};
 pub use coupled::{Coupled, CoupledKind, Coupling, CouplingInput};
 pub use cubic::{BETA as CUBIC_BETA, C as CUBIC_C, Cubic};
 pub use delivery::{DeliveryRate, PacketDelivery, RateSample};
+pub use hystart::HyStart;
 pub use new_reno::NewReno;
 pub use pacer::{MAX_BURST_DATAGRAMS, MIN_BURST_DATAGRAMS, Pacer};
 pub use rtt::{GRANULARITY, RttEstimator};
@@ -72,6 +75,13 @@ pub trait Controller {
         rtt: &RttEstimator,
         app_limited: bool,
     );
+
+    /// An ACK gave an RTT sample: `sample`, for its largest newly acknowledged packet, sent at
+    /// `largest_sent` (called once per such ACK, after [`RttEstimator::update`] and before the
+    /// ACK's packets are reported through [`Controller::on_ack`]). NewReno and CUBIC (and the
+    /// coupled controllers' NewReno) feed their slow start's HyStart++ with it.
+    #[allow(unused_variables)]
+    fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {}
 
     /// Packets were declared lost (or ECN-CE marked); `sent_time` is the send time of the newest
     /// of them. `persistent` means RFC 9002 §7.6 persistent congestion was established.
@@ -478,6 +488,15 @@ impl Controller for AnyController {
             AnyController::Cubic(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
             AnyController::Bbr(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
             AnyController::Coupled(c) => c.on_ack(now, sent_time, bytes, rtt, app_limited),
+        }
+    }
+
+    fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
+        match self {
+            AnyController::NewReno(c) => c.on_rtt_sample(now, largest_sent, sample),
+            AnyController::Cubic(c) => c.on_rtt_sample(now, largest_sent, sample),
+            AnyController::Bbr(c) => c.on_rtt_sample(now, largest_sent, sample),
+            AnyController::Coupled(c) => c.on_rtt_sample(now, largest_sent, sample),
         }
     }
 

@@ -205,6 +205,8 @@ proptest! {
                     prop_assert!(rtt.min_rtt() <= rtt.latest());
                     prop_assert!(rtt.pto_base() >= rtt.srtt() + GRANULARITY);
                     let sent = now.saturating_sub(Duration::from_micros(age_us));
+                    cc.on_rtt_sample(now, sent, sample);
+                    prop_assert_eq!(cc.window(), before, "an RTT sample moved the window");
                     let in_recovery = cc.in_recovery(sent);
                     if let Some(me) = cc.coupling_input(rtt.srtt()) {
                         let paths = others.iter().map(|&p| (false, p));

@@ -1,7 +1,8 @@
 //! NewReno congestion control as specified for QUIC in RFC 9002 §7 and Appendix B.
 //!
 //! - Slow start (§7.3.1): while `cwnd < ssthresh` the window grows by every acknowledged byte,
-//!   doubling once per round trip.
+//!   doubling once per round trip, with HyStart++ (RFC 9406, [`HyStart`]): once the RTT rises,
+//!   by a quarter of them for five rounds, then congestion avoidance (`ssthresh` = `cwnd`).
 //! - Congestion avoidance (§7.3.3): the window grows by one maximum datagram per window of
 //!   acknowledged bytes (counted exactly, so ~1 datagram per RTT).
 //! - Recovery (§7.3.2, B.6): on a congestion event the window and `ssthresh` drop to
@@ -12,9 +13,11 @@
 //!   recovery period is cleared.
 //! - Under-utilisation (§7.8): an app-limited ACK does not grow the window.
 
+use std::time::Duration;
+
 use braid_sched_core::Timestamp;
 
-use super::{Controller, RttEstimator, WindowParams};
+use super::{Controller, HyStart, RttEstimator, WindowParams};
 
 /// `kLossReductionFactor` of RFC 9002 §7.2, as a fraction (numerator, denominator).
 const LOSS_REDUCTION: (u64, u64) = (1, 2);
@@ -27,6 +30,11 @@ pub struct NewReno {
     /// Bytes acknowledged in congestion avoidance since the window last grew.
     acked_in_avoidance: u64,
     recovery_start: Option<Timestamp>,
+    /// Slow start's HyStart++ (RFC 9406).
+    hystart: HyStart,
+    /// Bytes acknowledged in HyStart++'s conservative phase not yet grown by (it grows by a
+    /// quarter of them).
+    css_carry: u64,
     params: WindowParams,
 }
 
@@ -37,6 +45,8 @@ impl NewReno {
             ssthresh: u64::MAX,
             acked_in_avoidance: 0,
             recovery_start: None,
+            hystart: HyStart::default(),
+            css_carry: 0,
             params,
         }
     }
@@ -53,6 +63,13 @@ impl NewReno {
         self.ssthresh = ssthresh;
         self.acked_in_avoidance = 0;
         self.recovery_start = None;
+        self.hystart.restart();
+        self.css_carry = 0;
+    }
+
+    /// Whether slow start is in HyStart++'s conservative phase (RFC 9406 §4.2).
+    pub fn in_css(&self) -> bool {
+        self.hystart.in_css()
     }
 
     /// Whether a packet sent at `sent_time` belongs to the current recovery period
@@ -77,9 +94,29 @@ impl NewReno {
         if self.window >= self.ssthresh {
             return bytes;
         }
-        let grown = bytes.min(self.ssthresh - self.window);
-        self.window += grown;
-        bytes - grown
+        let taken = bytes.min(self.ssthresh - self.window);
+        let divisor = self.hystart.growth_divisor();
+        self.css_carry += taken;
+        self.window += self.css_carry / divisor;
+        self.css_carry %= divisor;
+        bytes - taken
+    }
+
+    /// Feeds HyStart++ an ACK's RTT sample while in slow start (see
+    /// [`Controller::on_rtt_sample`]); when its conservative phase ends, so does slow start.
+    pub(crate) fn hystart_sample(
+        &mut self,
+        now: Timestamp,
+        largest_sent: Timestamp,
+        sample: Duration,
+    ) {
+        if self.window >= self.ssthresh || self.in_recovery(largest_sent) {
+            return;
+        }
+        self.hystart.on_rtt_sample(now, largest_sent, sample);
+        if self.hystart.take_done() {
+            self.ssthresh = self.window;
+        }
     }
 
     /// Moves the window by `delta` bytes (a coupled controller's congestion avoidance), never
@@ -120,6 +157,10 @@ impl Controller for NewReno {
         }
     }
 
+    fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
+        self.hystart_sample(now, largest_sent, sample);
+    }
+
     fn on_congestion_event(
         &mut self,
         now: Timestamp,
@@ -127,6 +168,8 @@ impl Controller for NewReno {
         persistent: bool,
         _lost_bytes: u64,
     ) {
+        self.hystart.restart();
+        self.css_carry = 0;
         if !self.in_recovery(sent_time) {
             self.recovery_start = Some(now);
             let (num, den) = LOSS_REDUCTION;
