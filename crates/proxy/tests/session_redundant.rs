@@ -33,7 +33,8 @@ fn edar(policy: f64) -> SchedulerConfig {
 /// What one bulk transfer from the client did.
 #[derive(Debug)]
 struct Run {
-    /// Longest time the receiver's in-order bytes did not grow, from `watch_from` to the end.
+    /// Longest time the receiver's in-order bytes did not grow, in the half second from
+    /// `watch_from`.
     longest_stall_s: f64,
     /// Packets the sender sent, per path.
     sent: Vec<u64>,
@@ -68,7 +69,7 @@ fn transfer(
         d.step(h);
         let now = h.now().as_secs_f64();
         let got = d.transfers[0].received;
-        if now >= watch_from {
+        if now >= watch_from && now <= watch_from + 0.5 {
             if (got > last || d.all_done()) && now - last_at > stall {
                 stall = now - last_at;
             }
@@ -92,18 +93,22 @@ fn transfer(
 
 /// Path 1 goes dark at 1 s for the rest of the run. Unlinked, the stream bytes in flight on it
 /// wait for its probe timeout before they are sent again on path 0, and the receiver's in-order
-/// bytes stop meanwhile; linked, once the holes hold the flow window (256 KB) back, path 0
+/// bytes stop meanwhile; linked, once the holes hold the flow window (192 KB) back, path 0
 /// carries a copy of each of them before the probe timeout. (A window path 0 cannot fill before
-/// the probe timeout, 1 MB here, leaves the holes to the timeout: the buffer only takes room no
-/// new data can use.)
+/// the probe timeout leaves the holes to the timeout: the buffer only takes room no new data
+/// can use. At 256 KB, with HyStart++ keeping path 0's window near its bandwidth-delay product
+/// instead of plain slow start's overshoot, path 0 took about 0.09 s to fill it: a stall of
+/// 0.089 s linked against 0.115 s unlinked.) The stall is the longest in the half second after
+/// the outage begins, the holes it leaves; later ones are path 0's own losses.
 #[test]
 fn linked_buffer_covers_a_path_that_drops_everything() {
+    const WINDOW: u64 = 192 << 10;
     let mut dark = LinkConfig::new(5.0, 20.0);
     dark.outages = vec![(Timestamp::from_secs_f64(1.0), Timestamp::from_secs_f64(1e6))];
     let links = [LinkConfig::new(20.0, 10.0), dark];
     let len = 8_000_000;
-    let normal = transfer(&edar(1.0), 256 << 10, &links, len, 1, 1.0);
-    let linked = transfer(&edar(2.0), 256 << 10, &links, len, 1, 1.0);
+    let normal = transfer(&edar(1.0), WINDOW, &links, len, 1, 1.0);
+    let linked = transfer(&edar(2.0), WINDOW, &links, len, 1, 1.0);
     println!("normal {normal:?}\nlinked {linked:?}");
     assert!(
         normal.longest_stall_s >= 0.08,
@@ -115,7 +120,7 @@ fn linked_buffer_covers_a_path_that_drops_everything() {
     );
     // With the default placement (3) the buffer covers less of the dark path's holes (0.034 s
     // measured), but still most of the unlinked stall.
-    let default = transfer(&edar_default_placement(2.0), 256 << 10, &links, len, 1, 1.0);
+    let default = transfer(&edar_default_placement(2.0), WINDOW, &links, len, 1, 1.0);
     println!("linked, default placement {default:?}");
     assert!(
         default.longest_stall_s <= 0.06 && default.longest_stall_s * 2.0 <= normal.longest_stall_s,
