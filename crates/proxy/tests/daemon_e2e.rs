@@ -103,7 +103,24 @@ async fn olia_sessions_move_data_both_ways_over_every_path() {
     };
     let (server, client) = pair_with("olia", 2, limits).await;
     twenty_mb_down_and_up(&client).await;
-    for status in [client.status().await, server.status().await] {
+    // A path's coupling is the one its last ACK saw: one taken while the other path was briefly
+    // failed (a starved test machine) counts one path until the next ACK, a heartbeat's at the
+    // latest, so the statuses are read again for up to 3 s until both count two.
+    let both_coupled = |s: &braid_proxy::transport::status::DaemonStatus| {
+        s.sessions[0]
+            .paths
+            .iter()
+            .all(|p| p.coupled.as_ref().is_some_and(|c| c.paths == 2))
+    };
+    let mut statuses = [client.status().await, server.status().await];
+    for _ in 0..30 {
+        if statuses.iter().all(both_coupled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        statuses = [client.status().await, server.status().await];
+    }
+    for status in statuses {
         let session = &status.sessions[0];
         assert_eq!(session.congestion, "olia", "{status:?}");
         assert_eq!(session.paths.len(), 2);

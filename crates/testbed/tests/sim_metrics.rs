@@ -106,9 +106,23 @@ fn objective_metrics_separate_a_feasible_from_an_infeasible_path() {
     // packets on b have regret (0.1 - 0.5)+ = 0.
     assert!(m.violation.unwrap() > 0.05);
     assert!(m.regret.unwrap() < 1e-9);
-    let lone = run_text(&text(50.0), SchedulerKind::MinRtt).metrics;
+    // Where the load fits the 20 ms path (a 0.8 Mbit/s stream of datagrams), minRTT keeps it
+    // there and violates nothing, while round-robin still puts half of it on the 80 ms path.
+    // (Under a bulk load both paths fill whichever the scheduler, and what tips the balance
+    // is how far slow start overshoots: with HyStart++ minRTT's violation was 1.99 against
+    // round-robin's 1.92.)
+    let stream = text(50.0).replace(
+        "kind = \"bulk\"\nbytes = 1_000_000_000",
+        "kind = \"realtime\"\npacket_bytes = 1000\ninterval_ms = 10.0\ndeadline_ms = 1000.0",
+    );
+    let rr = run_text(&stream, SchedulerKind::RoundRobin).metrics;
+    let lone = run_text(&stream, SchedulerKind::MinRtt).metrics;
+    println!(
+        "a 0.8 Mbit/s stream: violation rr {:?}, minrtt {:?}",
+        rr.violation, lone.violation
+    );
     assert!(
-        lone.violation.unwrap() < m.violation.unwrap(),
+        lone.violation.unwrap() < 1e-9 && rr.violation.unwrap() > 0.05,
         "minrtt prefers the 20 ms path"
     );
 }
