@@ -170,24 +170,15 @@ mod tests {
         });
         assert_eq!(received, len);
         let now = h.now();
-        let penalties = h
-            .client()
-            .path_status(now)
-            .map(|p| p.stats.penalties)
-            .collect();
-        let lost = h
-            .client()
-            .path_status(now)
-            .map(|p| p.stats.packets_lost)
-            .collect();
+        let stats: Vec<_> = h.client().path_status(now).map(|p| p.stats).collect();
         Upload {
             seconds: done_at.expect("the upload ends").as_secs_f64(),
             window,
             largest_window,
             send_buffered,
             memory_at_end,
-            penalties,
-            lost,
+            penalties: stats.iter().map(|s| s.penalties).collect(),
+            lost: stats.iter().map(|s| s.packets_lost).collect(),
         }
     }
 

@@ -215,11 +215,10 @@ impl Controller for Cubic {
     }
 
     fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
-        if self.cwnd >= self.ssthresh as f64 || self.in_recovery(largest_sent) {
-            return;
-        }
-        self.hystart.on_rtt_sample(now, largest_sent, sample);
-        if self.hystart.take_done() {
+        if self.cwnd < self.ssthresh as f64
+            && !self.in_recovery(largest_sent)
+            && self.hystart.on_rtt_sample(now, largest_sent, sample)
+        {
             self.ssthresh = self.window();
         }
     }

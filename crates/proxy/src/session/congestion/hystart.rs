@@ -41,8 +41,6 @@ enum Phase {
     /// Conservative slow start since the smallest RTT rose to `baseline`; `rounds` CSS rounds
     /// have ended.
     Css { baseline: Duration, rounds: u32 },
-    /// CSS ran its rounds: slow start is over (until the caller restarts it).
-    Done,
 }
 
 /// HyStart++ state for one path's slow start.
@@ -80,18 +78,8 @@ impl HyStart {
     pub fn growth_divisor(&self) -> u64 {
         match self.phase {
             Phase::Css { .. } => CSS_GROWTH_DIVISOR,
-            Phase::SlowStart | Phase::Done => 1,
+            Phase::SlowStart => 1,
         }
-    }
-
-    /// Whether CSS ran its rounds, so that slow start is over: the caller then sets `ssthresh`
-    /// to its window, once.
-    pub fn take_done(&mut self) -> bool {
-        if self.phase == Phase::Done {
-            self.restart();
-            return true;
-        }
-        false
     }
 
     /// Whether CSS is under way.
@@ -100,39 +88,40 @@ impl HyStart {
     }
 
     /// One ACK's RTT sample, taken in slow start: `largest_sent` is when the largest packet it
-    /// newly acknowledged was sent, `now` when the ACK arrived.
-    pub fn on_rtt_sample(&mut self, now: Timestamp, largest_sent: Timestamp, sample: Duration) {
-        if self.phase == Phase::Done {
-            return;
-        }
+    /// newly acknowledged was sent, `now` when the ACK arrived. Returns true when CSS has run
+    /// its rounds: slow start is over, the caller sets `ssthresh` to its window, and this state
+    /// is back at the start for the next slow start.
+    pub fn on_rtt_sample(
+        &mut self,
+        now: Timestamp,
+        largest_sent: Timestamp,
+        sample: Duration,
+    ) -> bool {
         if largest_sent >= self.round_start {
             self.round_start = now;
             self.last_round_min_rtt = self.current_round_min_rtt.take();
             self.samples = 0;
             if let Phase::Css { baseline, rounds } = self.phase {
-                self.phase = if rounds + 1 >= CSS_ROUNDS {
-                    Phase::Done
-                } else {
-                    Phase::Css {
-                        baseline,
-                        rounds: rounds + 1,
-                    }
-                };
-                if self.phase == Phase::Done {
-                    return;
+                if rounds + 1 >= CSS_ROUNDS {
+                    self.restart();
+                    return true;
                 }
+                self.phase = Phase::Css {
+                    baseline,
+                    rounds: rounds + 1,
+                };
             }
         }
         let current = self.current_round_min_rtt.map_or(sample, |m| m.min(sample));
         self.current_round_min_rtt = Some(current);
         self.samples = self.samples.saturating_add(1);
         if self.samples < N_RTT_SAMPLE {
-            return;
+            return false;
         }
         match self.phase {
             Phase::SlowStart => {
                 let Some(last) = self.last_round_min_rtt else {
-                    return;
+                    return false;
                 };
                 let threshold = (last / MIN_RTT_DIVISOR).clamp(MIN_RTT_THRESH, MAX_RTT_THRESH);
                 if current >= last + threshold {
@@ -145,8 +134,9 @@ impl HyStart {
             Phase::Css { baseline, .. } if current < baseline => {
                 self.phase = Phase::SlowStart;
             }
-            Phase::Css { .. } | Phase::Done => {}
+            Phase::Css { .. } => {}
         }
+        false
     }
 }
 
@@ -159,13 +149,16 @@ mod tests {
     }
 
     /// Feeds one round of `n` samples of `rtt_ms`, the round beginning at `start_ms` (each ACK
-    /// acknowledging a packet sent after the round began).
-    fn round(h: &mut HyStart, start_ms: u64, rtt_ms: u64, n: u64) {
-        for i in 0..n {
-            let now = ms(1000 + start_ms + i);
-            let sent = ms(1000 + start_ms + i - rtt_ms);
-            h.on_rtt_sample(now, sent, Duration::from_millis(rtt_ms));
-        }
+    /// acknowledging a packet sent after the round began); returns how many of them ended slow
+    /// start.
+    fn round(h: &mut HyStart, start_ms: u64, rtt_ms: u64, n: u64) -> usize {
+        (0..n)
+            .filter(|i| {
+                let now = ms(1000 + start_ms + i);
+                let sent = ms(1000 + start_ms + i - rtt_ms);
+                h.on_rtt_sample(now, sent, Duration::from_millis(rtt_ms))
+            })
+            .count()
     }
 
     #[test]
@@ -183,13 +176,11 @@ mod tests {
             "7 ms over the last round"
         );
         for k in 1..CSS_ROUNDS {
-            round(&mut h, 300 + 100 * u64::from(k), 63, 10);
+            assert_eq!(round(&mut h, 300 + 100 * u64::from(k), 63, 10), 0);
             assert!(h.in_css(), "CSS round {k}");
         }
-        assert!(!h.take_done());
-        round(&mut h, 300 + 100 * u64::from(CSS_ROUNDS), 63, 10);
-        assert!(h.take_done(), "the fifth CSS round ended");
-        assert!(!h.take_done(), "only once");
+        let ended = round(&mut h, 300 + 100 * u64::from(CSS_ROUNDS), 63, 10);
+        assert_eq!(ended, 1, "the fifth CSS round ended slow start, once");
         assert_eq!(h.growth_divisor(), 1);
     }
 

@@ -67,11 +67,6 @@ impl NewReno {
         self.css_carry = 0;
     }
 
-    /// Whether slow start is in HyStart++'s conservative phase (RFC 9406 §4.2).
-    pub fn in_css(&self) -> bool {
-        self.hystart.in_css()
-    }
-
     /// Whether a packet sent at `sent_time` belongs to the current recovery period
     /// (`InCongestionRecovery` of RFC 9002 B.5).
     pub fn in_recovery(&self, sent_time: Timestamp) -> bool {
@@ -110,11 +105,10 @@ impl NewReno {
         largest_sent: Timestamp,
         sample: Duration,
     ) {
-        if self.window >= self.ssthresh || self.in_recovery(largest_sent) {
-            return;
-        }
-        self.hystart.on_rtt_sample(now, largest_sent, sample);
-        if self.hystart.take_done() {
+        if self.window < self.ssthresh
+            && !self.in_recovery(largest_sent)
+            && self.hystart.on_rtt_sample(now, largest_sent, sample)
+        {
             self.ssthresh = self.window;
         }
     }
