@@ -220,7 +220,7 @@ pub fn render(status: &DaemonStatus) -> String {
 fn inbound_families(e: &mut Exposition, status: &DaemonStatus) {
     use Kind::{Counter, Gauge};
     type Field = fn(&crate::transport::InboundStatus) -> u64;
-    let families: [(&str, Kind, &str, Field); 7] = [
+    let families: [(&str, Kind, &str, Field); 8] = [
         (
             "braid_inbound_connections_open",
             Gauge,
@@ -244,6 +244,13 @@ fn inbound_families(e: &mut Exposition, status: &DaemonStatus) {
             Counter,
             "Connections closed at once because the inbound was at its limit (client only).",
             |i| i.refused,
+        ),
+        (
+            "braid_inbound_reset_total",
+            Counter,
+            "Accepted connections the application broke off: reset by it, or gone when braid \
+             wrote to it; not counted as failed (client only).",
+            |i| i.reset,
         ),
         (
             "braid_inbound_failed_total",

@@ -222,4 +222,13 @@ async fn flows_ended_every_way_leave_no_flow_or_origin_connection_behind() {
     );
     // Every flow reached the origin (none was refused on the way).
     assert_eq!(counts.accepted.load(Ordering::SeqCst), n);
+    // The SOCKS5 inbound counts the connections the application reset (kinds 2 and 5) apart
+    // from its failures, of which there were none.
+    let reset_by_the_application = (0..n).filter(|i| matches!(i % 7, 2 | 5)).count() as u64;
+    let socks = client.status().await.inbounds.remove(0);
+    assert_eq!(
+        (socks.name.as_str(), socks.reset, socks.failed),
+        ("socks5", reset_by_the_application, 0),
+        "{socks:?}"
+    );
 }

@@ -95,6 +95,17 @@ pub enum InboundError {
     Http(#[from] super::http_connect::HttpConnectError),
 }
 
+impl InboundError {
+    /// The application broke its connection off: it reset it, or its end was gone when braid
+    /// wrote to it (a browser closing a tab, a download cancelled). Its own doing, counted
+    /// apart from the failures.
+    pub fn is_broken_off_by_the_client(&self) -> bool {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        matches!(self, InboundError::Io(e)
+            if matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe))
+    }
+}
+
 /// State shared by the inbound listeners.
 #[derive(Debug)]
 pub struct InboundContext {
@@ -315,6 +326,7 @@ pub struct InboundCounters {
     open: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
+    reset: AtomicU64,
     failed: AtomicU64,
     forwarded: AtomicU64,
     forwarded_kept: AtomicU64,
@@ -331,6 +343,7 @@ impl InboundCounters {
             open: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            reset: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
             forwarded_kept: AtomicU64::new(0),
@@ -360,6 +373,7 @@ impl InboundCounters {
             open: self.open.load(Ordering::Relaxed),
             accepted: self.accepted.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            reset: self.reset.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
             forwarded_kept: self.forwarded_kept.load(Ordering::Relaxed),
@@ -433,9 +447,16 @@ pub(crate) async fn accept_loop<F, Fut>(
         tokio::spawn(async move {
             // Counted closed however the task ends (a panic, an abort at shutdown included).
             let _open = OpenGuard(&counters.open);
-            if let Err(e) = fut.await {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                info!(%peer, error = %e, "inbound connection failed");
+            match fut.await {
+                Ok(()) => {}
+                Err(e) if e.is_broken_off_by_the_client() => {
+                    counters.reset.fetch_add(1, Ordering::Relaxed);
+                    debug!(%peer, error = %e, "inbound connection broken off by the client");
+                }
+                Err(e) => {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                    info!(%peer, error = %e, "inbound connection failed");
+                }
             }
             drop(permit);
         });

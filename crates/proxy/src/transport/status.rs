@@ -320,6 +320,10 @@ pub struct InboundStatus {
     pub accepted: u64,
     /// Connections closed at once because `limit` were open.
     pub refused: u64,
+    /// Accepted connections the application broke off: reset by it, or gone when braid wrote
+    /// to it (not counted in `failed`).
+    #[serde(default)]
+    pub reset: u64,
     /// Accepted connections that ended in an error: a request malformed, incomplete in time or
     /// not authenticated, a destination the server could not reach, a relay that failed.
     pub failed: u64,
@@ -425,8 +429,9 @@ impl DaemonStatus {
         for i in &self.inbounds {
             let _ = write!(
                 out,
-                "{} on {}: {} open (limit {}), {} accepted, {} refused at the limit, {} failed",
-                i.name, i.listen, i.open, i.limit, i.accepted, i.refused, i.failed
+                "{} on {}: {} open (limit {}), {} accepted, {} refused at the limit, {} reset by \
+                 the application, {} failed",
+                i.name, i.listen, i.open, i.limit, i.accepted, i.refused, i.reset, i.failed
             );
             if i.forwarded > 0 {
                 let _ = write!(
@@ -610,6 +615,7 @@ mod tests {
                     open: 3,
                     accepted: 40,
                     refused: 5,
+                    reset: 7,
                     failed: 2,
                     ..InboundStatus::default()
                 },
@@ -628,9 +634,9 @@ mod tests {
         assert!(
             table.contains(
                 "\nsocks5 on 127.0.0.1:1080: 3 open (limit 1024), 40 accepted, 5 refused at the \
-                 limit, 2 failed\nhttp on 127.0.0.1:8080: 0 open (limit 1024), 0 accepted, 0 \
-                 refused at the limit, 0 failed; 12 http:// requests forwarded, 9 over a kept \
-                 connection\n"
+                 limit, 7 reset by the application, 2 failed\nhttp on 127.0.0.1:8080: 0 open \
+                 (limit 1024), 0 accepted, 0 refused at the limit, 0 reset by the application, 0 \
+                 failed; 12 http:// requests forwarded, 9 over a kept connection\n"
             ),
             "{table}"
         );
