@@ -533,6 +533,170 @@ async fn the_connection_limit_and_small_buffers_hold() {
     assert_eq!(tcp.window_len(), 4096);
 }
 
+/// One application connection of the churn test and how far it got.
+struct Churned {
+    h: SocketHandle,
+    kind: usize,
+    /// What the application sends.
+    data: Vec<u8>,
+    sent: usize,
+    got: Vec<u8>,
+    done: bool,
+}
+
+impl Churned {
+    /// Moves this connection on by one step of its ending; true once it has ended.
+    fn step(&mut self, app: &mut App) -> bool {
+        if self.done {
+            return true;
+        }
+        let s = app.socket(self.h);
+        if s.state() == tcp::State::SynSent {
+            return false;
+        }
+        if s.can_send() && self.sent < self.data.len() {
+            self.sent += s.send_slice(&self.data[self.sent..]).unwrap();
+            // Kinds 1 and 5 half-close once their bytes are out; kind 4 sends nothing.
+            if self.sent == self.data.len() && matches!(self.kind, 1 | 5) {
+                s.close();
+            }
+        }
+        if self.kind == 4 && s.state() == tcp::State::Established {
+            s.close();
+        }
+        while s.can_recv() {
+            s.recv(|b| {
+                self.got.extend_from_slice(b);
+                (b.len(), ())
+            })
+            .unwrap();
+        }
+        match self.kind {
+            // A download broken off by the application's reset after its first 8 KB.
+            2 if self.got.len() >= 8_000 => {
+                s.abort();
+                self.done = true;
+            }
+            // An echo reset by the application as soon as its bytes are out.
+            3 if self.sent == self.data.len() => {
+                s.abort();
+                self.done = true;
+            }
+            2 | 3 => {}
+            // The others end with the origin's FIN after everything was read.
+            _ if !s.may_recv() && !s.can_recv() => {
+                if s.state() == tcp::State::CloseWait {
+                    s.close();
+                }
+                self.done = true;
+            }
+            _ => {}
+        }
+        self.done
+    }
+}
+
+/// Connections through the TUN inbound that end every way (read whole, half-closed uploads and
+/// echoes, resets by the application mid-download and right after sending, closed with no
+/// byte) leave no flow at either end and no slot taken: with `max_tcp` 8, twelve rounds of
+/// eight, then eight at once more, all get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_ended_every_way_free_their_flows_and_slots() {
+    const SLOTS: usize = 8;
+    const ROUNDS: usize = 12;
+    let limits = TunLimits {
+        max_tcp: SLOTS,
+        ..TunLimits::with_mtu(MTU)
+    };
+    let (mut app, counters, keep) = setup_with("tun-churn", limits).await;
+    let target = test_server().await;
+    let mut port = 43_000;
+    for round in 0..ROUNDS {
+        let mut conns: Vec<Churned> = (0..SLOTS)
+            .map(|i| {
+                let n = round * SLOTS + i;
+                let kind = n % 6;
+                let len = 2_000 + n * 397;
+                let data = match kind {
+                    0 => [&b"D"[..], &(len as u32).to_be_bytes()].concat(),
+                    1 => [&b"U"[..], &pattern(len, 5)].concat(),
+                    2 => [&b"D"[..], &400_000u32.to_be_bytes()].concat(),
+                    3 | 5 => [&b"E"[..], &pattern(1_000 + n, 9)].concat(),
+                    _ => Vec::new(),
+                };
+                port += 1;
+                Churned {
+                    h: app.connect(target, port),
+                    kind,
+                    data,
+                    sent: 0,
+                    got: Vec::new(),
+                    done: false,
+                }
+            })
+            .collect();
+        // Every connection steps each time (no short cut once one is not done).
+        app.run_until(|app| {
+            let mut all = true;
+            for c in conns.iter_mut() {
+                all &= c.step(app);
+            }
+            all
+        })
+        .await;
+        // The inbound's last segments (the ACK of a FIN, a flow's end) within 100 ms; a slot
+        // held in TIME-WAIT would stay taken for 10 s.
+        let settle = Instant::now() + Duration::from_millis(100);
+        app.run_until(|_| Instant::now() >= settle).await;
+        for c in &conns {
+            let n = round * SLOTS + conns.iter().position(|x| x.h == c.h).unwrap();
+            match c.kind {
+                0 => assert!(c.got == pattern(2_000 + n * 397, 7), "download {n}"),
+                1 => assert_eq!(c.got, sha256(&c.data[1..]), "upload {n}"),
+                5 => assert_eq!(c.got, c.data[1..], "echo {n}"),
+                _ => {}
+            }
+        }
+    }
+    // Every flow ended at both ends.
+    let (server, client, _) = &keep._peers;
+    let mut open = (usize::MAX, usize::MAX);
+    for _ in 0..100 {
+        let count = |s: braid_proxy::transport::DaemonStatus| {
+            s.sessions
+                .iter()
+                .map(|x| x.counters.flows_open)
+                .sum::<usize>()
+        };
+        open = (count(server.status().await), count(client.status().await));
+        if open == (0, 0) {
+            break;
+        }
+        app.run_until(|_| true).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(open, (0, 0), "flows open at the server and the client");
+    // No slot was kept: eight connections at once all get in and carry an upload.
+    let last: Vec<SocketHandle> = (0..SLOTS)
+        .map(|i| app.connect(target, 44_000 + i as u16))
+        .collect();
+    for (i, h) in last.into_iter().enumerate() {
+        let data = pattern(3_000 + i, 3);
+        let sent = [&b"U"[..], &data].concat();
+        assert_eq!(
+            exchange(&mut app, h, &sent, true).await,
+            sha256(&data),
+            "last {i}"
+        );
+    }
+    // Each round found its slots free 100 ms after the last: no SYN was turned away.
+    assert_eq!(
+        counters.tcp_refused.load(Ordering::Relaxed),
+        0,
+        "SYNs refused"
+    );
+}
+
 /// A UDP packet from the application.
 fn udp_from_app(src_port: u16, to: SocketAddr, payload: &[u8]) -> Vec<u8> {
     let udp = UdpRepr {

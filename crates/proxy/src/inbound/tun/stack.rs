@@ -636,9 +636,19 @@ impl<D: PacketIo + Send + Sync + 'static> Stack<D> {
         if let Some(flow) = &mut conn.flow {
             let socket = conn.sockets.get_mut::<tcp::Socket<'_>>(conn.handle);
             pump(socket, flow);
+            let fin_up = flow.fin_up;
             // The second poll sends what the pump queued, an aborted socket's RST included.
             poll_conn(conn, &mut self.tx, self.shape, now);
-            open = conn.sockets.get::<tcp::Socket<'_>>(conn.handle).state() != tcp::State::Closed;
+            // TIME-WAIT (the inbound closed first) is over too once everything the application
+            // sent went up to the flow: both FINs are through and acknowledged. smoltcp would
+            // hold the socket, its slot of `max_tcp` and its buffers for 10 s more, to answer a
+            // FIN sent again after a lost ACK; on the device nothing is lost, and such a FIN
+            // would meet a reset, which ends the application's closed socket as well.
+            open = match conn.sockets.get::<tcp::Socket<'_>>(conn.handle).state() {
+                tcp::State::Closed => false,
+                tcp::State::TimeWait => !fin_up,
+                _ => true,
+            };
         }
         if let Some(at) = conn.deadline.take() {
             self.timers.remove(&(at, id));
@@ -844,6 +854,9 @@ fn pump(socket: &mut tcp::Socket<'_>, conn: &mut Flow) {
     }
     if conn.close_wanted && conn.pending.is_empty() && (!fin_received || conn.fin_up) {
         conn.close_wanted = false;
+        // The ACK of the application's FIN then goes out at once: the connection is dropped
+        // in TIME-WAIT (`Stack::step`), and a delayed ACK would go with it.
+        socket.set_ack_delay(None);
         socket.close();
     }
 }
