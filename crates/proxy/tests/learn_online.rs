@@ -131,9 +131,16 @@ async fn download_until_version_advances(bed: &Bed, limit: Duration) -> (u64, u6
     }
 }
 
+/// The torch tests one at a time: each stops the process's learners when it ends (they must be
+/// stopped before the process exits, `braid_proxy::train::stop_learners`), which would stop
+/// the other's too.
+#[cfg(feature = "torch")]
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[cfg(feature = "torch")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn falcon_model_version_advances_while_the_daemons_learn() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let bed = bed("learn-falcon", SchedulerKind::Falcon).await;
     let (start, end, downloads) =
         download_until_version_advances(&bed, Duration::from_secs(60)).await;
@@ -149,11 +156,14 @@ async fn falcon_model_version_advances_while_the_daemons_learn() {
             .all(|(name, v)| name == "falcon" && v.is_some()),
         "{client:?}"
     );
+    drop(bed);
+    braid_proxy::train::stop_learners();
 }
 
 #[cfg(feature = "torch")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edar_model_version_advances_while_the_daemons_learn() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let bed = bed("learn-edar", SchedulerKind::Edar).await;
     let (start, end, downloads) =
         download_until_version_advances(&bed, Duration::from_secs(60)).await;
@@ -162,6 +172,8 @@ async fn edar_model_version_advances_while_the_daemons_learn() {
         end > start,
         "edar's model version stayed at {start} over {downloads} downloads"
     );
+    drop(bed);
+    braid_proxy::train::stop_learners();
 }
 
 /// Without `torch` the daemons' configuration holds the shipped weights and no learner, and the

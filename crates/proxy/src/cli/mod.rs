@@ -83,8 +83,17 @@ pub fn main() -> ExitCode {
             out!("{}", scheduler_catalogue());
             ExitCode::SUCCESS
         }
-        Command::Client(args) => client::run(&args),
-        Command::Server(args) => server::run(&args),
+        // A daemon that stopped stops its online learners too, before the process exits.
+        Command::Client(args) => {
+            let code = client::run(&args);
+            crate::train::stop_learners();
+            code
+        }
+        Command::Server(args) => {
+            let code = server::run(&args);
+            crate::train::stop_learners();
+            code
+        }
         Command::Status(args) => status::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::Emu(args) => emu::run(&args),

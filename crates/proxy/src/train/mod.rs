@@ -51,6 +51,43 @@ pub(crate) fn process_learner<T>(
     .as_ref()
 }
 
+/// The process's learner threads ([`keep_until_stopped`]).
+#[cfg(feature = "torch")]
+static LEARNERS: std::sync::Mutex<Vec<braid_learners::Learner>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `learner` running until [`stop_learners`]. That must run before the process exits:
+/// a learner inside a training step while libtorch's exit-time destructors ran crashed the
+/// process (a SIGSEGV after a test binary's tests had all passed). An `atexit` handler cannot
+/// do it: libtorch registers some of its destructors lazily, after any handler braid could
+/// register, so they ran first and the joined learner's last step crashed every time.
+#[cfg(feature = "torch")]
+pub(crate) fn keep_until_stopped(learner: braid_learners::Learner) {
+    LEARNERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(learner);
+}
+
+/// Stops the process's online learners: each finishes its step and its thread is joined. The
+/// schedulers keep the last weights they took, and a learner stopped is not started again in
+/// this process. `braid client` and `braid server` call it once the daemon stopped; a no-op
+/// without learners (or without the feature `torch`).
+pub fn stop_learners() {
+    #[cfg(feature = "torch")]
+    {
+        let learners = std::mem::take(
+            &mut *LEARNERS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for learner in learners {
+            if let Err(error) = learner.stop() {
+                tracing::error!(%error, "learner ended badly");
+            }
+        }
+    }
+}
+
 /// Where shipped models live: `$BRAID_MODELS`, else `<repository>/models`.
 pub fn models_dir() -> PathBuf {
     match std::env::var_os("BRAID_MODELS") {

@@ -3,7 +3,7 @@
 //! DQN that starts from the shipped (pre-trained) weights and publishing each new network into
 //! the weight slot that every scheduler reads (latest wins, never waits).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use braid_learners::edar::train::{EdarDqn, EdarHyper};
 use braid_learners::torch::tch::{self, Device};
@@ -20,8 +20,6 @@ pub(super) struct Online {
     pub reader: SlotReader<EdarNetwork>,
     /// Where schedulers send their transitions.
     pub sender: ExperienceSender<EdarTransition>,
-    /// Kept so that the thread lives as long as the process.
-    _learner: Mutex<Learner>,
 }
 
 fn start() -> Result<Online, String> {
@@ -47,12 +45,10 @@ fn start() -> Result<Online, String> {
         min_batch: 8,
         ..LearnerConfig::default()
     };
-    let learner = Learner::spawn(config, receiver, writer, dqn).map_err(|e| e.to_string())?;
-    Ok(Online {
-        reader,
-        sender,
-        _learner: Mutex::new(learner),
-    })
+    crate::train::keep_until_stopped(
+        Learner::spawn(config, receiver, writer, dqn).map_err(|e| e.to_string())?,
+    );
+    Ok(Online { reader, sender })
 }
 
 /// The process's online learner, started on first use; `None` if it could not start.

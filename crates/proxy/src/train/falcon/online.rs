@@ -4,7 +4,7 @@
 //! the matching meta-model, fine-tunes it K = 16 steps and publishes the new policy into the
 //! weight slot that every scheduler reads (latest wins, never waits).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use braid_learners::falcon::train::{FalconHyper, FalconOnline};
 use braid_learners::torch::tch;
@@ -19,8 +19,6 @@ const QUEUE_CAPACITY: usize = 1 << 16;
 pub(super) struct Online {
     /// The schedulers' ends of the learner.
     pub link: FalconLink,
-    /// Kept so that the thread lives as long as the process.
-    _learner: Mutex<Learner>,
 }
 
 fn start() -> Result<Online, String> {
@@ -39,13 +37,14 @@ fn start() -> Result<Online, String> {
         min_batch: 1,
         ..LearnerConfig::default()
     };
-    let learner = Learner::spawn(config, receiver, writer, online).map_err(|e| e.to_string())?;
+    crate::train::keep_until_stopped(
+        Learner::spawn(config, receiver, writer, online).map_err(|e| e.to_string())?,
+    );
     Ok(Online {
         link: FalconLink {
             weights: reader,
             experience: sender,
         },
-        _learner: Mutex::new(learner),
     })
 }
 
