@@ -78,28 +78,23 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Schedulers => {
             out!("{}", scheduler_catalogue());
             ExitCode::SUCCESS
         }
-        // A daemon that stopped stops its online learners too, before the process exits.
-        Command::Client(args) => {
-            let code = client::run(&args);
-            crate::train::stop_learners();
-            code
-        }
-        Command::Server(args) => {
-            let code = server::run(&args);
-            crate::train::stop_learners();
-            code
-        }
+        Command::Client(args) => client::run(&args),
+        Command::Server(args) => server::run(&args),
         Command::Status(args) => status::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::Emu(args) => emu::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Train(args) => train::run(&args),
-    }
+    };
+    // Online learners (a daemon's, or one that reading a learned `[scheduler]` for `--check`
+    // started) stop before the process exits (`train::stop_learners`).
+    crate::train::stop_learners();
+    code
 }
 
 /// Writes `args` to standard output and flushes it; `false` when that failed (see [`out!`]).
