@@ -70,8 +70,9 @@ pub(crate) fn keep_until_stopped(learner: braid_learners::Learner) {
 
 /// Stops the process's online learners: each finishes its step and its thread is joined. The
 /// schedulers keep the last weights they took, and a learner stopped is not started again in
-/// this process. `braid client` and `braid server` call it once the daemon stopped; a no-op
-/// without learners (or without the feature `torch`).
+/// this process. `braid` calls it after every command (a daemon stopped, a `--check` done); a
+/// program that runs the daemons of this library with `torch` calls it before it exits. A
+/// no-op without learners (or without the feature `torch`).
 pub fn stop_learners() {
     #[cfg(feature = "torch")]
     {
