@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use daemon_common::{UdpAssociation, pair, pattern, sha256, socks_connect, udp_echo};
+use daemon_common::{UdpAssociation, flows_open, pair, pattern, sha256, socks_connect, udp_echo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -148,20 +148,6 @@ async fn flow(socks: SocketAddr, origin: SocketAddr, kind: usize, n: usize) {
         // Connected and closed without a byte either way.
         _ => {}
     }
-}
-
-/// Reads both daemons' open flows.
-async fn flows_open(
-    server: &braid_proxy::daemon::ServerHandle,
-    client: &braid_proxy::daemon::ClientHandle,
-) -> (usize, usize) {
-    let count = |s: braid_proxy::transport::DaemonStatus| {
-        s.sessions
-            .iter()
-            .map(|x| x.counters.flows_open)
-            .sum::<usize>()
-    };
-    (count(server.status().await), count(client.status().await))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

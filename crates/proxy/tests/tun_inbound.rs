@@ -662,13 +662,7 @@ async fn connections_ended_every_way_free_their_flows_and_slots() {
     let (server, client, _) = &keep._peers;
     let mut open = (usize::MAX, usize::MAX);
     for _ in 0..100 {
-        let count = |s: braid_proxy::transport::DaemonStatus| {
-            s.sessions
-                .iter()
-                .map(|x| x.counters.flows_open)
-                .sum::<usize>()
-        };
-        open = (count(server.status().await), count(client.status().await));
+        open = flows_open(server, client).await;
         if open == (0, 0) {
             break;
         }

@@ -76,16 +76,13 @@ pub(crate) fn keep_until_stopped(learner: braid_learners::Learner) {
 pub fn stop_learners() {
     #[cfg(feature = "torch")]
     {
-        let learners = std::mem::take(
+        // Dropping a learner stops it and joins its thread (`Learner`'s `Drop`, which logs a
+        // learner that ended badly).
+        drop(std::mem::take(
             &mut *LEARNERS
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        for learner in learners {
-            if let Err(error) = learner.stop() {
-                tracing::error!(%error, "learner ended badly");
-            }
-        }
+        ));
     }
 }
 

@@ -119,6 +119,17 @@ pub async fn pair_with(
     (server, client)
 }
 
+/// The flows open at `server` and at `client`, over all their sessions.
+pub async fn flows_open(server: &ServerHandle, client: &ClientHandle) -> (usize, usize) {
+    let count = |s: braid_proxy::transport::DaemonStatus| {
+        s.sessions
+            .iter()
+            .map(|x| x.counters.flows_open)
+            .sum::<usize>()
+    };
+    (count(server.status().await), count(client.status().await))
+}
+
 /// Deterministic test bytes.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     let mut x = u32::from(seed).wrapping_mul(2_654_435_761) | 1;
