@@ -733,6 +733,77 @@ async fn the_client_s_floor_for_backups_governs_the_server_s_session_too() {
     assert!(table.contains("backups help below 8.0 Mb/s"), "{table}");
 }
 
+/// A link's own congestion controller (`[[link]] congestion`) runs on both ends of its path:
+/// the client's at once, the server's once the client said so; a reload takes it back in place
+/// (the path keeps its connection) and the server's path follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_s_own_congestion_controller_runs_on_both_ends_of_its_path() {
+    use braid_proxy::session::congestion::CongestionAlgorithm;
+    let name = "link-congestion";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut config = client_config(name, &server, 2, KEY);
+    config.links[1].congestion = Some(CongestionAlgorithm::Bbr);
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    // Each path's controller by id, once the server's session has both paths.
+    async fn controllers(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, String)> {
+        let mut paths: Vec<_> = status
+            .sessions
+            .first()
+            .map(|s| s.paths.iter().map(|p| (p.id, p.congestion.clone())).collect())
+            .unwrap_or_default();
+        paths.sort();
+        paths
+    }
+    async fn wait_for(server: &braid_proxy::daemon::ServerHandle, want: &[(u8, &str)]) {
+        let want: Vec<(u8, String)> = want.iter().map(|&(i, c)| (i, c.to_owned())).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = controllers(server.status().await).await;
+            if got == want {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "server paths {got:?}, want {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let want = [(0, "cubic"), (1, "bbr")];
+    wait_for(&server, &want).await;
+    let status = client.status().await;
+    assert_eq!(
+        controllers(status.clone()).await,
+        want.map(|(i, c)| (i, c.to_owned()))
+    );
+    assert_eq!(status.sessions[0].congestion, "cubic");
+    let table = status.to_table();
+    assert!(table.contains("congestion bbr (the link's own)"), "{table}");
+    let table = server.status().await.to_table();
+    assert!(table.contains("congestion bbr (the link's own)"), "{table}");
+    let remote = |s: braid_proxy::transport::DaemonStatus| {
+        s.sessions[0]
+            .paths
+            .iter()
+            .find(|p| p.id == 1)
+            .map(|p| p.remote.clone())
+    };
+    let before = remote(server.status().await);
+    // Taken back by a reload: in place, and the server's path runs its own again.
+    config.links[1].congestion = None;
+    assert_eq!(client.reload(config).await.links.updated, ["link1"]);
+    wait_for(&server, &[(0, "cubic"), (1, "cubic")]).await;
+    assert_eq!(remote(server.status().await), before, "kept its connection");
+}
+
 /// A flow whose peer's FIN comes alone, after its last bytes were read and after this side's
 /// own FIN was acknowledged: the session forgets the flow as that FIN arrives (both directions
 /// are over), before the reader was handed the end. The reader must still get `Finished` (it

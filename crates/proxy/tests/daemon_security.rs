@@ -38,11 +38,14 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
     use braid_proxy::transport::join::{
-        JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_BACKUP_FLOOR, JOIN_OK_CREATED, JOIN_OK_DATAGRAM_LIMIT,
-        JOIN_OK_FRAGMENTS, JOIN_OK_PING, JOIN_OK_SESSION_NEWS, JOIN_REFUSED, PeerKnows,
+        ANSWER2_PATH_CONGESTION, JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_BACKUP_FLOOR, JOIN_OK_CREATED,
+        JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_OK_PING, JOIN_OK_SESSION_NEWS,
+        JOIN_REFUSED, PeerKnows,
     };
     let refusal = raw_join_answer(&server, [0x13; 32], PeerKnows::ALL, [1; 16]).await;
     assert_eq!(refusal, vec![JOIN_REFUSED]);
+    let refusal = raw_join_answer_2(&server, [0x13; 32], PeerKnows::ALL, [1; 16], true).await;
+    assert_eq!(refusal, vec![JOIN_REFUSED], "a refusal has no second byte");
     // A client that does not say it reassembles DATAGRAM_FRAGMENT frames, may send
     // PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether its join
     // started the session or knows BACKUP_FLOOR (an older one) gets the old answer; one that
@@ -85,18 +88,33 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     };
     let started = raw_join_answer(&server, KEY, unasked, [3; 16]).await;
     assert_eq!(started, vec![unasked.bits()]);
+    // A client that reads a second answer byte (flag bit 6) gets one: the server knows
+    // PATH_CONGESTION.
+    let second = raw_join_answer_2(&server, KEY, PeerKnows::ALL, [2; 16], true).await;
+    assert_eq!(second, vec![all, ANSWER2_PATH_CONGESTION]);
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);
 }
 
-/// Connects once, sends a JOIN under `key` (saying what it knows: `knows`), returns the
-/// server's whole answer.
+/// Connects once, sends a JOIN under `key` (saying what it knows: `knows`; not that it reads
+/// a second answer byte, as an older client), returns the server's whole answer.
 async fn raw_join_answer(
     server: &braid_proxy::daemon::ServerHandle,
     key: [u8; 32],
     knows: braid_proxy::transport::join::PeerKnows,
     session_id: [u8; 16],
+) -> Vec<u8> {
+    raw_join_answer_2(server, key, knows, session_id, false).await
+}
+
+/// [`raw_join_answer`], saying whether the client reads a second answer byte.
+async fn raw_join_answer_2(
+    server: &braid_proxy::daemon::ServerHandle,
+    key: [u8; 32],
+    knows: braid_proxy::transport::join::PeerKnows,
+    session_id: [u8; 16],
+    second_answer_byte: bool,
 ) -> Vec<u8> {
     use braid_proxy::transport::join::{EXPORTER_LABEL, Join, compute_mac};
     use braid_sched_core::PathId;
@@ -122,6 +140,7 @@ async fn raw_join_answer(
         tier: braid_proxy::session::Tier::Primary,
         weight: 1,
         knows,
+        second_answer_byte,
         link_name: "raw".into(),
         mac: compute_mac(&key, &exporter, &session_id, PathId(0)),
     };

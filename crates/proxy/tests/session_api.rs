@@ -1128,3 +1128,77 @@ fn a_quiet_session_sends_one_heartbeat_per_keepalive_and_finds_a_dark_path() {
     let now = h.now();
     assert!(!h.client().is_quiet(now) && !h.server().is_quiet(now));
 }
+
+/// A client's link with a congestion controller of its own: the client's path runs it at once,
+/// the server's (what it sends on that path) once PATH_CONGESTION is in, and only towards a
+/// server that said it knows the frame. A reload of the server's controller leaves that path
+/// alone; the link's choice taken back hands the path to the server's again; the server keeps
+/// the choice for the path's next join; an older PATH_CONGESTION (lower sequence number) is
+/// ignored, and a client ignores the frame.
+#[test]
+fn a_link_s_own_congestion_controller_reaches_the_server() {
+    use braid_proxy::session::Session;
+    use braid_proxy::session::congestion::CongestionAlgorithm::{Bbr, Cubic, NewReno};
+    fn runs(s: &Session, p: u8) -> braid_proxy::session::congestion::CongestionAlgorithm {
+        s.path_controller(PathId(p)).unwrap().algorithm()
+    }
+    let mut h = two_paths();
+    let mut until = 0.0;
+    let mut run = |h: &mut Harness| {
+        until += 0.5;
+        h.run_until(secs(until), |_| {});
+    };
+    // A server that has not said it knows the frame is sent none.
+    h.client().set_path_congestion(PathId(1), Some(Bbr));
+    h.client().announce_path_congestion(PathId(1));
+    run(&mut h);
+    assert_eq!((runs(h.client(), 0), runs(h.client(), 1)), (Cubic, Bbr));
+    assert_eq!((runs(h.server(), 0), runs(h.server(), 1)), (Cubic, Cubic));
+    h.client().set_peer_knows_path_congestion(true);
+    h.client().announce_path_congestion(PathId(1));
+    run(&mut h);
+    assert_eq!((runs(h.server(), 0), runs(h.server(), 1)), (Cubic, Bbr));
+    assert_eq!(h.server().path_congestion(PathId(1)), Some(Bbr));
+    // The server's reload moves the other path only.
+    h.server().set_congestion(NewReno);
+    assert_eq!((runs(h.server(), 0), runs(h.server(), 1)), (NewReno, Bbr));
+    // Taken back: each end's own controller again.
+    h.client().set_path_congestion(PathId(1), None);
+    h.client().announce_path_congestion(PathId(1));
+    run(&mut h);
+    assert_eq!((runs(h.client(), 1), runs(h.server(), 1)), (Cubic, NewReno));
+    // Kept by path id: a later join of the path starts with it.
+    h.client().set_path_congestion(PathId(1), Some(Bbr));
+    h.client().announce_path_congestion(PathId(1));
+    run(&mut h);
+    let now = h.now();
+    h.server().remove_path(PathId(1), now).unwrap();
+    h.server()
+        .add_path(PathId(1), PathConfig::default(), now)
+        .unwrap();
+    assert_eq!(runs(h.server(), 1), Bbr);
+    // An older frame (sequence 1; the client has sent three) changes nothing, a newer one does.
+    let stale = Frame::PathCongestion {
+        path: PathId(1),
+        algorithm: Some(Cubic),
+        seq: 1,
+    };
+    h.server()
+        .handle_datagram(PathId(0), &packet(&[stale], 1 << 20), now)
+        .unwrap();
+    assert_eq!(runs(h.server(), 1), Bbr);
+    let newer = Frame::PathCongestion {
+        path: PathId(1),
+        algorithm: Some(Cubic),
+        seq: 1 << 30,
+    };
+    h.server()
+        .handle_datagram(PathId(0), &packet(&[newer], (1 << 20) + 1), now)
+        .unwrap();
+    assert_eq!(runs(h.server(), 1), Cubic);
+    // A client takes no orders.
+    h.client()
+        .handle_datagram(PathId(0), &packet(&[newer], 1 << 20), now)
+        .unwrap();
+    assert_eq!(runs(h.client(), 1), Bbr);
+}

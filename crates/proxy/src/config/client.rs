@@ -49,6 +49,10 @@ pub struct LinkConfig {
     pub tier: Tier,
     /// Optional upstream rate cap, Mbit/s.
     pub rate_cap_mbps: Option<f64>,
+    /// The link's own congestion controller, for both directions: the client's uploads on it,
+    /// and (told by PATH_CONGESTION) the server's downloads (`None`: each end's
+    /// `[session] congestion`).
+    pub congestion: Option<crate::session::congestion::CongestionAlgorithm>,
     /// How long after the server stopped answering on this link (an outage) the link keeps
     /// looking for it about once a second ([`crate::transport::client::HANDSHAKE_RESTART`]);
     /// afterwards it tries once every [`crate::transport::client::BACKOFF_MAX`]. Zero: never.
@@ -220,6 +224,7 @@ struct RawLink {
     #[serde(default = "primary")]
     tier: String,
     rate_cap_mbps: Option<f64>,
+    congestion: Option<String>,
     /// Wider than the range it must fall in, so an out-of-range value is refused by name.
     fast_rejoin_s: Option<i64>,
 }
@@ -562,6 +567,17 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
             cap,
         ));
     }
+    let congestion = match &raw.congestion {
+        None => None,
+        Some(name) => Some(name.parse().map_err(|_| {
+            invalid(
+                file,
+                field("congestion"),
+                "\"cubic\", \"newreno\", \"bbr\", \"lia\" or \"olia\"",
+                name,
+            )
+        })?),
+    };
     let fast_rejoin = match raw.fast_rejoin_s {
         None => DEFAULT_FAST_REJOIN,
         Some(s) => u64::try_from(s)
@@ -586,6 +602,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         weight,
         tier,
         rate_cap_mbps: raw.rate_cap_mbps,
+        congestion,
         fast_rejoin,
     })
 }
@@ -647,6 +664,10 @@ mod tests {
             (
                 "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nrate_cap_mbps = -1.0\n",
                 "link[1].rate_cap_mbps",
+            ),
+            (
+                "[[link]]\nname = \"lte\"\nserver = \"h:1\"\ncongestion = \"vegas\"\n",
+                "link[1].congestion: expected \"cubic\", \"newreno\", \"bbr\", \"lia\" or \"olia\", got \"vegas\"",
             ),
             (
                 "[[link]]\nname = \"lte\"\nserver = \"h:1\"\nweight = 70000\n",

@@ -1,5 +1,5 @@
 //! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS, PATH_ABANDON, DATAGRAM_LIMIT,
-//! BACKUP_FLOOR) that ride in packets after the data frame. They are queued once
+//! BACKUP_FLOOR, PATH_CONGESTION) that ride in packets after the data frame. They are queued once
 //! ([`super::Session::push_control`]), written with their value at the time of sending, and
 //! queued again when the packet carrying them is lost.
 
@@ -105,6 +105,14 @@ impl Session {
             Control::BackupFloor => Frame::BackupFloor {
                 rate: self.config.backup_below_rate,
             },
+            Control::PathCongestion(p) => {
+                self.path_congestion_seq += 1;
+                Frame::PathCongestion {
+                    path: p,
+                    algorithm: self.path_congestion[p.index()],
+                    seq: self.path_congestion_seq,
+                }
+            }
         };
         // A frame that does not fit leaves the writer unusable; the size was checked above.
         frame.encode(w).is_ok()

@@ -12,6 +12,7 @@ pub use super::ack::{AckFields, AckFrame, AckRanges, encode_ack};
 use super::ack::{ReportLayout, decode_ack, write_ack_head, write_report};
 use super::error::FrameError;
 use super::varint::{Reader, Writer, varint_len};
+use super::congestion::CongestionAlgorithm;
 
 /// The protocol version this build speaks (first byte of every packet).
 pub const VERSION: u8 = 1;
@@ -60,6 +61,8 @@ pub mod kind {
     pub const DATAGRAM_LIMIT: u64 = 0x12;
     /// BACKUP_FLOOR (the rate below which the receiver's busy primaries let backups help).
     pub const BACKUP_FLOOR: u64 = 0x13;
+    /// PATH_CONGESTION (the congestion controller the client chose for one of its links).
+    pub const PATH_CONGESTION: u64 = 0x14;
 }
 
 /// The largest BACKUP_FLOOR rate a decoder takes, bytes per second: 100,000 Mbit/s, the largest
@@ -261,6 +264,19 @@ pub enum Frame<'a> {
         /// Bytes per second, at most [`MAX_BACKUP_FLOOR`].
         rate: u64,
     },
+    /// The congestion controller the sender (a client) chose for its link on `path`, for what
+    /// the receiver sends on that path; `None`: the receiver's own choice. The highest `seq`
+    /// wins. Sent by a client whose link sets `congestion` (again after each join of the path,
+    /// and when a reload changes it), only to a server that said in the JOIN exchange that it
+    /// knows the frame; a client ignores one.
+    PathCongestion {
+        /// The path.
+        path: PathId,
+        /// The controller (`None`: the receiver's `[session] congestion`).
+        algorithm: Option<CongestionAlgorithm>,
+        /// Sequence number; the highest wins.
+        seq: u64,
+    },
     /// Closes the session.
     Close {
         /// Error code (0: normal).
@@ -359,6 +375,19 @@ impl<'a> Frame<'a> {
                     });
                 }
             },
+            kind::PATH_CONGESTION => Frame::PathCongestion {
+                path: decode_path(r, "path congestion path")?,
+                algorithm: match r.u8("path congestion algorithm")? {
+                    0 => None,
+                    code => Some(congestion_algorithm(code).ok_or(
+                        FrameError::ValueTooLarge {
+                            field: "path congestion algorithm",
+                            value: u64::from(code),
+                        },
+                    )?),
+                },
+                seq: r.varint("path congestion seq")?,
+            },
             kind::CLOSE => decode_close(r)?,
             other => return Err(FrameError::UnknownFrameType(other)),
         })
@@ -430,6 +459,16 @@ impl<'a> Frame<'a> {
             Frame::BackupFloor { rate } => {
                 w.varint(kind::BACKUP_FLOOR)?;
                 w.varint(rate)
+            }
+            Frame::PathCongestion {
+                path,
+                algorithm,
+                seq,
+            } => {
+                w.varint(kind::PATH_CONGESTION)?;
+                w.u8(path.0)?;
+                w.u8(algorithm.map_or(0, congestion_code))?;
+                w.varint(seq)
             }
             Frame::Close { code, reason } => {
                 let reason = truncate_text(reason, MAX_REASON_LEN);
@@ -557,6 +596,24 @@ fn truncate_text(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// PATH_CONGESTION's code of `algorithm` (0 is "the receiver's own").
+pub fn congestion_code(algorithm: CongestionAlgorithm) -> u8 {
+    match algorithm {
+        CongestionAlgorithm::NewReno => 1,
+        CongestionAlgorithm::Cubic => 2,
+        CongestionAlgorithm::Bbr => 3,
+        CongestionAlgorithm::Lia => 4,
+        CongestionAlgorithm::Olia => 5,
+    }
+}
+
+/// The algorithm of a PATH_CONGESTION code other than 0; `None` for a code no build sends.
+fn congestion_algorithm(code: u8) -> Option<CongestionAlgorithm> {
+    CongestionAlgorithm::ALL
+        .into_iter()
+        .find(|&a| congestion_code(a) == code)
 }
 
 pub(crate) fn decode_path(r: &mut Reader<'_>, field: &'static str) -> Result<PathId, FrameError> {

@@ -118,6 +118,16 @@ fn samples() -> Vec<Frame<'static>> {
         Frame::BackupFloor {
             rate: MAX_BACKUP_FLOOR,
         },
+        Frame::PathCongestion {
+            path: PathId(0),
+            algorithm: None,
+            seq: 1,
+        },
+        Frame::PathCongestion {
+            path: PathId(15),
+            algorithm: Some(CongestionAlgorithm::Olia),
+            seq: (1 << 62) - 1,
+        },
         Frame::Close {
             code: 0,
             reason: "bye",
@@ -411,6 +421,20 @@ fn malformed_frames_are_typed_errors() {
                 value: MAX_BACKUP_FLOOR + 1,
             },
         ),
+        (
+            &[kind::PATH_CONGESTION as u8, 16, 3, 1],
+            FrameError::ValueTooLarge {
+                field: "path congestion path",
+                value: 16,
+            },
+        ),
+        (
+            &[kind::PATH_CONGESTION as u8, 1, 6, 1],
+            FrameError::ValueTooLarge {
+                field: "path congestion algorithm",
+                value: 6,
+            },
+        ),
         // ACK whose first range runs below zero.
         (
             &[kind::ACK as u8, 0, 5, 0, 0, 0, 6],
@@ -604,4 +628,15 @@ fn the_longest_open_takes_max_open_len_bytes() {
     open.encode(&mut w).unwrap();
     assert_eq!(w.len(), MAX_OPEN_LEN);
     assert_eq!(open_len(flow, target), MAX_OPEN_LEN);
+}
+
+#[test]
+fn path_congestion_carries_every_algorithm() {
+    for algorithm in CongestionAlgorithm::ALL.into_iter().map(Some).chain([None]) {
+        round_trip(Frame::PathCongestion {
+            path: PathId(2),
+            algorithm,
+            seq: 7,
+        });
+    }
 }

@@ -232,6 +232,16 @@ pub struct Session {
     peer_datagram_limit: Option<usize>,
     /// BACKUP_FLOOR was queued ([`Session::announce_backup_floor`]).
     backup_floor_announced: bool,
+    /// Each path's own congestion controller, where it has one ([`Session::set_path_congestion`];
+    /// `None`: the session's). A client's comes from its link; a server's from the client's
+    /// PATH_CONGESTION. Kept by path id, for the path's later joins too.
+    path_congestion: [Option<congestion::CongestionAlgorithm>; MAX_PATHS],
+    /// The peer knows PATH_CONGESTION ([`Session::set_peer_knows_path_congestion`]).
+    peer_knows_path_congestion: bool,
+    /// The last PATH_CONGESTION sequence number written.
+    path_congestion_seq: u64,
+    /// The highest PATH_CONGESTION sequence number taken, per path.
+    peer_path_congestion_seq: [u64; MAX_PATHS],
     /// Datagrams cut into fragments ([`Session::datagrams_split`]).
     datagrams_split: u64,
     /// Datagrams put back together from fragments ([`Session::datagrams_reassembled`]).
@@ -306,6 +316,10 @@ impl Session {
             datagram_limit_announced: false,
             peer_datagram_limit: None,
             backup_floor_announced: false,
+            path_congestion: [None; MAX_PATHS],
+            peer_knows_path_congestion: false,
+            path_congestion_seq: 0,
+            peer_path_congestion_seq: [0; MAX_PATHS],
             datagrams_split: 0,
             datagrams_reassembled: 0,
             packets_refused: 0,
@@ -380,7 +394,10 @@ impl Session {
         config
             .validate()
             .map_err(|source| PathError::Config { path: id, source })?;
-        let path = Path::new(id, config, &self.config, now);
+        let mut path = Path::new(id, config, &self.config, now);
+        if let Some(algorithm) = self.path_congestion[id.index()] {
+            path.set_congestion(algorithm);
+        }
         let state = path.state;
         *slot = Some(path);
         // Packet numbers start again at 0 on a (re)joined path.
@@ -520,7 +537,8 @@ impl Session {
     }
 
     /// Switches every path's congestion controller to `algorithm` (a daemon's reload), and the
-    /// paths that join later. Each path's new controller continues from the old one's window
+    /// paths that join later, but for those with a controller of their own
+    /// ([`Session::set_path_congestion`]). Each path's new controller continues from the old one's window
     /// and slow-start threshold (`AnyController::take_over`; BBR alone starts from the initial
     /// window and measures its model afresh), with the bytes already in flight counted against
     /// it; its RTT estimates, packets in flight and delivery-rate state are kept, and so are the
@@ -530,8 +548,58 @@ impl Session {
             return;
         }
         self.config.congestion.algorithm = algorithm;
-        for path in self.paths[..self.path_end].iter_mut().flatten() {
+        for (i, slot) in self.paths[..self.path_end].iter_mut().enumerate() {
+            if let Some(path) = slot
+                && self.path_congestion[i].is_none()
+            {
+                path.set_congestion(algorithm);
+            }
+        }
+    }
+
+    /// Gives path `id` a congestion controller of its own (`None`: the session's again), now if
+    /// it has joined, else when it does, and at each later join under that id. The switch
+    /// continues from the old controller's window as [`Session::set_congestion`]'s does; nothing
+    /// changes when the path already runs it. A client calls it with its link's choice before
+    /// the path joins and on a reload ([`Session::announce_path_congestion`] tells the server);
+    /// a server takes the client's PATH_CONGESTION so.
+    pub fn set_path_congestion(
+        &mut self,
+        id: PathId,
+        algorithm: Option<congestion::CongestionAlgorithm>,
+    ) {
+        let Some(own) = self.path_congestion.get_mut(id.index()) else {
+            return;
+        };
+        *own = algorithm;
+        let algorithm = algorithm.unwrap_or(self.config.congestion.algorithm);
+        if let Some(path) = self.paths[id.index()].as_mut()
+            && path.cc.algorithm() != algorithm
+        {
             path.set_congestion(algorithm);
+        }
+    }
+
+    /// Path `id`'s own congestion controller, if it has one ([`Session::set_path_congestion`]).
+    pub fn path_congestion(&self, id: PathId) -> Option<congestion::CongestionAlgorithm> {
+        self.path_congestion.get(id.index()).copied().flatten()
+    }
+
+    /// Whether the server knows PATH_CONGESTION (the client learns it in each path's JOIN
+    /// exchange); [`Session::announce_path_congestion`] sends it only then.
+    pub fn set_peer_knows_path_congestion(&mut self, yes: bool) {
+        self.peer_knows_path_congestion = yes;
+    }
+
+    /// Tells the server the controller this client chose for path `id`'s link (its own, or
+    /// `None`: the server's), so that what the server sends on the path runs it too
+    /// (PATH_CONGESTION): call it after the path joined (each join) when the link chose one,
+    /// and when a reload changed the choice. Only a client whose server knows the frame sends
+    /// it; other calls do nothing.
+    pub fn announce_path_congestion(&mut self, id: PathId) {
+        if self.role == Role::Client && self.peer_knows_path_congestion && id.index() < MAX_PATHS
+        {
+            self.push_control(Control::PathCongestion(id));
         }
     }
 

@@ -193,6 +193,18 @@ impl Session {
                     self.set_backup_floor(rate);
                 }
             }
+            // Likewise the controller of what this end sends on one of the client's links.
+            Frame::PathCongestion {
+                path,
+                algorithm,
+                seq,
+            } => {
+                let last = &mut self.peer_path_congestion_seq[path.index()];
+                if self.role == Role::Server && seq > *last {
+                    *last = seq;
+                    self.set_path_congestion(path, algorithm);
+                }
+            }
             Frame::Close { code, .. } => self.finish_close(code, true),
         }
         Ok(())
@@ -324,7 +336,8 @@ impl Session {
                 | Control::PathStatus(_)
                 | Control::PathAbandon(_)
                 | Control::DatagramLimit
-                | Control::BackupFloor => {}
+                | Control::BackupFloor
+                | Control::PathCongestion(_) => {}
             }
         }
     }

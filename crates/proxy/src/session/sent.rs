@@ -30,6 +30,9 @@ pub(crate) enum Control {
     DatagramLimit,
     /// BACKUP_FLOOR: this end's `backup_below_rate` (`Session::announce_backup_floor`).
     BackupFloor,
+    /// PATH_CONGESTION: the controller this end (a client) chose for a path's link
+    /// (`Session::announce_path_congestion`).
+    PathCongestion(PathId),
 }
 
 /// The data frame a packet carried.

@@ -248,12 +248,14 @@ impl LinkChanges {
     }
 }
 
-/// Whether `old` and `new` differ in nothing but the tier, the rate cap and how long the link
-/// rejoins fast: the first two a joined path takes in place, the last the link's next attempt.
+/// Whether `old` and `new` differ in nothing but the tier, the rate cap, the congestion
+/// controller and how long the link rejoins fast: the first three a joined path takes in place,
+/// the last the link's next attempt.
 fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
     *old == LinkConfig {
         tier: old.tier,
         rate_cap_mbps: old.rate_cap_mbps,
+        congestion: old.congestion,
         fast_rejoin: old.fast_rejoin,
         ..new.clone()
     }
@@ -264,13 +266,15 @@ fn rate_cap(link: &LinkConfig) -> Option<u64> {
     link.rate_cap_mbps.map(|m| (m * 1e6 / 8.0) as u64)
 }
 
-/// The command that gives the path of `link` its tier and rate cap, on connection `conn`.
+/// The command that gives the path of `link` its tier, rate cap and congestion controller, on
+/// connection `conn`.
 fn update_command(id: PathId, conn: &quinn::Connection, link: &LinkConfig) -> Command {
     Command::UpdatePath {
         id,
         conn: conn.stable_id(),
         tier: link.tier,
         rate_cap: rate_cap(link),
+        congestion: link.congestion,
     }
 }
 
@@ -598,12 +602,14 @@ async fn run_link(
                     config,
                     name: link.name.clone(),
                     peer,
+                    congestion: link.congestion,
+                    peer_knows_path_congestion: answer.path_congestion,
                 };
                 if session.commands.send(attach).await.is_err() {
                     return;
                 }
                 info!(link = %link.name, remote = %conn.remote_address(), "link joined");
-                // A reload that changed the tier or rate cap since the attempt began saw the
+                // A reload that changed the tier, rate cap or controller since the attempt began saw the
                 // path not joined yet and left the news to this task.
                 let now = ctx.update(id, generation, |slot| {
                     slot.joined = true;
@@ -611,7 +617,8 @@ async fn run_link(
                     slot.config.clone()
                 });
                 if let Some(now) = now
-                    && (now.tier, now.rate_cap_mbps) != (link.tier, link.rate_cap_mbps)
+                    && (now.tier, now.rate_cap_mbps, now.congestion)
+                        != (link.tier, link.rate_cap_mbps, link.congestion)
                 {
                     let _ = session.commands.send(update_command(id, &conn, &now)).await;
                 }
@@ -869,6 +876,7 @@ async fn join(
         tier: link.tier,
         weight: link.weight,
         knows: PeerKnows::ALL,
+        second_answer_byte: true,
         link_name: link.name.clone(),
         mac: compute_mac(&ctx.config.key, &exporter, session_id, path),
     };

@@ -4,14 +4,16 @@
 //! [`JOIN_OK_PING`], [`JOIN_OK_SESSION_NEWS`] and [`JOIN_OK_BACKUP_FLOOR`] for what both ends
 //! know, and
 //! [`JOIN_OK_CREATED`] when the join started the session: [`answer`], [`parse_answer`]) or
-//! [`JOIN_REFUSED`], then closes a refused connection.
+//! [`JOIN_REFUSED`], then closes a refused connection. To a JOIN with flag bit 6
+//! ([`FLAG_SECOND_ANSWER_BYTE`]) an accepted join's answer has a second byte, the bits of what
+//! else the server knows ([`ANSWER2_PATH_CONGESTION`]).
 //!
 //! ```text
 //! JOIN = version u8 (1) | user_len u8 | user | session_id [16] | path_id u8 | flags u8
 //!        (bit 0: backup tier; bit 1: reassembles DATAGRAM_FRAGMENT; bit 2: may send
 //!        PATH_ABANDON; bit 3: knows DATAGRAM_LIMIT; bit 4: opens ping flows; bit 5: wants to
-//!        hear whether the join started the session; bit 7: knows BACKUP_FLOOR; other bits
-//!        ignored)
+//!        hear whether the join started the session; bit 6: reads a second answer byte;
+//!        bit 7: knows BACKUP_FLOOR; other bits ignored)
 //!        | weight u16 (big endian) | name_len u8 | link name | mac [32]
 //! mac  = HMAC-SHA256(user key, "braid-join-v1" | exporter | session_id | path_id)
 //! exporter = TLS exporter of this connection, label "EXPORTER-braid-join", no context, 32 bytes
@@ -63,6 +65,16 @@ pub const JOIN_OK_CREATED: u8 = 64;
 /// session). Combined with the others; an older server answers without it, and a client that
 /// did not set the bit is never sent it.
 pub const JOIN_OK_BACKUP_FLOOR: u8 = 128;
+
+/// JOIN flag bit 6: the client reads a second byte of an accepted join's answer. The answer's
+/// first byte has no bit left (bit 6 is [`JOIN_OK_CREATED`]); the second carries what else the
+/// server knows. A server that does not know this bit (an older one) answers one byte, and the
+/// client reads the answer to the stream's end, so it tells the two apart.
+pub const FLAG_SECOND_ANSWER_BYTE: u8 = 64;
+/// The second answer byte's bit 0: the server knows the PATH_CONGESTION frame (it runs the
+/// controller the client chose for a link on what it sends on that link's path). The other
+/// bits are for later: a server sets none, a client ignores them.
+pub const ANSWER2_PATH_CONGESTION: u8 = 1;
 
 /// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 5 and
 /// 7 (the client's word) and the answer's bits of the same values (the server's).
@@ -123,14 +135,20 @@ impl PeerKnows {
 
 /// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
 /// said it knows (the server knows them all), and [`JOIN_OK_CREATED`] when the join `created`
-/// the session and the client asked to hear it.
-pub fn answer(join: &Join, created: bool) -> u8 {
+/// the session and the client asked to hear it; then, to a client that reads one
+/// ([`Join::second_answer_byte`]), the second byte: [`ANSWER2_PATH_CONGESTION`].
+pub fn answer(join: &Join, created: bool) -> Vec<u8> {
     let created = if created && join.knows.session_news {
         JOIN_OK_CREATED
     } else {
         0
     };
-    JOIN_OK | join.knows.bits() | created
+    let first = JOIN_OK | join.knows.bits() | created;
+    if join.second_answer_byte {
+        vec![first, ANSWER2_PATH_CONGESTION]
+    } else {
+        vec![first]
+    }
 }
 
 /// What an accepted join's answer says.
@@ -140,22 +158,28 @@ pub struct JoinAnswer {
     pub knows: PeerKnows,
     /// The join started the session ([`JOIN_OK_CREATED`]).
     pub created: bool,
+    /// The server knows PATH_CONGESTION ([`ANSWER2_PATH_CONGESTION`]).
+    pub path_congestion: bool,
 }
 
-/// What the server's answer says, for a join; `None` for [`JOIN_REFUSED`] or anything else
-/// (an answer of [`JOIN_OK_CREATED`] without [`JOIN_OK_SESSION_NEWS`] too).
+/// What the server's answer says, for a join with [`FLAG_SECOND_ANSWER_BYTE`] (its second
+/// byte comes from a server that knows the bit; an older one sends the first alone); `None` for
+/// [`JOIN_REFUSED`] or anything else (an answer of [`JOIN_OK_CREATED`] without
+/// [`JOIN_OK_SESSION_NEWS`] too, or more than two bytes).
 pub fn parse_answer(answer: &[u8]) -> Option<JoinAnswer> {
-    match *answer {
-        [a] if a & !(PeerKnows::ALL.bits() | JOIN_OK_CREATED) == JOIN_OK
-            && (a & JOIN_OK_CREATED == 0 || a & JOIN_OK_SESSION_NEWS != 0) =>
-        {
-            Some(JoinAnswer {
-                knows: PeerKnows::from_bits(a),
-                created: a & JOIN_OK_CREATED != 0,
-            })
-        }
-        _ => None,
-    }
+    let (&a, second) = answer.split_first()?;
+    let second = match *second {
+        [] => 0,
+        [b] => b,
+        _ => return None,
+    };
+    (a & !(PeerKnows::ALL.bits() | JOIN_OK_CREATED) == JOIN_OK
+        && (a & JOIN_OK_CREATED == 0 || a & JOIN_OK_SESSION_NEWS != 0))
+        .then(|| JoinAnswer {
+            knows: PeerKnows::from_bits(a),
+            created: a & JOIN_OK_CREATED != 0,
+            path_congestion: second & ANSWER2_PATH_CONGESTION != 0,
+        })
 }
 
 /// JOIN flag bit 0: the link is a backup.
@@ -194,6 +218,8 @@ pub struct Join {
     /// may send PATH_ABANDON, knows DATAGRAM_LIMIT, opens ping flows, wants to hear whether the
     /// join started the session, knows BACKUP_FLOOR.
     pub knows: PeerKnows,
+    /// The client reads a second answer byte (flag bit 6, [`FLAG_SECOND_ANSWER_BYTE`]).
+    pub second_answer_byte: bool,
     /// The link's name (for logs and status).
     pub link_name: String,
     /// The proof.
@@ -272,7 +298,12 @@ impl Join {
         } else {
             0
         };
-        out.push(backup | self.knows.bits());
+        let second = if self.second_answer_byte {
+            FLAG_SECOND_ANSWER_BYTE
+        } else {
+            0
+        };
+        out.push(backup | second | self.knows.bits());
         out.extend_from_slice(&self.weight.to_be_bytes());
         push_text(&mut out, &self.link_name);
         out.extend_from_slice(&self.mac);
@@ -322,6 +353,7 @@ impl Join {
             },
             weight,
             knows: PeerKnows::from_bits(flags),
+            second_answer_byte: flags & FLAG_SECOND_ANSWER_BYTE != 0,
             link_name,
             mac,
         })
@@ -386,6 +418,7 @@ mod tests {
             tier: Tier::Backup,
             weight: 3,
             knows: PeerKnows::ALL,
+            second_answer_byte: true,
             link_name: "lte".into(),
             mac: compute_mac(&[9; 32], &[5; 32], &[7; 16], PathId(1)),
         }
@@ -411,6 +444,7 @@ mod tests {
         let plain = Join {
             tier: Tier::Primary,
             knows: PeerKnows::default(),
+            second_answer_byte: false,
             ..j
         };
         assert_eq!(Join::decode(&plain.encode()).unwrap(), plain);
@@ -420,19 +454,19 @@ mod tests {
     fn flag_bits_are_read_one_by_one_and_unknown_ones_ignored() {
         let bytes = sample().encode();
         let flags_at = 1 + 1 + 5 + 16 + 1;
-        assert_eq!(bytes[flags_at], FLAG_BACKUP | 2 | 4 | 8 | 16 | 32 | 128);
+        assert_eq!(bytes[flags_at], 0xff);
         let (n, y) = (false, true);
-        for (flags, tier, fragments, abandon, limit, ping, news, floor) in [
-            (0b0000_0000, Tier::Primary, n, n, n, n, n, n),
-            (0b0000_0001, Tier::Backup, n, n, n, n, n, n),
-            (0b0000_0010, Tier::Primary, y, n, n, n, n, n),
-            (0b0000_0100, Tier::Primary, n, y, n, n, n, n),
-            (0b0000_1000, Tier::Primary, n, n, y, n, n, n),
-            (0b0001_0000, Tier::Primary, n, n, n, y, n, n),
-            (0b0010_0000, Tier::Primary, n, n, n, n, y, n),
-            (0b0100_0000, Tier::Primary, n, n, n, n, n, n),
-            (0b1000_0000, Tier::Primary, n, n, n, n, n, y),
-            (0b1111_1111, Tier::Backup, y, y, y, y, y, y),
+        for (flags, tier, fragments, abandon, limit, ping, news, second, floor) in [
+            (0b0000_0000, Tier::Primary, n, n, n, n, n, n, n),
+            (0b0000_0001, Tier::Backup, n, n, n, n, n, n, n),
+            (0b0000_0010, Tier::Primary, y, n, n, n, n, n, n),
+            (0b0000_0100, Tier::Primary, n, y, n, n, n, n, n),
+            (0b0000_1000, Tier::Primary, n, n, y, n, n, n, n),
+            (0b0001_0000, Tier::Primary, n, n, n, y, n, n, n),
+            (0b0010_0000, Tier::Primary, n, n, n, n, y, n, n),
+            (0b0100_0000, Tier::Primary, n, n, n, n, n, y, n),
+            (0b1000_0000, Tier::Primary, n, n, n, n, n, n, y),
+            (0b1111_1111, Tier::Backup, y, y, y, y, y, y, y),
         ] {
             let mut b = bytes.clone();
             b[flags_at] = flags;
@@ -445,9 +479,10 @@ mod tests {
                     j.knows.datagram_limit,
                     j.knows.ping,
                     j.knows.session_news,
+                    j.second_answer_byte,
                     j.knows.backup_floor
                 ),
-                (tier, fragments, abandon, limit, ping, news, floor),
+                (tier, fragments, abandon, limit, ping, news, second, floor),
                 "flags {flags:#010b}"
             );
         }
@@ -464,9 +499,16 @@ mod tests {
                 session_news: bits & 16 != 0,
                 backup_floor: bits & 32 != 0,
             };
-            let join = Join { knows, ..sample() };
+            let join = Join {
+                knows,
+                second_answer_byte: false,
+                ..sample()
+            };
             for created in [false, true] {
-                let byte = answer(&join, created);
+                let bytes = answer(&join, created);
+                let [byte] = bytes[..] else {
+                    panic!("{bytes:?} is not one byte")
+                };
                 // Said to be new only to a client that asked.
                 let told = created && knows.session_news;
                 assert_eq!(
@@ -480,11 +522,36 @@ mod tests {
                     parse_answer(&[byte]),
                     Some(JoinAnswer {
                         knows,
-                        created: told
+                        created: told,
+                        path_congestion: false,
+                    })
+                );
+                // To a client that reads a second byte: the same first byte, then what else
+                // the server knows.
+                let asked = Join {
+                    second_answer_byte: true,
+                    ..join.clone()
+                };
+                assert_eq!(
+                    answer(&asked, created),
+                    vec![byte, ANSWER2_PATH_CONGESTION]
+                );
+                assert_eq!(
+                    parse_answer(&answer(&asked, created)),
+                    Some(JoinAnswer {
+                        knows,
+                        created: told,
+                        path_congestion: true,
                     })
                 );
             }
         }
+        // A second byte's unknown bits are ignored.
+        assert_eq!(
+            parse_answer(&[0, 0xfe]),
+            Some(JoinAnswer::default()),
+            "bits a later server may set"
+        );
         // What older servers answer, what a refusal is, and what no server sends.
         assert_eq!(parse_answer(&[0]), Some(JoinAnswer::default()));
         assert_eq!(
@@ -502,7 +569,8 @@ mod tests {
             &[64 | 128],
             &[0xff],
             &[],
-            &[0, 0],
+            &[0, 0, 0],
+            &[JOIN_REFUSED, ANSWER2_PATH_CONGESTION],
         ] {
             assert_eq!(parse_answer(refused), None, "{refused:?}");
         }

@@ -326,13 +326,16 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
             backup_floor: false,
             ..join.knows
         },
+        // The client says its link's controller by PATH_CONGESTION, which the server takes.
+        congestion: None,
+        peer_knows_path_congestion: false,
     };
     session
         .commands
         .send(attach)
         .await
         .map_err(|_| "session gone")?;
-    send.write_all(&[super::join::answer(&join, created)])
+    send.write_all(&super::join::answer(&join, created))
         .await
         .map_err(|_| "join answer lost")?;
     let _ = send.finish();
@@ -509,6 +512,7 @@ mod tests {
             tier: crate::session::Tier::Primary,
             weight: 1,
             knows: super::super::join::PeerKnows::ALL,
+            second_answer_byte: true,
             link_name: "w".into(),
             mac: [0; 32],
         };

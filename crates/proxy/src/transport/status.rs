@@ -75,6 +75,10 @@ pub struct PathReport {
     /// What the path's quinn connection counted (packets per byte, ACK traffic).
     #[serde(default)]
     pub quic: QuicCounters,
+    /// The path's congestion controller: the session's (`congestion` of the session), or its
+    /// link's own (a client's `[[link]] congestion`; on the server, what the client said of it).
+    #[serde(default)]
+    pub congestion: String,
     /// The BBR model of a path whose controller is BBR (`[session] congestion = "bbr"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bbr: Option<BbrReport>,
@@ -551,6 +555,9 @@ impl DaemonStatus {
                         out,
                         "      unanswered since a probe timeout: the link may be dark"
                     );
+                }
+                if !p.congestion.is_empty() && p.congestion != s.congestion {
+                    let _ = writeln!(out, "      congestion {} (the link's own)", p.congestion);
                 }
                 if p.spurious_losses > 0 {
                     let _ = writeln!(

@@ -79,6 +79,7 @@ pub fn client_config(
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
             })
             .collect(),

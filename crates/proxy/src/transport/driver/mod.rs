@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use braid_sched_core::{AnyScheduler, FlowId, MAX_PATHS, PathId, Timestamp};
+
 use bytes::{Buf as _, Bytes};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -50,6 +51,11 @@ pub(crate) enum Command {
         name: String,
         /// What the JOIN exchange on this path said the peer knows.
         peer: PeerKnows,
+        /// A client's link's own congestion controller (`None`: the session's); a server passes
+        /// `None` and keeps what the client said by PATH_CONGESTION.
+        congestion: Option<crate::session::congestion::CongestionAlgorithm>,
+        /// The server said in the JOIN exchange that it knows PATH_CONGESTION.
+        peer_knows_path_congestion: bool,
     },
     /// The client's end of path `id` is gone (its interface went down, its address away): the
     /// path leaves the session and the peer is told (`Session::abandon_path`), when `conn`
@@ -58,14 +64,16 @@ pub(crate) enum Command {
         id: PathId,
         conn: usize,
     },
-    /// The client's link on path `id` changed its tier or rate cap (a reload): the path takes
-    /// them in place, when `conn` (its `stable_id`) is still the path's connection. A tier
-    /// change reaches the peer as PATH_STATUS.
+    /// The client's link on path `id` changed its tier, rate cap or congestion controller (a
+    /// reload): the path takes them in place, when `conn` (its `stable_id`) is still the path's
+    /// connection. A tier change reaches the peer as PATH_STATUS, a controller's as
+    /// PATH_CONGESTION.
     UpdatePath {
         id: PathId,
         conn: usize,
         tier: crate::session::Tier,
         rate_cap: Option<u64>,
+        congestion: Option<crate::session::congestion::CongestionAlgorithm>,
     },
     Open {
         kind: FlowKind,
@@ -427,7 +435,15 @@ impl Driver {
                 config,
                 name,
                 peer,
+                congestion,
+                peer_knows_path_congestion,
             } => {
+                if self.session.role() == Role::Client {
+                    self.session.set_path_congestion(id, congestion);
+                }
+                if peer_knows_path_congestion {
+                    self.session.set_peer_knows_path_congestion(true);
+                }
                 if peer.fragments {
                     self.session.set_peer_reassembles(true);
                 }
@@ -444,6 +460,9 @@ impl Driver {
                 if peer.backup_floor {
                     self.session.announce_backup_floor();
                 }
+                // Say the link's controller at each join, its own or none: the server keeps what
+                // it was told by path id, and this join may follow a reload that changed it.
+                self.session.announce_path_congestion(id);
             }
             Command::AbandonPath { id, conn } => {
                 // Its connection may have ended first (the path is gone here already); a
@@ -466,6 +485,7 @@ impl Driver {
                 conn,
                 tier,
                 rate_cap,
+                congestion,
             } => {
                 let current = self.paths.get(id.index()).and_then(Option::as_ref);
                 if current.is_some_and(|p| p.conn.stable_id() == conn) {
@@ -474,7 +494,12 @@ impl Driver {
                     if let Err(e) = self.session.set_path_rate_cap(id, rate_cap) {
                         warn!(session = %self.label, path = id.0, error = %e, "rate cap not changed");
                     }
-                    info!(session = %self.label, path = id.0, ?tier, ?rate_cap, "path updated");
+                    if self.session.path_congestion(id) != congestion {
+                        self.session.set_path_congestion(id, congestion);
+                        self.session.announce_path_congestion(id);
+                    }
+                    let congestion = congestion.map(|c| c.name());
+                    info!(session = %self.label, path = id.0, ?tier, ?rate_cap, ?congestion, "path updated");
                 }
             }
             Command::Open {

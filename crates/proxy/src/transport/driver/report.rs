@@ -66,6 +66,10 @@ impl Driver {
                 failures: s.stats.failures,
                 max_datagram_size: v.max_datagram_size,
                 quic: QuicCounters::of(&p.conn),
+                congestion: self
+                    .session
+                    .path_controller(v.id)
+                    .map_or_else(String::new, |cc| cc.algorithm().name().to_owned()),
                 bbr: self.session.path_controller(v.id).and_then(BbrReport::of),
                 coupled: self
                     .session
