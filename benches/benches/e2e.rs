@@ -150,6 +150,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
             })
             .collect(),
@@ -889,6 +890,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
             })
             .collect(),

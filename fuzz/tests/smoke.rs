@@ -256,7 +256,7 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
             code: rng.next() % 4,
             final_size: hostile_offset(rng),
         },
-        9 => match rng.below(4) {
+        9 => match rng.below(5) {
             0 => Frame::MaxData(hostile_offset(rng)),
             1 => Frame::MaxFlowData {
                 flow,
@@ -264,6 +264,13 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
             },
             2 => Frame::DatagramLimit {
                 max: hostile_offset(rng),
+            },
+            3 => Frame::PathCongestion {
+                path: PathId((rng.next() % 5) as u8),
+                algorithm: braid_proxy::session::congestion::CongestionAlgorithm::ALL
+                    .get(rng.below(6))
+                    .copied(),
+                seq: rng.next() % 4,
             },
             _ => Frame::PathStatus {
                 path: PathId((rng.next() % 5) as u8),
@@ -384,6 +391,7 @@ fn valid_join(rng: &mut Rng) -> Vec<u8> {
         },
         weight: 1 + (rng.next() % 65_535) as u16,
         knows: braid_proxy::transport::join::PeerKnows::from_bits(rng.next() as u8),
+        second_answer_byte: rng.below(2) == 0,
         link_name: text(rng),
         mac,
     }

@@ -757,7 +757,12 @@ async fn a_link_s_own_congestion_controller_runs_on_both_ends_of_its_path() {
         let mut paths: Vec<_> = status
             .sessions
             .first()
-            .map(|s| s.paths.iter().map(|p| (p.id, p.congestion.clone())).collect())
+            .map(|s| {
+                s.paths
+                    .iter()
+                    .map(|p| (p.id, p.congestion.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         paths.sort();
         paths

@@ -10,9 +10,9 @@ use braid_sched_core::{FlowId, PathId};
 
 pub use super::ack::{AckFields, AckFrame, AckRanges, encode_ack};
 use super::ack::{ReportLayout, decode_ack, write_ack_head, write_report};
+use super::congestion::CongestionAlgorithm;
 use super::error::FrameError;
 use super::varint::{Reader, Writer, varint_len};
-use super::congestion::CongestionAlgorithm;
 
 /// The protocol version this build speaks (first byte of every packet).
 pub const VERSION: u8 = 1;
@@ -379,12 +379,10 @@ impl<'a> Frame<'a> {
                 path: decode_path(r, "path congestion path")?,
                 algorithm: match r.u8("path congestion algorithm")? {
                     0 => None,
-                    code => Some(congestion_algorithm(code).ok_or(
-                        FrameError::ValueTooLarge {
-                            field: "path congestion algorithm",
-                            value: u64::from(code),
-                        },
-                    )?),
+                    code => Some(congestion_algorithm(code).ok_or(FrameError::ValueTooLarge {
+                        field: "path congestion algorithm",
+                        value: u64::from(code),
+                    })?),
                 },
                 seq: r.varint("path congestion seq")?,
             },

@@ -597,8 +597,7 @@ impl Session {
     /// and when a reload changed the choice. Only a client whose server knows the frame sends
     /// it; other calls do nothing.
     pub fn announce_path_congestion(&mut self, id: PathId) {
-        if self.role == Role::Client && self.peer_knows_path_congestion && id.index() < MAX_PATHS
-        {
+        if self.role == Role::Client && self.peer_knows_path_congestion && id.index() < MAX_PATHS {
             self.push_control(Control::PathCongestion(id));
         }
     }

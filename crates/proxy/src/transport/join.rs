@@ -532,10 +532,7 @@ mod tests {
                     second_answer_byte: true,
                     ..join.clone()
                 };
-                assert_eq!(
-                    answer(&asked, created),
-                    vec![byte, ANSWER2_PATH_CONGESTION]
-                );
+                assert_eq!(answer(&asked, created), vec![byte, ANSWER2_PATH_CONGESTION]);
                 assert_eq!(
                     parse_answer(&answer(&asked, created)),
                     Some(JoinAnswer {
