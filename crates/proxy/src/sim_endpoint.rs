@@ -69,6 +69,12 @@ impl Endpoint for Session {
         for i in 0..setup.paths {
             let id = u8::try_from(i)
                 .map_err(|_| EndpointError(format!("path index {i} does not fit a path id")))?;
+            if let Some(Some(name)) = setup.path_congestion.get(i) {
+                let algorithm = name
+                    .parse()
+                    .map_err(|e| EndpointError(format!("path[{i}].congestion: {e}")))?;
+                session.set_path_congestion(PathId(id), Some(algorithm));
+            }
             session.add_path(PathId(id), path, setup.now).map_err(err)?;
         }
         Ok(session)
@@ -199,6 +205,7 @@ mod tests {
             receive_buffer_bytes: None,
             window_hint_bytes: 1 << 20,
             congestion: congestion.map(str::to_owned),
+            path_congestion: Vec::new(),
             now: Timestamp::ZERO,
         };
         let algorithm = |session: &Session| {
@@ -214,6 +221,29 @@ mod tests {
         assert_eq!(algorithm(&default), Some(CongestionAlgorithm::Cubic));
         let err = <Session as Endpoint>::create(&setup(Some("vegas"))).unwrap_err();
         assert!(err.to_string().contains("`vegas`"), "{err}");
+        // A path's own, on both ends, over the run's.
+        for side in [Side::Client, Side::Server] {
+            let own = EndpointSetup {
+                side,
+                path_congestion: vec![None, Some("bbr".into())],
+                ..setup(Some("newreno"))
+            };
+            let s = <Session as Endpoint>::create(&own).unwrap();
+            let runs = |p: u8| s.path_controller(PathId(p)).map(|c| c.algorithm());
+            assert_eq!(
+                (runs(0), runs(1)),
+                (
+                    Some(CongestionAlgorithm::NewReno),
+                    Some(CongestionAlgorithm::Bbr)
+                )
+            );
+        }
+        let bad = EndpointSetup {
+            path_congestion: vec![None, Some("vegas".into())],
+            ..setup(None)
+        };
+        let err = <Session as Endpoint>::create(&bad).unwrap_err();
+        assert!(err.to_string().starts_with("path[1].congestion: "), "{err}");
     }
 
     #[test]
@@ -225,6 +255,7 @@ mod tests {
             receive_buffer_bytes: None,
             window_hint_bytes: 1 << 20,
             congestion: None,
+            path_congestion: Vec::new(),
             now: Timestamp::ZERO,
         };
         let mut client = <Session as Endpoint>::create(&setup(Side::Client)).unwrap();

@@ -96,6 +96,9 @@ pub struct PathSpec {
     pub forward_seed: u64,
     /// Seed for the reverse link's random draws.
     pub reverse_seed: u64,
+    /// The path's own congestion controller on both endpoints, by a name the endpoint
+    /// implementation knows (`None`: the run's, `--congestion` or the endpoint's default).
+    pub congestion: Option<String>,
 }
 
 impl PathSpec {
@@ -352,6 +355,7 @@ impl ScenarioFile {
             reverse,
             forward_seed: mix(seed_of(draw.seed, &field("forward"))),
             reverse_seed: mix(seed_of(draw.seed, &field("reverse"))),
+            congestion: path.congestion.clone(),
         })
     }
 

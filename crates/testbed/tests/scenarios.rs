@@ -281,6 +281,17 @@ fn bad_values_are_refused_naming_the_field() {
         (ok.cross[0].path, ok.cross[0].congestion.as_deref()),
         (0, Some("newreno"))
     );
+    // A path's own controller: named, or the run's.
+    let unnamed =
+        error_text(&MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = 10.0\ncongestion = \"\""));
+    assert!(unnamed.contains("`path[0].congestion`"), "{unnamed}");
+    let own = parse(&MINIMAL.replace("rate_mbps = 10.0", "rate_mbps = 10.0\ncongestion = \"bbr\""))
+        .unwrap()
+        .resolve(1)
+        .unwrap();
+    assert_eq!(own.paths[0].congestion.as_deref(), Some("bbr"));
+    let run_s = parse(MINIMAL).unwrap().resolve(1).unwrap();
+    assert_eq!(run_s.paths[0].congestion, None);
     let kind = error_text(&MINIMAL.replace("kind = \"bulk\"", "kind = \"video\""));
     assert!(kind.contains("video"), "{kind}");
     let missing_trace =

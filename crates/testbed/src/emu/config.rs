@@ -140,6 +140,15 @@ impl EmuConfig {
             let toml::Value::Table(mut table) = path else {
                 return Err(parse_err(&format!("path[{i}]"), "expected a table".into()));
             };
+            // A scenario's path key that means nothing to a relay: the endpoints choose it.
+            if table.contains_key("congestion") {
+                return Err(parse_err(
+                    &format!("path[{i}].congestion"),
+                    "the emulator carries packets, it runs no congestion controller: set the \
+                     link's `congestion` in the client's file"
+                        .into(),
+                ));
+            }
             let mut addr = |key: &str| -> Result<SocketAddr, EmuConfigError> {
                 let field = format!("path[{i}].{key}");
                 let value = table.remove(key).ok_or_else(|| {
@@ -434,6 +443,10 @@ mod tests {
             (
                 TWO.replace("rate_mbps = 20", "rate_mbps = \"fast\""),
                 "field `path[1]`: invalid type",
+            ),
+            (
+                TWO.replace("delay_ms = 20", "delay_ms = 20\ncongestion = \"bbr\""),
+                "`path[1].congestion`: the emulator carries packets",
             ),
             (TWO.replace("seed = 7", "seed = \"x\""), "seed"),
             (TWO.replace("seed = 7", "speed = 7"), "speed"),

@@ -116,6 +116,17 @@ impl Checker<'_> {
                     format!("{:?}", path.name),
                 ));
             }
+            if path
+                .congestion
+                .as_ref()
+                .is_some_and(|c| c.trim().is_empty())
+            {
+                return Err(self.invalid(
+                    &format!("path[{i}].congestion"),
+                    "a congestion controller's name",
+                    "\"\"",
+                ));
+            }
             self.path(i, path)?;
         }
         self.app(&raw.app)?;

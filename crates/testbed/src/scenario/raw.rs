@@ -143,6 +143,7 @@ pub struct RawPath {
     pub changes: Vec<RawChange>,
     pub changes_period_s: Option<f64>,
     pub reverse: Option<RawReverse>,
+    pub congestion: Option<String>,
 }
 
 /// One entry of `changes`.

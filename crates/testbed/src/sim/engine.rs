@@ -125,6 +125,7 @@ impl<E: Endpoint> CrossRun<E> {
             receive_buffer_bytes: None,
             window_hint_bytes: window_hint(scenario),
             congestion: spec.congestion.clone(),
+            path_congestion: Vec::new(),
             now: Timestamp::ZERO,
         };
         let eps = [
@@ -235,6 +236,11 @@ fn run_seeding<E: Endpoint>(
         receive_buffer_bytes: scenario.receive_buffer_bytes,
         window_hint_bytes: window_hint(scenario),
         congestion: options.congestion.clone(),
+        path_congestion: scenario
+            .paths
+            .iter()
+            .map(|p| p.congestion.clone())
+            .collect(),
         now: Timestamp::ZERO,
     };
     let s = scenario.seed;

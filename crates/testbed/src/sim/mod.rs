@@ -76,6 +76,9 @@ pub struct EndpointSetup {
     /// The congestion controller, by a name the implementation knows (`None`: its default;
     /// an unknown name is the implementation's error).
     pub congestion: Option<String>,
+    /// Each path's own congestion controller, by id (`None`, or no entry: `congestion`); both
+    /// endpoints run it, as if the client had told the server.
+    pub path_congestion: Vec<Option<String>>,
     /// The virtual time at construction.
     pub now: Timestamp,
 }

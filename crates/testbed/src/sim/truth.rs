@@ -209,6 +209,7 @@ mod tests {
             reverse,
             forward_seed: 1,
             reverse_seed: 2,
+            congestion: None,
         }
     }
 
