@@ -503,13 +503,14 @@ fn path_families(e: &mut Exposition, status: &DaemonStatus) {
             let mut labels = path_labels(s, p);
             labels.push(("state", p.state.clone()));
             labels.push(("remote", p.remote.clone()));
+            labels.push(("congestion", p.congestion.clone()));
             info.push((labels, Value::Int(1)));
         }
     }
     e.family(
         "braid_path_info",
         Gauge,
-        "A path: its state (active, backup, failed) and peer address (always 1).",
+        "A path: its state (active, backup, failed), peer address and congestion controller (always 1).",
         info,
     );
     let up = per_path(status, |p| Some(Value::Int(u64::from(p.state != "failed"))));
@@ -1110,6 +1111,7 @@ mod tests {
             loss_interval_bytes: 1_200_000,
         });
         let mut bbr = path(1, "lte \"2\"\\x", "failed");
+        bbr.congestion = "bbr".to_owned();
         bbr.bbr = Some(BbrReport {
             mode: "ProbeBw".to_owned(),
             btl_bw_mbps: 20.0,
@@ -1265,6 +1267,10 @@ mod tests {
         }
         assert_eq!(
             value(&samples, "braid_session_info", "congestion=\"olia\""),
+            "1"
+        );
+        assert_eq!(
+            value(&samples, "braid_path_info", "congestion=\"bbr\""),
             "1"
         );
         // BBR's families hold only the BBR path, and only the values it has.
