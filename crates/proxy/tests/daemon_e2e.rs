@@ -490,12 +490,15 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
     );
     let (head, echoed) = conn.ask(request.as_bytes()).await;
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    assert!(head.ends_with("Connection: keep-alive\r\n\r\n"), "{head}");
+    assert!(
+        head.ends_with("Via: 1.1 braid\r\nConnection: keep-alive\r\n\r\n"),
+        "{head}"
+    );
     assert_eq!(
         String::from_utf8(echoed).unwrap(),
         format!(
             "POST /echo?n=1 HTTP/1.1\r\nHost: {origin}\r\nContent-Length: {}\r\n\
-             Connection: keep-alive\r\n\r\n{body}",
+             Via: 1.1 braid\r\nConnection: keep-alive\r\n\r\n{body}",
             body.len()
         )
     );
@@ -514,7 +517,7 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
     let (_, echoed) = conn.ask(chunked.as_bytes()).await;
     assert!(
         echoed.ends_with(
-            b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+            b"Transfer-Encoding: chunked\r\nVia: 1.1 braid\r\nConnection: keep-alive\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
         ),
         "{}",
         String::from_utf8_lossy(&echoed)

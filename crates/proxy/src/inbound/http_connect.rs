@@ -151,6 +151,10 @@ fn with_port(authority: &str) -> String {
     }
 }
 
+/// The name braid gives itself in the `Via` headers it adds to forwarded requests and responses
+/// (RFC 9110 §7.6.3's `received-by`, a pseudonym: no host name or address).
+pub const VIA_NAME: &str = "braid";
+
 /// Headers a proxy does not pass on (RFC 9110 §7.6.1: hop-by-hop, or meant for the proxy).
 const NOT_FORWARDED: [&str; 7] = [
     "connection",
@@ -185,7 +189,9 @@ pub struct ForwardRequest {
 /// line) [`parse_request`] accepted: the request line with the target in origin form; the
 /// headers but the hop-by-hop ones, those the `Connection` header names and those meant for the
 /// proxy; `Host` from the URL (RFC 9112 §3.2.2); and `Connection: keep-alive` while the client
-/// keeps its connection (braid keeps the server's for the client's next request to it),
+/// keeps its connection (braid keeps the server's for the client's next request to it), after
+/// `Via: 1.x braid` (RFC 9110 §7.6.3, the client's protocol version; a `Via` the request had
+/// goes on before it),
 /// `Connection: close` when the client does not, or `Connection: upgrade` with the request's
 /// `Upgrade`. A body whose length cannot be known (or is stated two ways) is refused.
 pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
@@ -215,6 +221,10 @@ pub fn origin_head(head: &[u8]) -> Result<ForwardRequest, HttpConnectError> {
             out.push_str(&format!("{}: {}\r\n", name.trim(), value.trim()));
         }
     }
+    // RFC 9110 §7.6.3: a proxy says so in each message it forwards, after any Via already
+    // there, with the protocol it received the message in.
+    let protocol = version.strip_prefix("HTTP/").unwrap_or(version);
+    out.push_str(&format!("Via: {protocol} {VIA_NAME}\r\n"));
     out.push_str(match (upgrade, framing.keep_alive) {
         (true, _) => "Connection: upgrade\r\n\r\n",
         (false, true) => "Connection: keep-alive\r\n\r\n",
@@ -388,7 +398,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(forwarded.head).unwrap(),
             "POST /a/b?q=1 HTTP/1.1\r\nHost: Example.org:8080\r\nUser-Agent: t\r\n\
-             Content-Length: 5\r\nConnection: keep-alive\r\n\r\n"
+             Content-Length: 5\r\nVia: 1.1 braid\r\nConnection: keep-alive\r\n\r\n"
         );
         assert_eq!(
             forwarded.framing,
@@ -407,22 +417,22 @@ mod tests {
                     name: "a.b".into(),
                     port: 80,
                 },
-                "GET / HTTP/1.0\r\nHost: a.b\r\nConnection: close\r\n\r\n",
+                "GET / HTTP/1.0\r\nHost: a.b\r\nVia: 1.0 braid\r\nConnection: close\r\n\r\n",
             ),
             (
                 b"GET HTTP://127.0.0.1?x HTTP/1.1\r\n\r\n",
                 Target::Addr("127.0.0.1:80".parse().unwrap()),
-                "GET /?x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n",
+                "GET /?x HTTP/1.1\r\nHost: 127.0.0.1\r\nVia: 1.1 braid\r\nConnection: keep-alive\r\n\r\n",
             ),
             (
                 b"HEAD http://[::1]/ HTTP/1.1\r\nConnection: close\r\n\r\n",
                 Target::Addr("[::1]:80".parse().unwrap()),
-                "HEAD / HTTP/1.1\r\nHost: [::1]\r\nConnection: close\r\n\r\n",
+                "HEAD / HTTP/1.1\r\nHost: [::1]\r\nVia: 1.1 braid\r\nConnection: close\r\n\r\n",
             ),
             (
                 b"GET http://[::1]:81/ HTTP/1.1\r\n\r\n",
                 Target::Addr("[::1]:81".parse().unwrap()),
-                "GET / HTTP/1.1\r\nHost: [::1]:81\r\nConnection: keep-alive\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: [::1]:81\r\nVia: 1.1 braid\r\nConnection: keep-alive\r\n\r\n",
             ),
         ] {
             let (r, n) = parse_request(req).unwrap().unwrap();
@@ -433,6 +443,13 @@ mod tests {
             assert_eq!(forwarded.http10, req.ends_with(b"1.0\n\n"));
             assert_eq!(String::from_utf8(forwarded.head).unwrap(), head);
         }
+        // A Via the request had goes on, braid's after it.
+        let via = b"GET http://a/ HTTP/1.1\r\nVia: 1.1 squid\r\n\r\n";
+        let (_, n) = parse_request(via).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(origin_head(&via[..n]).unwrap().head).unwrap(),
+            "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 squid\r\nVia: 1.1 braid\r\nConnection: keep-alive\r\n\r\n"
+        );
         // An upgrade keeps its Upgrade header and says so.
         let ws = b"GET http://a/chat HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
         let (_, n) = parse_request(ws).unwrap().unwrap();
@@ -440,7 +457,7 @@ mod tests {
         assert!(forwarded.upgrade);
         assert_eq!(
             String::from_utf8(forwarded.head).unwrap(),
-            "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+            "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nVia: 1.1 braid\r\nConnection: upgrade\r\n\r\n"
         );
         // A body whose length cannot be known is refused.
         let smuggle =

@@ -328,6 +328,8 @@ pub struct Response {
     pub persistent: bool,
     /// The status line and the headers braid passes on, each line ending in CRLF.
     kept: Vec<u8>,
+    /// The response's minor HTTP version (1.0 or 1.1), for the `Via` braid adds.
+    minor: u8,
 }
 
 /// Response headers braid does not pass on: the connection's own (RFC 9110 §7.6.1); braid
@@ -424,6 +426,7 @@ impl Response {
                 body,
                 persistent,
                 kept,
+                minor: version,
             },
             length,
         )))
@@ -434,10 +437,19 @@ impl Response {
         (100..200).contains(&self.status)
     }
 
-    /// The head to send the client: the status line and the headers kept, `Connection` as
-    /// `connection` says, and the blank line.
+    /// The head to send the client: the status line and the headers kept, `Via: 1.x braid`
+    /// (RFC 9110 §7.6.3, the protocol the response came in), `Connection` as `connection`
+    /// says, and the blank line.
     pub fn head_for_client(&self, connection: ClientConnection) -> Vec<u8> {
         let mut head = self.kept.clone();
+        head.extend_from_slice(
+            format!(
+                "Via: 1.{} {}\r\n",
+                self.minor,
+                super::http_connect::VIA_NAME
+            )
+            .as_bytes(),
+        );
         head.extend_from_slice(match connection {
             ClientConnection::Interim => b"\r\n".as_slice(),
             ClientConnection::KeepAlive => b"Connection: keep-alive\r\n\r\n",
@@ -683,7 +695,7 @@ mod tests {
         assert_eq!((r.body, r.persistent), (BodyLength::Chunked, false));
         assert_eq!(
             r.head_for_client(ClientConnection::Close),
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nVia: 1.1 braid\r\nConnection: close\r\n\r\n"
         );
         // A status line without a reason.
         assert_eq!(response("HTTP/1.1 404\n\n", false).0.status, 404);
@@ -699,16 +711,21 @@ mod tests {
         let kept = "HTTP/1.1 200 OK\r\nServer: x\r\nSet-Cookie: a=\u{e9}\r\nContent-Length: 0\r\n";
         assert_eq!(
             r.head_for_client(ClientConnection::KeepAlive),
-            format!("{kept}Connection: keep-alive\r\n\r\n").into_bytes()
+            format!("{kept}Via: 1.1 braid\r\nConnection: keep-alive\r\n\r\n").into_bytes()
         );
         assert_eq!(
             r.head_for_client(ClientConnection::Close),
-            format!("{kept}Connection: close\r\n\r\n").into_bytes()
+            format!("{kept}Via: 1.1 braid\r\nConnection: close\r\n\r\n").into_bytes()
         );
         let (r, _) = response("HTTP/1.1 100 Continue\r\n\r\n", false);
         assert_eq!(
             r.head_for_client(ClientConnection::Interim),
-            b"HTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 100 Continue\r\nVia: 1.1 braid\r\n\r\n"
+        );
+        let (r, _) = response("HTTP/1.0 200 OK\r\n\r\n", false);
+        assert_eq!(
+            r.head_for_client(ClientConnection::Close),
+            b"HTTP/1.0 200 OK\r\nVia: 1.0 braid\r\nConnection: close\r\n\r\n"
         );
         // Header values may carry bytes that are not UTF-8; they go on as they came.
         let (r, _) = Response::parse(b"HTTP/1.1 200 \xff\r\nX: \xfe\r\n\r\n", false)
@@ -716,7 +733,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             r.head_for_client(ClientConnection::Interim),
-            b"HTTP/1.1 200 \xff\r\nX: \xfe\r\n\r\n"
+            b"HTTP/1.1 200 \xff\r\nX: \xfe\r\nVia: 1.1 braid\r\n\r\n"
         );
     }
 
