@@ -83,6 +83,7 @@ fn sample_frames() -> Vec<Frame<'static>> {
             flow: FlowId(2),
             kind: FlowKind::Stream,
             target: TargetRef::Addr(addr),
+            redundant: false,
         },
         Frame::Open {
             flow: FlowId(8),
@@ -91,6 +92,7 @@ fn sample_frames() -> Vec<Frame<'static>> {
                 name: "media.example",
                 port: 3478,
             },
+            redundant: true,
         },
         Frame::Reset {
             flow: FlowId(2),
@@ -250,6 +252,7 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
                 name: "hostile.example",
                 port: 443,
             },
+            redundant: rng.below(2) == 0,
         },
         8 => Frame::Reset {
             flow,
@@ -335,6 +338,7 @@ fn hostile_script(rng: &mut Rng) -> Vec<u8> {
                                 flow: FlowId(4 * (first + k) + rng.next() % 2),
                                 kind: FlowKind::Datagram,
                                 target: TargetRef::Addr(SocketAddr::from(([192, 0, 2, 1], 53))),
+                                redundant: false,
                             };
                             let _ = frame.encode(&mut w);
                         }

@@ -409,6 +409,12 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
         "Flows open now.",
         per_session(status, |s| (s.counters.flows_open as u64).into()),
     );
+    e.family(
+        "braid_session_flows_redundant",
+        Gauge,
+        "Flows open now that are sent redundantly ([session] redundant_ports).",
+        per_session(status, |s| (s.counters.flows_redundant as u64).into()),
+    );
     let gauges: [Family<SessionStatus, u64>; 4] = [
         (
             "braid_session_send_buffered_bytes",

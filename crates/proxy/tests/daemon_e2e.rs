@@ -634,6 +634,72 @@ async fn udp_associate_echo() {
     assert_eq!(after - before, 2, "both tries dropped and counted");
 }
 
+/// Flows to the client's `[session] redundant_ports` go on every link both ways: the client
+/// marks the flow in its OPEN, both sessions count it redundant, and each end sent the
+/// association's datagrams on both paths (the second path carries nothing else but a heartbeat
+/// a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_to_redundant_ports_go_on_every_link_both_ways() {
+    let name = "redundant-ports";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let echo = udp_echo().await;
+    let ports = braid_proxy::session::PortSet::new([(echo.port(), echo.port())]).unwrap();
+    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
+        session: braid_proxy::config::SessionLimits {
+            redundant_ports: ports,
+            ..Default::default()
+        },
+        ..client_config(name, &server, 2, KEY)
+    })
+    .await
+    .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let sent = |status: braid_proxy::transport::DaemonStatus| -> Vec<u64> {
+        let mut paths: Vec<_> = status.sessions[0]
+            .paths
+            .iter()
+            .map(|p| (p.id, p.packets_sent))
+            .collect();
+        paths.sort();
+        paths.into_iter().map(|(_, n)| n).collect()
+    };
+    let before = (sent(client.status().await), sent(server.status().await));
+    let association = UdpAssociation::open(client.socks_addr).await;
+    for i in 0..100u8 {
+        let answer = association.ask(echo, &[i; 100], 20).await;
+        assert_eq!(answer.as_deref(), Some(&[i; 100][..]), "datagram {i}");
+    }
+    let after = (sent(client.status().await), sent(server.status().await));
+    for (end, b, a) in [
+        ("client", &before.0, &after.0),
+        ("server", &before.1, &after.1),
+    ] {
+        for path in 0..2 {
+            assert!(
+                a[path] - b[path] >= 100,
+                "{end} path {path}: {} packets sent during 100 datagrams each way",
+                a[path] - b[path]
+            );
+        }
+    }
+    assert_eq!(
+        client.status().await.sessions[0].counters.flows_redundant,
+        1
+    );
+    let status = server.status().await;
+    assert_eq!(status.sessions[0].counters.flows_redundant, 1, "{status:?}");
+    assert!(
+        status.to_table().contains("(1 redundant)"),
+        "{}",
+        status.to_table()
+    );
+}
+
 /// `[session] max_udp_payload` at its largest on both daemons: a datagram of that length
 /// crosses both ways in eight pieces, or seven once the paths have grown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,7 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
     use braid_proxy::transport::join::{
-        ANSWER2_PATH_CONGESTION, JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_BACKUP_FLOOR, JOIN_OK_CREATED,
+        ANSWER2_ALL, JOIN_OK, JOIN_OK_ABANDON, JOIN_OK_BACKUP_FLOOR, JOIN_OK_CREATED,
         JOIN_OK_DATAGRAM_LIMIT, JOIN_OK_FRAGMENTS, JOIN_OK_PING, JOIN_OK_SESSION_NEWS,
         JOIN_REFUSED, PeerKnows,
     };
@@ -89,9 +89,10 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     let started = raw_join_answer(&server, KEY, unasked, [3; 16]).await;
     assert_eq!(started, vec![unasked.bits()]);
     // A client that reads a second answer byte (flag bit 6) gets one: the server knows
-    // PATH_CONGESTION.
+    // PATH_CONGESTION and OPEN's redundant mark.
     let second = raw_join_answer_2(&server, KEY, PeerKnows::ALL, [2; 16], true).await;
-    assert_eq!(second, vec![all, ANSWER2_PATH_CONGESTION]);
+    assert_eq!(second, vec![all, ANSWER2_ALL]);
+    assert_eq!(ANSWER2_ALL, 0b11);
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);

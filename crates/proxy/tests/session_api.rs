@@ -215,6 +215,7 @@ fn session_rejects_bad_input_with_typed_errors() {
         flow: FlowId(0),
         kind: FlowKind::Stream,
         target: braid_proxy::session::frame::TargetRef::Addr("192.0.2.1:1".parse().unwrap()),
+        redundant: false,
     };
     let flood = Frame::Stream {
         flow: FlowId(0),
@@ -1201,4 +1202,128 @@ fn a_link_s_own_congestion_controller_reaches_the_server() {
         .handle_datagram(PathId(0), &packet(&[newer], 1 << 20), now)
         .unwrap();
     assert_eq!(runs(h.client(), 1), Bbr);
+}
+
+/// What [`call_through_an_outage`] counted: datagrams sent each way, and those that arrived.
+#[derive(Debug)]
+struct Call {
+    up_sent: u32,
+    up_received: u32,
+    down_sent: u32,
+    down_received: u32,
+}
+
+/// A call's worth of datagrams (200 bytes every 20 ms, each answered by the server) to `port`
+/// over two paths, the faster one `fast` (beside a clean 10 Mbit/s path with 20 ms one way);
+/// the client's file sends `redundant` ports redundantly, the server's `server` ports, and
+/// `told`: the server knows OPEN's mark.
+fn call(
+    fast: LinkConfig,
+    port: u16,
+    redundant: &[(u16, u16)],
+    server: &[(u16, u16)],
+    told: bool,
+) -> Call {
+    use braid_proxy::session::PortSet;
+    let config = |ports: &[(u16, u16)]| SessionConfig {
+        redundant_ports: PortSet::new(ports.iter().copied()).unwrap(),
+        ..SessionConfig::default()
+    };
+    let mut h = Harness::with_configs(
+        3,
+        [config(redundant), config(server)],
+        &SchedulerConfig::new(SchedulerKind::MinRtt),
+        &[fast, LinkConfig::new(10.0, 20.0)],
+        PathConfig::default(),
+    );
+    h.client().set_peer_knows_redundant_flows(told);
+    let target = Target::Addr(std::net::SocketAddr::from(([203, 0, 113, 5], port)));
+    let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
+    let mut call = Call {
+        up_sent: 0,
+        up_received: 0,
+        down_sent: 0,
+        down_received: 0,
+    };
+    let mut next = secs(0.5);
+    let mut buf = [0u8; 256];
+    h.run_until(secs(7.0), |h| {
+        let now = h.now();
+        if now >= next && now < secs(6.0) {
+            next += Duration::from_millis(20);
+            h.client()
+                .send_datagram(flow, &[1; 200], None, now)
+                .unwrap();
+            call.up_sent += 1;
+        }
+        while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {
+            call.up_received += 1;
+            h.server()
+                .send_datagram(flow, &[2; 200], None, now)
+                .unwrap();
+            call.down_sent += 1;
+        }
+        while let Ok(Some(_)) = h.client().recv_datagram(flow, &mut buf) {
+            call.down_received += 1;
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    call
+}
+
+/// A flow to a port of `redundant_ports` rides through a link going dark or fading: every
+/// datagram went on both paths, so none was lost with the bad one, either way once the server
+/// knows OPEN's mark; the server's side of a flow it was not told of goes as minRTT says, and
+/// loses what went into the bad link; a flow to another port loses some both ways, but for the
+/// server's side where the server's own file names the port.
+#[test]
+fn a_flow_to_a_redundant_port_rides_through_a_link_going_dark_or_fading() {
+    let mut dark = LinkConfig::new(20.0, 10.0);
+    dark.outages = vec![(secs(2.0), secs(5.0))];
+    let mut fading = LinkConfig::new(20.0, 10.0);
+    fading.loss = 0.2;
+    let ports = [(5060, 5060), (3478, 3481)];
+    for (link, fast) in [("dark 2-5 s", dark), ("20 % loss", fading)] {
+        let both = call(fast.clone(), 5060, &ports, &[], true);
+        assert_eq!(both.up_received, both.up_sent, "{link}: {both:?}");
+        assert_eq!(both.down_received, both.down_sent, "{link}: {both:?}");
+        let untold = call(fast.clone(), 3479, &ports, &[], false);
+        assert_eq!(untold.up_received, untold.up_sent, "{link}: {untold:?}");
+        assert!(
+            untold.down_received < untold.down_sent,
+            "{link}: {untold:?}"
+        );
+        let other = call(fast.clone(), 5004, &ports, &[], true);
+        assert!(other.up_received < other.up_sent, "{link}: {other:?}");
+        assert!(other.down_received < other.down_sent, "{link}: {other:?}");
+        // The server's own ports: its side only.
+        let servers = call(fast, 5004, &[], &[(5004, 5004)], true);
+        assert!(servers.up_received < servers.up_sent, "{link}: {servers:?}");
+        assert_eq!(
+            servers.down_received, servers.down_sent,
+            "{link}: {servers:?}"
+        );
+        println!(
+            "{link}: redundant, told: {both:?}\n  redundant, untold: {untold:?}\n  another port: {other:?}"
+        );
+    }
+}
+
+/// A flow marked redundant after its OPEN went (a datagram flow, marked at its first datagram
+/// to a redundant port) reaches the peer by its OPEN sent again with the mark, when the peer
+/// knows the mark; a peer that does not is sent nothing more.
+#[test]
+fn a_flow_marked_after_its_open_is_marked_at_the_peer_too() {
+    for told in [true, false] {
+        let mut h = two_paths();
+        h.client().set_peer_knows_redundant_flows(told);
+        let target = Target::Addr("203.0.113.5:9".parse().unwrap());
+        let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
+        h.run_until(secs(0.5), |_| {});
+        assert!(!h.server().is_redundant(flow), "not marked yet");
+        h.client().mark_redundant(flow);
+        assert!(h.client().is_redundant(flow));
+        h.run_until(secs(1.0), |_| {});
+        assert_eq!(h.server().is_redundant(flow), told, "told: {told}");
+    }
 }

@@ -96,6 +96,7 @@ fn open(flow: FlowId) -> Frame<'static> {
             name: "hostile.example",
             port: 443,
         },
+        redundant: false,
     }
 }
 

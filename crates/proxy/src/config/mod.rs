@@ -168,6 +168,9 @@ pub(crate) struct RawSession {
     keepalive_s: Option<i64>,
     /// A float, checked by name with its range.
     backup_below_mbps: Option<f64>,
+    /// Ports and `"FIRST-LAST"` ranges, checked by name.
+    #[serde(default)]
+    redundant_ports: Vec<toml::Value>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -192,6 +195,8 @@ pub struct SessionLimits {
     /// leaves the key out: 0 on this end, and a server takes the client's word for the
     /// session when it says one (a client that sets the key tells the server).
     pub backup_below: Option<u64>,
+    /// Destination ports whose flows are sent redundantly (`redundant_ports`).
+    pub redundant_ports: crate::session::PortSet,
 }
 
 impl Default for SessionLimits {
@@ -204,6 +209,7 @@ impl Default for SessionLimits {
             idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             keepalive: crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL,
             backup_below: None,
+            redundant_ports: crate::session::PortSet::default(),
         }
     }
 }
@@ -327,6 +333,12 @@ pub(crate) fn session_limits(
             ));
         }
     };
+    let redundant_ports = port_ranges(
+        file,
+        "session.redundant_ports",
+        crate::session::config::MAX_PORT_RANGES,
+        &raw.redundant_ports,
+    )?;
     Ok(SessionLimits {
         flow_receive_window,
         flow_receive_window_max,
@@ -335,7 +347,55 @@ pub(crate) fn session_limits(
         idle_timeout,
         keepalive,
         backup_below,
+        // At most `MAX_PORT_RANGES`, checked above.
+        redundant_ports: crate::session::PortSet::new(redundant_ports).unwrap_or_default(),
     })
+}
+
+/// A list of ports 1..=65535 and ranges `"FIRST-LAST"` (at most `max` entries) as inclusive
+/// ranges; an error names the entry (`field[i]`).
+pub(crate) fn port_ranges(
+    file: &Path,
+    field: &str,
+    max: usize,
+    raw: &[toml::Value],
+) -> Result<Vec<(u16, u16)>, ConfigFileError> {
+    if raw.len() > max {
+        return Err(invalid(
+            file,
+            field,
+            format!("at most {max} ports or ranges"),
+            raw.len(),
+        ));
+    }
+    let port = |text: &str| {
+        text.parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0 && text.bytes().all(|b| b.is_ascii_digit()))
+    };
+    raw.iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let range = match value {
+                toml::Value::Integer(n) => {
+                    u16::try_from(*n).ok().filter(|&p| p > 0).map(|p| (p, p))
+                }
+                toml::Value::String(text) => text
+                    .split_once('-')
+                    .and_then(|(a, b)| Some((port(a)?, port(b)?)))
+                    .filter(|(a, b)| a <= b),
+                _ => None,
+            };
+            range.ok_or_else(|| {
+                invalid(
+                    file,
+                    format!("{field}[{i}]"),
+                    "a port 1..=65535 or a range \"FIRST-LAST\" (e.g. 25 or \"6881-6889\")",
+                    value,
+                )
+            })
+        })
+        .collect()
 }
 
 /// Parses a socket address field (`ip:port`, IPv6 in brackets).
@@ -744,6 +804,7 @@ mod tests {
             idle_timeout_s: None,
             keepalive_s: None,
             backup_below_mbps: None,
+            redundant_ports: Vec::new(),
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -761,6 +822,7 @@ mod tests {
                 idle_timeout: std::time::Duration::from_secs(30),
                 keepalive: std::time::Duration::from_secs(25),
                 backup_below: None,
+                redundant_ports: crate::session::PortSet::default(),
             }
         );
         // How long a session outlives its last path.
@@ -869,6 +931,45 @@ mod tests {
                 },
             )
         };
+        // Ports sent redundantly: ports and ranges, at most 16, each checked by name.
+        let ports = |text: &str| {
+            let value: toml::Value = toml::from_str(&format!("p = {text}")).unwrap();
+            let list = value["p"].as_array().unwrap().clone();
+            session_limits(
+                f,
+                &RawSession {
+                    redundant_ports: list,
+                    ..raw(None, None)
+                },
+            )
+        };
+        let set = ports("[53, \"3478-3481\", 5060]").unwrap().redundant_ports;
+        assert_eq!(set.ranges(), [(53, 53), (3478, 3481), (5060, 5060)]);
+        assert!(set.contains(3480) && !set.contains(3482) && !set.contains(443));
+        for (bad, field) in [
+            ("[0]", "session.redundant_ports[0]"),
+            ("[53, \"9-1\"]", "session.redundant_ports[1]"),
+            ("[\"x\"]", "session.redundant_ports[0]"),
+            ("[70000]", "session.redundant_ports[0]"),
+        ] {
+            let e = ports(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("f.toml: {field}: expected a port")),
+                "{e}"
+            );
+        }
+        let many = format!(
+            "[{}]",
+            (1..=17)
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let e = ports(&many).unwrap_err().to_string();
+        assert!(
+            e.starts_with("f.toml: session.redundant_ports: expected at most 16 ports or ranges"),
+            "{e}"
+        );
         assert_eq!(named("BBR").unwrap().congestion, CongestionAlgorithm::Bbr);
         assert_eq!(named("olia").unwrap().congestion, CongestionAlgorithm::Olia);
         assert_eq!(

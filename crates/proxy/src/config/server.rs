@@ -207,45 +207,11 @@ fn networks(file: &Path, field: &str, raw: &[String]) -> Result<Vec<IpNet>, Conf
 
 /// `[egress] deny_ports`: ports 1..=65535 and ranges `"FIRST-LAST"`.
 fn port_ranges(file: &Path, raw: &[toml::Value]) -> Result<Vec<PortRange>, ConfigFileError> {
-    const FIELD: &str = "egress.deny_ports";
-    if raw.len() > MAX_EGRESS_PORTS {
-        return Err(invalid(
-            file,
-            FIELD,
-            format!("at most {MAX_EGRESS_PORTS} ports or ranges"),
-            raw.len(),
-        ));
-    }
-    let port = |text: &str| {
-        text.parse::<u16>()
-            .ok()
-            .filter(|&p| p > 0 && text.bytes().all(|b| b.is_ascii_digit()))
-    };
-    raw.iter()
-        .enumerate()
-        .map(|(i, value)| {
-            let range = match value {
-                toml::Value::Integer(n) => u16::try_from(*n)
-                    .ok()
-                    .filter(|&p| p > 0)
-                    .map(|p| PortRange { first: p, last: p }),
-                toml::Value::String(text) => text
-                    .split_once('-')
-                    .and_then(|(a, b)| Some((port(a)?, port(b)?)))
-                    .filter(|(a, b)| a <= b)
-                    .map(|(first, last)| PortRange { first, last }),
-                _ => None,
-            };
-            range.ok_or_else(|| {
-                invalid(
-                    file,
-                    format!("{FIELD}[{i}]"),
-                    "a port 1..=65535 or a range \"FIRST-LAST\" (e.g. 25 or \"6881-6889\")",
-                    value,
-                )
-            })
-        })
-        .collect()
+    let ranges = super::port_ranges(file, "egress.deny_ports", MAX_EGRESS_PORTS, raw)?;
+    Ok(ranges
+        .into_iter()
+        .map(|(first, last)| PortRange { first, last })
+        .collect())
 }
 
 /// Signed, so that a negative value is refused by name with its range.

@@ -195,6 +195,50 @@ pub struct SessionConfig {
     /// the frame), which then governs what the server sends on the session too, in place of the
     /// server's own: set where the client's file sets `[session] backup_below_mbps`.
     pub tell_backup_floor: bool,
+    /// Destination ports whose flows this end sends redundantly: a copy of every packet on
+    /// every path with room, whatever the scheduler (a call, a game, DNS over a link that may
+    /// fade). A flow this end opens to one is marked so in its OPEN, when the peer knows the
+    /// mark ([`super::Session::set_peer_knows_redundant_flows`]), and the peer sends its side
+    /// of it redundantly too; a flow the peer opens to one is sent so here.
+    pub redundant_ports: PortSet,
+}
+
+/// Most ranges a [`PortSet`] holds.
+pub const MAX_PORT_RANGES: usize = 16;
+
+/// A set of ports, as at most [`MAX_PORT_RANGES`] inclusive ranges (`Copy`, no allocation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSet {
+    ranges: [(u16, u16); MAX_PORT_RANGES],
+    len: u8,
+}
+
+impl PortSet {
+    /// The set of `ranges` (inclusive; a range whose first port is above its last holds none);
+    /// `None` for more than [`MAX_PORT_RANGES`].
+    pub fn new(ranges: impl IntoIterator<Item = (u16, u16)>) -> Option<PortSet> {
+        let mut set = PortSet::default();
+        for range in ranges {
+            *set.ranges.get_mut(usize::from(set.len))? = range;
+            set.len += 1;
+        }
+        Some(set)
+    }
+
+    /// Whether `port` is in the set.
+    pub fn contains(&self, port: u16) -> bool {
+        self.ranges().iter().any(|&(a, b)| (a..=b).contains(&port))
+    }
+
+    /// Whether the set holds no range.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The ranges, in the order given.
+    pub fn ranges(&self) -> &[(u16, u16)] {
+        &self.ranges[..usize::from(self.len)]
+    }
 }
 
 /// The default [`SessionConfig::quiet_heartbeat_interval`]: 25 s, as WireGuard's persistent
@@ -227,6 +271,7 @@ impl Default for SessionConfig {
             congestion: CongestionConfig::default(),
             backup_below_rate: 0,
             tell_backup_floor: false,
+            redundant_ports: PortSet::default(),
         }
     }
 }

@@ -31,7 +31,7 @@ impl Session {
                     .map_or(0, |f| frame::open_len(id, f.target.as_ref()))
             };
             let needed = match c {
-                Control::Open(id) => open_needed(id),
+                Control::Open(id) | Control::Redundant(id) => open_needed(id),
                 Control::Reset(id) if open_first => open_needed(id) + 32,
                 _ => 32,
             };
@@ -60,6 +60,16 @@ impl Session {
                     flow: id,
                     kind: f.kind,
                     target: f.target.as_ref(),
+                    redundant: f.redundant && self.peer_knows_redundant_flows,
+                },
+                _ => return false,
+            },
+            Control::Redundant(id) => match self.flows.get(&id) {
+                Some(f) if f.redundant && self.peer_knows_redundant_flows => Frame::Open {
+                    flow: id,
+                    kind: f.kind,
+                    target: f.target.as_ref(),
+                    redundant: true,
                 },
                 _ => return false,
             },

@@ -58,6 +58,9 @@ pub(crate) struct Flow {
     pub reset_acked: bool,
     /// The peer reset the flow (its RESET arrived).
     pub peer_reset: bool,
+    /// Sent redundantly: a copy of each packet on every path with room, whatever the scheduler
+    /// ([`super::SessionConfig::redundant_ports`], or the peer's mark in its OPEN).
+    pub redundant: bool,
 }
 
 impl Flow {
@@ -89,6 +92,7 @@ impl Flow {
             local_reset: None,
             reset_acked: false,
             peer_reset: false,
+            redundant: false,
         }
     }
 
@@ -165,10 +169,39 @@ impl Session {
         }
         let id = FlowId(self.next_local_flow);
         self.next_local_flow += 2;
-        self.flows
-            .insert(id, Flow::new(kind, target, true, &self.config));
+        let mut flow = Flow::new(kind, target, true, &self.config);
+        flow.redundant = self.config.redundant_ports.contains(flow.target.port());
+        self.redundant_flows |= flow.redundant;
+        self.flows.insert(id, flow);
         self.push_control(Control::Open(id));
         Ok(id)
+    }
+
+    /// Sends flow `id` redundantly from now on, as a flow to one of
+    /// [`super::SessionConfig::redundant_ports`] is (a datagram flow whose target is not its
+    /// datagrams' destination: the daemons mark it at its first datagram to such a port). The
+    /// peer, when it knows the mark, is told by the flow's OPEN sent again with it (a peer
+    /// that still has the flow marks it; one that has forgotten it ignores the OPEN). Unknown
+    /// flows: nothing.
+    pub fn mark_redundant(&mut self, id: FlowId) {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        if flow.redundant {
+            return;
+        }
+        flow.redundant = true;
+        self.redundant_flows = true;
+        // Its OPEN may have gone already (a datagram flow's goes at once): the peer hears of
+        // the mark from an OPEN sent again with it.
+        if self.peer_knows_redundant_flows {
+            self.push_control(Control::Redundant(id));
+        }
+    }
+
+    /// Whether flow `id` is sent redundantly ([`Session::mark_redundant`]).
+    pub fn is_redundant(&self, id: FlowId) -> bool {
+        self.flows.get(&id).is_some_and(|f| f.redundant)
     }
 
     fn flow_mut(&mut self, id: FlowId) -> Result<&mut Flow, FlowError> {

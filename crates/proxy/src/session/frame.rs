@@ -117,6 +117,14 @@ pub enum Target {
 }
 
 impl Target {
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match self {
+            Target::Addr(a) => a.port(),
+            Target::Domain { port, .. } => *port,
+        }
+    }
+
     /// Borrows the target for encoding.
     pub fn as_ref(&self) -> TargetRef<'_> {
         match self {
@@ -213,6 +221,8 @@ pub enum Frame<'a> {
         kind: FlowKind,
         /// Where the peer should connect it.
         target: TargetRef<'a>,
+        /// The opener sends it redundantly and asks the receiver to ([`OPEN_REDUNDANT`]).
+        redundant: bool,
     },
     /// Abandons a flow.
     Reset {
@@ -420,7 +430,12 @@ impl<'a> Frame<'a> {
                 encode_datagram_header(w, flow, seq, deadline, fragment, data.len())?;
                 w.bytes(data)
             }
-            Frame::Open { flow, kind, target } => encode_open(w, flow, kind, target),
+            Frame::Open {
+                flow,
+                kind,
+                target,
+                redundant,
+            } => encode_open(w, flow, kind, target, redundant),
             Frame::Reset {
                 flow,
                 code,
@@ -683,14 +698,17 @@ fn encode_open(
     flow: FlowId,
     kind: FlowKind,
     target: TargetRef<'_>,
+    redundant: bool,
 ) -> Result<(), FrameError> {
     w.varint(kind::OPEN)?;
     w.varint(flow.0)?;
-    w.u8(match kind {
-        FlowKind::Stream => 0,
-        FlowKind::Datagram => 1,
-        FlowKind::Ping => 2,
-    })?;
+    let mark = if redundant { OPEN_REDUNDANT } else { 0 };
+    w.u8(mark
+        | match kind {
+            FlowKind::Stream => 0,
+            FlowKind::Datagram => 1,
+            FlowKind::Ping => 2,
+        })?;
     match target {
         TargetRef::Addr(SocketAddr::V4(a)) => {
             w.u8(4)?;
@@ -719,7 +737,9 @@ fn encode_open(
 
 fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
     let flow = FlowId(r.varint("open flow")?);
-    let kind = match r.u8("open kind")? {
+    let byte = r.u8("open kind")?;
+    let redundant = byte & OPEN_REDUNDANT != 0;
+    let kind = match byte & !OPEN_REDUNDANT {
         0 => FlowKind::Stream,
         1 => FlowKind::Datagram,
         2 => FlowKind::Ping,
@@ -765,8 +785,18 @@ fn decode_open<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, FrameError> {
             });
         }
     };
-    Ok(Frame::Open { flow, kind, target })
+    Ok(Frame::Open {
+        flow,
+        kind,
+        target,
+        redundant,
+    })
 }
+
+/// OPEN's kind byte, bit 7: the opener sends the flow redundantly and asks the receiver to do
+/// the same (sent only to a peer that said it knows the bit: the JOIN answer's second byte,
+/// bit 1; an older peer refuses the kind as `InvalidEnum`).
+pub const OPEN_REDUNDANT: u8 = 0x80;
 
 /// The most bytes an OPEN frame takes (a 255-byte domain name and an 8-byte flow id).
 pub const MAX_OPEN_LEN: usize = 1 + 8 + 2 + 1 + 255 + 2;

@@ -76,16 +76,19 @@ fn samples() -> Vec<Frame<'static>> {
             flow: FlowId(2),
             kind: FlowKind::Stream,
             target: TargetRef::Addr("192.0.2.1:443".parse().unwrap()),
+            redundant: false,
         },
         Frame::Open {
             flow: FlowId(3),
             kind: FlowKind::Datagram,
             target: TargetRef::Addr("[2001:db8::1]:53".parse().unwrap()),
+            redundant: true,
         },
         Frame::Open {
             flow: FlowId(5),
             kind: FlowKind::Ping,
             target: TargetRef::Addr("192.0.2.9:0".parse().unwrap()),
+            redundant: false,
         },
         Frame::Open {
             flow: FlowId(6),
@@ -94,6 +97,7 @@ fn samples() -> Vec<Frame<'static>> {
                 name: "example.org",
                 port: 80,
             },
+            redundant: true,
         },
         Frame::Reset {
             flow: FlowId(8),
@@ -622,6 +626,7 @@ fn the_longest_open_takes_max_open_len_bytes() {
         flow,
         kind: FlowKind::Stream,
         target,
+        redundant: true,
     };
     let mut buf = [0u8; 512];
     let mut w = Writer::new(&mut buf);

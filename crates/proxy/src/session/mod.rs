@@ -52,7 +52,7 @@ use braid_sched_core::{
     Timestamp,
 };
 
-pub use config::{PathConfig, Role, SessionConfig, Tier};
+pub use config::{PathConfig, PortSet, Role, SessionConfig, Tier};
 pub use error::{ConfigError, FlowError, FrameError, PathError, SessionError};
 pub use frame::{FlowKind, Target};
 pub use path::{PathStats, Reordering};
@@ -137,6 +137,9 @@ pub struct MemoryUsage {
     pub datagrams_queued: usize,
     /// Flows open.
     pub flows: usize,
+    /// Flows open that are sent redundantly ([`SessionConfig::redundant_ports`], or the peer's
+    /// mark).
+    pub redundant_flows: usize,
 }
 
 /// Status of one path, for status displays.
@@ -238,6 +241,12 @@ pub struct Session {
     path_congestion: [Option<congestion::CongestionAlgorithm>; MAX_PATHS],
     /// The peer knows PATH_CONGESTION ([`Session::set_peer_knows_path_congestion`]).
     peer_knows_path_congestion: bool,
+    /// The peer knows OPEN's redundant mark ([`Session::set_peer_knows_redundant_flows`]).
+    peer_knows_redundant_flows: bool,
+    /// A flow of this session was sent redundantly ([`SessionConfig::redundant_ports`], or
+    /// the peer's mark): from then on each packet's flow is looked up before the scheduler is
+    /// asked (never before, so sessions without such flows pay nothing).
+    redundant_flows: bool,
     /// The last PATH_CONGESTION sequence number written.
     path_congestion_seq: u64,
     /// The highest PATH_CONGESTION sequence number taken, per path.
@@ -318,6 +327,8 @@ impl Session {
             backup_floor_announced: false,
             path_congestion: [None; MAX_PATHS],
             peer_knows_path_congestion: false,
+            peer_knows_redundant_flows: false,
+            redundant_flows: false,
             path_congestion_seq: 0,
             peer_path_congestion_seq: [0; MAX_PATHS],
             datagrams_split: 0,
@@ -585,6 +596,12 @@ impl Session {
         self.path_congestion.get(id.index()).copied().flatten()
     }
 
+    /// Whether the peer knows OPEN's redundant mark (the client learns it in each path's JOIN
+    /// exchange): this end's OPENs of flows it sends redundantly carry the mark only then.
+    pub fn set_peer_knows_redundant_flows(&mut self, yes: bool) {
+        self.peer_knows_redundant_flows = yes;
+    }
+
     /// Whether the server knows PATH_CONGESTION (the client learns it in each path's JOIN
     /// exchange); [`Session::announce_path_congestion`] sends it only then.
     pub fn set_peer_knows_path_congestion(&mut self, yes: bool) {
@@ -719,6 +736,7 @@ impl Session {
             ..MemoryUsage::default()
         };
         for flow in self.flows.values() {
+            usage.redundant_flows += usize::from(flow.redundant);
             let (allocated, send, recv, datagrams) = flow.memory();
             usage.allocated += allocated + std::mem::size_of::<Flow>() as u64;
             usage.send_buffered += send;

@@ -142,7 +142,12 @@ impl Session {
                 fragment,
                 data,
             } => self.on_datagram_frame(path, flow, (seq, fragment), deadline, data, now),
-            Frame::Open { flow, kind, target } => self.on_open(flow, kind, target),
+            Frame::Open {
+                flow,
+                kind,
+                target,
+                redundant,
+            } => self.on_open(flow, kind, target, redundant),
             Frame::Reset {
                 flow,
                 code,
@@ -337,7 +342,8 @@ impl Session {
                 | Control::PathAbandon(_)
                 | Control::DatagramLimit
                 | Control::BackupFloor
-                | Control::PathCongestion(_) => {}
+                | Control::PathCongestion(_)
+                | Control::Redundant(_) => {}
             }
         }
     }
@@ -388,8 +394,13 @@ impl Session {
         id.0 & 1 != self.role.flow_parity()
     }
 
-    fn on_open(&mut self, id: FlowId, kind: FlowKind, target: TargetRef<'_>) {
+    fn on_open(&mut self, id: FlowId, kind: FlowKind, target: TargetRef<'_>, redundant: bool) {
         if !self.peer_flow(id) || self.peer_flows_seen.contains(id.0 >> 1) {
+            // An OPEN again, with the mark: the peer marked the flow after its first OPEN.
+            if redundant && let Some(flow) = self.flows.get_mut(&id) {
+                flow.redundant = true;
+                self.redundant_flows = true;
+            }
             return;
         }
         self.peer_flows_seen.insert((id.0 >> 1)..(id.0 >> 1) + 1);
@@ -408,8 +419,10 @@ impl Session {
             self.take_early_datagrams(id);
             return;
         }
-        self.flows
-            .insert(id, Flow::new(kind, target.to_owned(), false, &self.config));
+        let mut flow = Flow::new(kind, target.to_owned(), false, &self.config);
+        flow.redundant = redundant || self.config.redundant_ports.contains(flow.target.port());
+        self.redundant_flows |= flow.redundant;
+        self.flows.insert(id, flow);
         self.events.push_back(Event::FlowOpened {
             flow: id,
             kind,

@@ -741,9 +741,16 @@ impl Session {
             };
             let meta = self.meta_for(item);
             self.refresh_views(now);
-            let decision = self
-                .scheduler
-                .select(&self.views[..self.view_count], &meta, now);
+            let views = &self.views[..self.view_count];
+            // A flow sent redundantly goes on every path with room, whatever the scheduler.
+            let redundant = self.redundant_flows
+                && matches!(item, Item::Stream { .. } | Item::Datagram)
+                && self.flows.get(&meta.flow).is_some_and(|f| f.redundant);
+            let decision = if redundant {
+                braid_sched_core::sched::redundant::Redundant::default().select(views, &meta, now)
+            } else {
+                self.scheduler.select(views, &meta, now)
+            };
             match decision {
                 Decision::Send(p) if self.path_usable(p) => {
                     let (p, item) = match item {
@@ -925,6 +932,7 @@ impl Session {
             flow: d.flow,
             kind: flow.kind,
             target,
+            redundant: flow.redundant && self.peer_knows_redundant_flows,
         }
         .encode(w)
         .is_ok()
@@ -938,12 +946,14 @@ impl Session {
         sent: &mut SentPacket,
         first_copy: bool,
     ) -> Option<()> {
+        let tell_redundant = self.peer_knows_redundant_flows;
         let flow = self.flows.get_mut(&id)?;
         if !flow.open_acked {
             Frame::Open {
                 flow: id,
                 kind: flow.kind,
                 target: flow.target.as_ref(),
+                redundant: flow.redundant && tell_redundant,
             }
             .encode(w)
             .ok()?;

@@ -33,6 +33,9 @@ pub(crate) enum Control {
     /// PATH_CONGESTION: the controller this end (a client) chose for a path's link
     /// (`Session::announce_path_congestion`).
     PathCongestion(PathId),
+    /// The OPEN of a flow again, with the redundant mark: the flow was marked after its first
+    /// OPEN (`Session::mark_redundant`).
+    Redundant(FlowId),
 }
 
 /// The data frame a packet carried.

@@ -603,7 +603,7 @@ async fn run_link(
                     name: link.name.clone(),
                     peer,
                     congestion: link.congestion,
-                    peer_knows_path_congestion: answer.path_congestion,
+                    server_knows: answer.server,
                 };
                 if session.commands.send(attach).await.is_err() {
                     return;

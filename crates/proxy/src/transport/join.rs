@@ -72,9 +72,34 @@ pub const JOIN_OK_BACKUP_FLOOR: u8 = 128;
 /// client reads the answer to the stream's end, so it tells the two apart.
 pub const FLAG_SECOND_ANSWER_BYTE: u8 = 64;
 /// The second answer byte's bit 0: the server knows the PATH_CONGESTION frame (it runs the
-/// controller the client chose for a link on what it sends on that link's path). The other
-/// bits are for later: a server sets none, a client ignores them.
+/// controller the client chose for a link on what it sends on that link's path). Bits 2 to 7
+/// are for later: a server sets none, a client ignores them.
 pub const ANSWER2_PATH_CONGESTION: u8 = 1;
+/// The second answer byte's bit 1: the server knows OPEN's redundant mark
+/// ([`crate::session::frame::OPEN_REDUNDANT`]: it sends such a flow's side redundantly too).
+pub const ANSWER2_REDUNDANT_FLOWS: u8 = 2;
+/// Every bit of the second answer byte this build sets.
+pub const ANSWER2_ALL: u8 = ANSWER2_PATH_CONGESTION | ANSWER2_REDUNDANT_FLOWS;
+
+/// What the second byte of the server's answer says it knows (all false from an older server,
+/// which sends none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerKnows {
+    /// PATH_CONGESTION ([`ANSWER2_PATH_CONGESTION`]).
+    pub path_congestion: bool,
+    /// OPEN's redundant mark ([`ANSWER2_REDUNDANT_FLOWS`]).
+    pub redundant_flows: bool,
+}
+
+impl ServerKnows {
+    /// What the second answer byte `bits` says (other bits ignored).
+    pub fn from_bits(bits: u8) -> Self {
+        ServerKnows {
+            path_congestion: bits & ANSWER2_PATH_CONGESTION != 0,
+            redundant_flows: bits & ANSWER2_REDUNDANT_FLOWS != 0,
+        }
+    }
+}
 
 /// What one end of a path said it knows in the JOIN exchange: the JOIN's flag bits 1 to 5 and
 /// 7 (the client's word) and the answer's bits of the same values (the server's).
@@ -136,7 +161,7 @@ impl PeerKnows {
 /// The server's answer to an accepted `join`: [`JOIN_OK`] with the bits of what the client
 /// said it knows (the server knows them all), and [`JOIN_OK_CREATED`] when the join `created`
 /// the session and the client asked to hear it; then, to a client that reads one
-/// ([`Join::second_answer_byte`]), the second byte: [`ANSWER2_PATH_CONGESTION`].
+/// ([`Join::second_answer_byte`]), the second byte: [`ANSWER2_ALL`].
 pub fn answer(join: &Join, created: bool) -> Vec<u8> {
     let created = if created && join.knows.session_news {
         JOIN_OK_CREATED
@@ -145,7 +170,7 @@ pub fn answer(join: &Join, created: bool) -> Vec<u8> {
     };
     let first = JOIN_OK | join.knows.bits() | created;
     if join.second_answer_byte {
-        vec![first, ANSWER2_PATH_CONGESTION]
+        vec![first, ANSWER2_ALL]
     } else {
         vec![first]
     }
@@ -158,8 +183,8 @@ pub struct JoinAnswer {
     pub knows: PeerKnows,
     /// The join started the session ([`JOIN_OK_CREATED`]).
     pub created: bool,
-    /// The server knows PATH_CONGESTION ([`ANSWER2_PATH_CONGESTION`]).
-    pub path_congestion: bool,
+    /// What the answer's second byte says the server knows.
+    pub server: ServerKnows,
 }
 
 /// What the server's answer says, for a join with [`FLAG_SECOND_ANSWER_BYTE`] (its second
@@ -178,7 +203,7 @@ pub fn parse_answer(answer: &[u8]) -> Option<JoinAnswer> {
         .then(|| JoinAnswer {
             knows: PeerKnows::from_bits(a),
             created: a & JOIN_OK_CREATED != 0,
-            path_congestion: second & ANSWER2_PATH_CONGESTION != 0,
+            server: ServerKnows::from_bits(second),
         })
 }
 
@@ -523,7 +548,7 @@ mod tests {
                     Some(JoinAnswer {
                         knows,
                         created: told,
-                        path_congestion: false,
+                        server: ServerKnows::default(),
                     })
                 );
                 // To a client that reads a second byte: the same first byte, then what else
@@ -532,22 +557,39 @@ mod tests {
                     second_answer_byte: true,
                     ..join.clone()
                 };
-                assert_eq!(answer(&asked, created), vec![byte, ANSWER2_PATH_CONGESTION]);
+                assert_eq!(answer(&asked, created), vec![byte, 0b11]);
                 assert_eq!(
                     parse_answer(&answer(&asked, created)),
                     Some(JoinAnswer {
                         knows,
                         created: told,
-                        path_congestion: true,
+                        server: ServerKnows {
+                            path_congestion: true,
+                            redundant_flows: true
+                        },
                     })
                 );
             }
         }
-        // A second byte's unknown bits are ignored.
+        // A second byte's bits one by one; unknown ones are ignored.
         assert_eq!(
-            parse_answer(&[0, 0xfe]),
+            parse_answer(&[0, 0xfc]),
             Some(JoinAnswer::default()),
             "bits a later server may set"
+        );
+        assert_eq!(
+            parse_answer(&[0, 2]).map(|a| a.server),
+            Some(ServerKnows {
+                path_congestion: false,
+                redundant_flows: true
+            })
+        );
+        assert_eq!(
+            parse_answer(&[0, 1]).map(|a| a.server),
+            Some(ServerKnows {
+                path_congestion: true,
+                redundant_flows: false
+            })
         );
         // What older servers answer, what a refusal is, and what no server sends.
         assert_eq!(parse_answer(&[0]), Some(JoinAnswer::default()));
@@ -567,7 +609,7 @@ mod tests {
             &[0xff],
             &[],
             &[0, 0, 0],
-            &[JOIN_REFUSED, ANSWER2_PATH_CONGESTION],
+            &[JOIN_REFUSED, ANSWER2_ALL],
         ] {
             assert_eq!(parse_answer(refused), None, "{refused:?}");
         }

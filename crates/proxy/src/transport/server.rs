@@ -328,7 +328,7 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
         },
         // The client says its link's controller by PATH_CONGESTION, which the server takes.
         congestion: None,
-        peer_knows_path_congestion: false,
+        server_knows: super::join::ServerKnows::default(),
     };
     session
         .commands

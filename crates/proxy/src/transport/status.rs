@@ -156,6 +156,9 @@ impl QuicCounters {
 pub struct SessionCounters {
     /// Flows open now.
     pub flows_open: usize,
+    /// Flows open now that are sent redundantly (`[session] redundant_ports`, either end's).
+    #[serde(default)]
+    pub flows_redundant: usize,
     /// Flows opened since the session started (both ends).
     pub flows_total: u64,
     /// Application bytes written into the session.
@@ -492,7 +495,7 @@ impl DaemonStatus {
             let c = &s.counters;
             let _ = writeln!(
                 out,
-                "\nsession {} user {} scheduler {}{} congestion {}{} up {:.0}s{}: flows {} open / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
+                "\nsession {} user {} scheduler {}{} congestion {}{} up {:.0}s{}: flows {} open{} / {} total, written {} B, read {} B, datagrams dropped {}, split {}, reassembled {}, packets bad {}, refused {}\n  memory {} KiB ({} KiB to send, {} KiB received), largest flow window {} KiB",
                 s.session,
                 s.user,
                 s.scheduler,
@@ -508,6 +511,11 @@ impl DaemonStatus {
                 s.uptime_s,
                 if s.quiet { " (quiet)" } else { "" },
                 c.flows_open,
+                if c.flows_redundant > 0 {
+                    format!(" ({} redundant)", c.flows_redundant)
+                } else {
+                    String::new()
+                },
                 c.flows_total,
                 c.bytes_written,
                 c.bytes_read,

@@ -54,8 +54,9 @@ pub(crate) enum Command {
         /// A client's link's own congestion controller (`None`: the session's); a server passes
         /// `None` and keeps what the client said by PATH_CONGESTION.
         congestion: Option<crate::session::congestion::CongestionAlgorithm>,
-        /// The server said in the JOIN exchange that it knows PATH_CONGESTION.
-        peer_knows_path_congestion: bool,
+        /// What else the server said it knows in the JOIN exchange (the answer's second byte;
+        /// a server passes none).
+        server_knows: super::join::ServerKnows,
     },
     /// The client's end of path `id` is gone (its interface went down, its address away): the
     /// path leaves the session and the peer is told (`Session::abandon_path`), when `conn`
@@ -436,13 +437,16 @@ impl Driver {
                 name,
                 peer,
                 congestion,
-                peer_knows_path_congestion,
+                server_knows,
             } => {
                 if self.session.role() == Role::Client {
                     self.session.set_path_congestion(id, congestion);
                 }
-                if peer_knows_path_congestion {
+                if server_knows.path_congestion {
                     self.session.set_peer_knows_path_congestion(true);
+                }
+                if server_knows.redundant_flows {
+                    self.session.set_peer_knows_redundant_flows(true);
                 }
                 if peer.fragments {
                     self.session.set_peer_reassembles(true);
@@ -534,6 +538,7 @@ impl Driver {
                 }
             }
             Command::Datagram { flow, data } => {
+                self.mark_if_redundant(flow, &data);
                 let now = self.now();
                 if self.session.send_datagram(flow, &data, None, now).is_ok() {
                     self.counters.bytes_written += data.len() as u64;
@@ -614,6 +619,19 @@ impl Driver {
         }
     }
 
+    /// Marks datagram flow `flow` redundant when `datagram` (a SOCKS5 UDP header and its
+    /// payload, as the inbounds send them) goes to one of the session's `redundant_ports`: its
+    /// target is the association's, not the destination's, so [`Session::open_flow`] could not.
+    fn mark_if_redundant(&mut self, flow: FlowId, datagram: &[u8]) {
+        let ports = &self.session.config().redundant_ports;
+        if !ports.is_empty()
+            && !self.session.is_redundant(flow)
+            && redundant_destination(ports, datagram)
+        {
+            self.session.mark_redundant(flow);
+        }
+    }
+
     /// Hands a flow's readable bytes (or datagrams) to its reader, within the chunk budget.
     fn deliver(&mut self, flow: FlowId) {
         let Some(entry) = self.flows.get_mut(&flow) else {
@@ -625,6 +643,16 @@ impl Driver {
                     Ok(Some(n)) => {
                         entry.in_app += 1;
                         self.counters.bytes_read += n as u64;
+                        // A server's `redundant_ports` cover the datagrams' destinations.
+                        if !self.session.config().redundant_ports.is_empty()
+                            && !self.session.is_redundant(flow)
+                            && redundant_destination(
+                                &self.session.config().redundant_ports,
+                                &self.buf[..n],
+                            )
+                        {
+                            self.session.mark_redundant(flow);
+                        }
                         let _ = entry
                             .to_app
                             .send(FlowMsg::Datagram(Bytes::copy_from_slice(&self.buf[..n])));
@@ -830,4 +858,10 @@ impl Driver {
 /// Microseconds since `epoch`, the session's clock.
 fn since(epoch: Instant) -> Timestamp {
     Timestamp::from_micros(epoch.elapsed().as_micros() as u64)
+}
+
+/// Whether `datagram`'s SOCKS5 UDP header names a destination port of `ports`.
+fn redundant_destination(ports: &crate::session::PortSet, datagram: &[u8]) -> bool {
+    crate::inbound::socks5::parse_udp_datagram(datagram)
+        .is_ok_and(|(target, _)| ports.contains(target.port()))
 }

@@ -80,6 +80,7 @@ impl Driver {
         let mut counters = self.counters.clone();
         let memory = self.session.memory_usage();
         counters.flows_open = memory.flows;
+        counters.flows_redundant = memory.redundant_flows;
         counters.send_buffered_bytes = memory.send_buffered;
         counters.receive_buffered_bytes = memory.receive_buffered;
         counters.memory_bytes = memory.allocated;
