@@ -640,25 +640,12 @@ async fn udp_associate_echo() {
 /// a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flows_to_redundant_ports_go_on_every_link_both_ways() {
-    let name = "redundant-ports";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
     let echo = udp_echo().await;
-    let ports = braid_proxy::session::PortSet::new([(echo.port(), echo.port())]).unwrap();
-    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
-        session: braid_proxy::config::SessionLimits {
-            redundant_ports: ports,
-            ..Default::default()
-        },
-        ..client_config(name, &server, 2, KEY)
-    })
-    .await
-    .unwrap();
-    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let ports = braid_proxy::config::SessionLimits {
+        redundant_ports: braid_proxy::session::PortSet::new([(echo.port(), echo.port())]).unwrap(),
+        ..Default::default()
+    };
+    let (server, client) = pair_with_each("redundant-ports", 2, Default::default(), ports).await;
     let sent = |status: braid_proxy::transport::DaemonStatus| -> Vec<u64> {
         let mut paths: Vec<_> = status.sessions[0]
             .paths
@@ -729,24 +716,11 @@ async fn udp_payloads_up_to_the_configured_limit_cross() {
 /// it, instead of sending pieces that the server would drop without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_sends_no_datagram_longer_than_the_server_takes() {
-    let name = "udp-limit";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
-    let longest = *braid_proxy::config::MAX_UDP_PAYLOAD.end();
-    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
-        session: braid_proxy::config::SessionLimits {
-            max_udp_payload: longest,
-            ..Default::default()
-        },
-        ..client_config(name, &server, 1, KEY)
-    })
-    .await
-    .unwrap();
-    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let longest = braid_proxy::config::SessionLimits {
+        max_udp_payload: *braid_proxy::config::MAX_UDP_PAYLOAD.end(),
+        ..Default::default()
+    };
+    let (server, client) = pair_with_each("udp-limit", 1, Default::default(), longest).await;
     let echo = udp_echo().await;
     let association = UdpAssociation::open(client.socks_addr).await;
     let short: Vec<u8> = (0..1_000).map(|i| i as u8).collect();
@@ -768,23 +742,11 @@ async fn the_client_sends_no_datagram_longer_than_the_server_takes() {
 /// sends, and both statuses say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_s_floor_for_backups_governs_the_server_s_session_too() {
-    let name = "backup-floor";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
-    let client = braid_proxy::daemon::start_client(braid_proxy::config::ClientConfig {
-        session: braid_proxy::config::SessionLimits {
-            backup_below: Some(1_000_000),
-            ..Default::default()
-        },
-        ..client_config(name, &server, 1, KEY)
-    })
-    .await
-    .unwrap();
-    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let floor = braid_proxy::config::SessionLimits {
+        backup_below: Some(1_000_000),
+        ..Default::default()
+    };
+    let (server, client) = pair_with_each("backup-floor", 1, Default::default(), floor).await;
     assert_eq!(client.status().await.sessions[0].backup_below_mbps, 8.0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let status = loop {

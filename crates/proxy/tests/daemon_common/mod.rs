@@ -98,9 +98,20 @@ pub async fn pair_with(
     links: usize,
     session: SessionLimits,
 ) -> (ServerHandle, ClientHandle) {
+    pair_with_each(name, links, session, session).await
+}
+
+/// [`pair`] with `server` as the server's `[session]` limits and `client` as the client's (the
+/// two files differ).
+pub async fn pair_with_each(
+    name: &str,
+    links: usize,
+    server: SessionLimits,
+    client: SessionLimits,
+) -> (ServerHandle, ClientHandle) {
     let server = start_server(
         ServerConfig {
-            session,
+            session: server,
             ..server_config(name, true)
         },
         ServerIdentity::generate("braid").unwrap(),
@@ -108,7 +119,7 @@ pub async fn pair_with(
     .await
     .unwrap();
     let client = start_client(ClientConfig {
-        session,
+        session: client,
         ..client_config(name, &server, links, KEY)
     })
     .await
