@@ -783,26 +783,15 @@ async fn a_link_s_own_congestion_controller_runs_on_both_ends_of_its_path() {
         .await
         .unwrap();
     assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
-    // Each path's controller by id, once the server's session has both paths.
-    async fn controllers(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, String)> {
-        let mut paths: Vec<_> = status
-            .sessions
-            .first()
-            .map(|s| {
-                s.paths
-                    .iter()
-                    .map(|p| (p.id, p.congestion.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        paths.sort();
-        paths
+    // Each path's controller by id.
+    fn controllers(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, String)> {
+        path_fields(status, |p| (p.id, p.congestion.clone()))
     }
     async fn wait_for(server: &braid_proxy::daemon::ServerHandle, want: &[(u8, &str)]) {
         let want: Vec<(u8, String)> = want.iter().map(|&(i, c)| (i, c.to_owned())).collect();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let got = controllers(server.status().await).await;
+            let got = controllers(server.status().await);
             if got == want {
                 return;
             }
@@ -817,7 +806,7 @@ async fn a_link_s_own_congestion_controller_runs_on_both_ends_of_its_path() {
     wait_for(&server, &want).await;
     let status = client.status().await;
     assert_eq!(
-        controllers(status.clone()).await,
+        controllers(status.clone()),
         want.map(|(i, c)| (i, c.to_owned()))
     );
     assert_eq!(status.sessions[0].congestion, "cubic");
@@ -995,15 +984,18 @@ async fn status_is_served_on_the_control_socket() {
 
 /// The client's and the server's paths now, as (id, link name, state), by id.
 async fn paths_of(status: braid_proxy::transport::DaemonStatus) -> Vec<(u8, String, String)> {
+    path_fields(status, |p| (p.id, p.name.clone(), p.state.clone()))
+}
+
+/// `field` of each path of the first session, sorted (by id when it leads).
+fn path_fields<T: Ord>(
+    status: braid_proxy::transport::DaemonStatus,
+    field: impl Fn(&braid_proxy::transport::PathReport) -> T,
+) -> Vec<T> {
     let mut paths: Vec<_> = status
         .sessions
         .first()
-        .map(|s| {
-            s.paths
-                .iter()
-                .map(|p| (p.id, p.name.clone(), p.state.clone()))
-                .collect()
-        })
+        .map(|s| s.paths.iter().map(field).collect())
         .unwrap_or_default();
     paths.sort();
     paths
