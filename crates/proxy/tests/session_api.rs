@@ -1304,7 +1304,8 @@ fn a_flow_to_a_redundant_port_rides_through_a_link_going_dark_or_fading() {
             "{link}: {servers:?}"
         );
         println!(
-            "{link}: redundant, told: {both:?}\n  redundant, untold: {untold:?}\n  another port: {other:?}"
+            "{link}: redundant, told: {both:?}\n  redundant, untold: {untold:?}\n  \
+             another port: {other:?}\n  the server's port: {servers:?}"
         );
     }
 }
