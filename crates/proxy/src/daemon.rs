@@ -463,6 +463,23 @@ impl ClientHandle {
                 let _ = session.set_congestion(algorithm).await;
             }
         }
+        let redundant_ports = {
+            let mut next = self
+                .links
+                .redundant_ports
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            (new.session.redundant_ports != *next).then(|| {
+                *next = new.session.redundant_ports;
+                new.session.redundant_ports
+            })
+        };
+        if let Some(ports) = redundant_ports {
+            changed.push("session.redundant_ports");
+            if let Some(session) = self.session() {
+                let _ = session.set_redundant_ports(ports).await;
+            }
+        }
         let links = self.links.reload(&new.links).await;
         if !links.is_empty() {
             changed.push("link");
@@ -501,6 +518,7 @@ impl ClientHandle {
                 "session",
                 SessionLimits {
                     congestion: old.session.congestion,
+                    redundant_ports: old.session.redundant_ports,
                     ..new.session
                 } != old.session,
             ),
@@ -1150,6 +1168,12 @@ impl ServerHandle {
             let algorithm = self.shared.config().session.congestion;
             for session in self.shared.sessions() {
                 let _ = session.set_congestion(algorithm).await;
+            }
+        }
+        if reload.changed.contains(&"session.redundant_ports") {
+            let ports = self.shared.config().session.redundant_ports;
+            for session in self.shared.sessions() {
+                let _ = session.set_redundant_ports(ports).await;
             }
         }
         reload

@@ -687,6 +687,57 @@ async fn flows_to_redundant_ports_go_on_every_link_both_ways() {
     );
 }
 
+/// A reload of `[session] redundant_ports` reaches the running session, on either daemon: the
+/// client's marks an association already open at its next datagram to the port (and tells the
+/// server), the server's marks a new association to its port; neither needs a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_running_session_s_redundant_ports() {
+    use braid_proxy::session::PortSet;
+    let name = "redundant-reload";
+    let (server, client) = pair(name, 2).await;
+    let redundant =
+        |s: braid_proxy::transport::DaemonStatus| s.sessions[0].counters.flows_redundant;
+    let (echo, other_echo) = (udp_echo().await, udp_echo().await);
+    let association = UdpAssociation::open(client.socks_addr).await;
+    assert!(association.ask(echo, b"a", 20).await.is_some());
+    assert_eq!(redundant(client.status().await), 0);
+    let mut config = client_config(name, &server, 2, KEY);
+    config.session.redundant_ports = PortSet::new([(echo.port(), echo.port())]).unwrap();
+    let done = client.reload(config).await;
+    assert!(
+        done.changed.contains(&"session.redundant_ports"),
+        "{done:?}"
+    );
+    assert!(!done.needs_restart.contains(&"session"), "{done:?}");
+    assert!(association.ask(echo, b"b", 20).await.is_some());
+    assert_eq!(redundant(client.status().await), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while redundant(server.status().await) != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server was not told"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut config = server_config(name, true);
+    config.session.redundant_ports =
+        PortSet::new([(other_echo.port(), other_echo.port())]).unwrap();
+    let done = server.reload(config).await;
+    assert!(
+        done.changed.contains(&"session.redundant_ports"),
+        "{done:?}"
+    );
+    assert!(!done.needs_restart.contains(&"session"), "{done:?}");
+    let second = UdpAssociation::open(client.socks_addr).await;
+    assert!(second.ask(other_echo, b"c", 20).await.is_some());
+    assert_eq!(redundant(server.status().await), 2);
+    assert_eq!(
+        redundant(client.status().await),
+        1,
+        "the server's ports are its own"
+    );
+}
+
 /// `[session] max_udp_payload` at its largest on both daemons: a datagram of that length
 /// crosses both ways in eight pieces, or seven once the paths have grown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -199,6 +199,13 @@ impl Session {
         }
     }
 
+    /// Replaces [`super::SessionConfig::redundant_ports`] (a daemon's reload): flows opened
+    /// from now on, and datagram flows not marked yet, are judged by `ports`; a flow already
+    /// marked stays so.
+    pub fn set_redundant_ports(&mut self, ports: super::PortSet) {
+        self.config.redundant_ports = ports;
+    }
+
     /// Whether flow `id` is sent redundantly ([`Session::mark_redundant`]).
     pub fn is_redundant(&self, id: FlowId) -> bool {
         self.flows.get(&id).is_some_and(|f| f.redundant)

@@ -103,6 +103,8 @@ pub struct LinkContext {
     pub(crate) scheduler: std::sync::RwLock<SchedulerConfig>,
     /// The congestion controller of the sessions' paths (the file's, or a reload's).
     pub(crate) congestion: std::sync::RwLock<crate::session::congestion::CongestionAlgorithm>,
+    /// The ports whose flows go redundantly (the file's, or a reload's).
+    pub(crate) redundant_ports: std::sync::RwLock<crate::session::PortSet>,
     pub(crate) crypto: quinn::ClientConfig,
     /// The kernel's news of the interfaces.
     interfaces: watch::Receiver<u64>,
@@ -295,6 +297,7 @@ impl LinkContext {
         LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
             congestion: std::sync::RwLock::new(config.session.congestion),
+            redundant_ports: std::sync::RwLock::new(config.session.redundant_ports),
             config,
             crypto,
             interfaces: ifwatch::watch(),
@@ -487,6 +490,10 @@ pub(crate) async fn session_loop(
             config: super::session_config(&crate::config::SessionLimits {
                 congestion: *ctx
                     .congestion
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                redundant_ports: *ctx
+                    .redundant_ports
                     .read()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
                 ..ctx.config.session

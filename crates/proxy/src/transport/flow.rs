@@ -112,6 +112,18 @@ impl SessionHandle {
             .map_err(|_| SessionGone)
     }
 
+    /// Replaces the ports whose flows go redundantly (see
+    /// [`crate::session::Session::set_redundant_ports`]).
+    pub async fn set_redundant_ports(
+        &self,
+        ports: crate::session::PortSet,
+    ) -> Result<(), SessionGone> {
+        self.commands
+            .send(Command::RedundantPorts(ports))
+            .await
+            .map_err(|_| SessionGone)
+    }
+
     /// Closes the session (CLOSE on every path).
     pub async fn close(&self) {
         let _ = self.commands.send(Command::Close).await;

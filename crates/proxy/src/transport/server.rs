@@ -124,9 +124,14 @@ impl ServerShared {
                 new.session.congestion != old.session.congestion,
             ),
             (
+                "session.redundant_ports",
+                new.session.redundant_ports != old.session.redundant_ports,
+            ),
+            (
                 "session",
                 crate::config::SessionLimits {
                     congestion: old.session.congestion,
+                    redundant_ports: old.session.redundant_ports,
                     ..new.session
                 } != old.session,
             ),

@@ -107,6 +107,9 @@ pub(crate) enum Command {
     /// Switch every path to another congestion controller (a reload; see
     /// [`crate::session::Session::set_congestion`]).
     Congestion(crate::session::congestion::CongestionAlgorithm),
+    /// Other ports whose flows go redundantly (a reload; see
+    /// [`crate::session::Session::set_redundant_ports`]).
+    RedundantPorts(crate::session::PortSet),
     Close,
 }
 
@@ -556,6 +559,12 @@ impl Driver {
                 if self.session.congestion() != algorithm {
                     info!(session = %self.label, congestion = algorithm.name(), "congestion controller replaced");
                     self.session.set_congestion(algorithm);
+                }
+            }
+            Command::RedundantPorts(ports) => {
+                if self.session.config().redundant_ports != ports {
+                    info!(session = %self.label, ports = ?ports.ranges(), "redundant ports replaced");
+                    self.session.set_redundant_ports(ports);
                 }
             }
             Command::Close => {
