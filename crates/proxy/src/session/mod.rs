@@ -115,6 +115,9 @@ pub enum Event {
     /// The client said its floor for backups (BACKUP_FLOOR, bytes per second): it governs what
     /// this end (the server) sends from now on ([`Session::backup_floor`]).
     PeerBackupFloor(u64),
+    /// The client chose the congestion controller of what this end (the server) sends on a
+    /// path (PATH_CONGESTION; `None`: the server's own again).
+    PeerPathCongestion(PathId, Option<congestion::CongestionAlgorithm>),
     /// The session is closed.
     Closed {
         /// The code (0: normal).

@@ -207,7 +207,10 @@ impl Session {
                 let last = &mut self.peer_path_congestion_seq[path.index()];
                 if self.role == Role::Server && seq > *last {
                     *last = seq;
-                    self.set_path_congestion(path, algorithm);
+                    if self.path_congestion(path) != algorithm {
+                        self.set_path_congestion(path, algorithm);
+                        self.push_event(Event::PeerPathCongestion(path, algorithm));
+                    }
                 }
             }
             Frame::Close { code, .. } => self.finish_close(code, true),

@@ -764,6 +764,15 @@ impl Driver {
                         );
                     }
                 }
+                Event::PeerPathCongestion(path, algorithm) => {
+                    let own = self.session.congestion().name();
+                    info!(
+                        session = %self.label,
+                        path = path.0,
+                        congestion = algorithm.map_or(own, |a| a.name()),
+                        "the client's link chose the congestion controller of what this end sends on the path"
+                    );
+                }
                 Event::PeerBackupFloor(rate) => {
                     info!(
                         session = %self.label,
