@@ -1326,5 +1326,11 @@ fn a_flow_marked_after_its_open_is_marked_at_the_peer_too() {
         assert!(h.client().is_redundant(flow));
         h.run_until(secs(1.0), |_| {});
         assert_eq!(h.server().is_redundant(flow), told, "told: {told}");
+        assert_eq!(h.client().memory_usage().redundant_flows, 1);
+        // Reset and forgotten at both ends: no redundant flow left to look up.
+        h.client().reset(flow, 0).unwrap();
+        h.run_until(secs(2.0), |_| {});
+        assert_eq!(h.client().memory_usage().redundant_flows, 0);
+        assert_eq!(h.server().memory_usage().redundant_flows, 0);
     }
 }

@@ -171,7 +171,7 @@ impl Session {
         self.next_local_flow += 2;
         let mut flow = Flow::new(kind, target, true, &self.config);
         flow.redundant = self.config.redundant_ports.contains(flow.target.port());
-        self.redundant_flows |= flow.redundant;
+        self.redundant_flows += usize::from(flow.redundant);
         self.flows.insert(id, flow);
         self.push_control(Control::Open(id));
         Ok(id)
@@ -191,7 +191,7 @@ impl Session {
             return;
         }
         flow.redundant = true;
-        self.redundant_flows = true;
+        self.redundant_flows += 1;
         // Its OPEN may have gone already (a datagram flow's goes at once): the peer hears of
         // the mark from an OPEN sent again with it.
         if self.peer_knows_redundant_flows {
@@ -486,6 +486,7 @@ impl Session {
             return;
         }
         if let Some(mut flow) = self.flows.remove(&id) {
+            self.redundant_flows -= usize::from(flow.redundant);
             if let Body::Stream { recv, .. } = &mut flow.body {
                 self.consumed_total += recv.abandon();
             }

@@ -246,10 +246,10 @@ pub struct Session {
     peer_knows_path_congestion: bool,
     /// The peer knows OPEN's redundant mark ([`Session::set_peer_knows_redundant_flows`]).
     peer_knows_redundant_flows: bool,
-    /// A flow of this session was sent redundantly ([`SessionConfig::redundant_ports`], or
-    /// the peer's mark): from then on each packet's flow is looked up before the scheduler is
-    /// asked (never before, so sessions without such flows pay nothing).
-    redundant_flows: bool,
+    /// Flows held that are sent redundantly ([`SessionConfig::redundant_ports`], or the peer's
+    /// mark): while there are any, each packet's flow is looked up before the scheduler is
+    /// asked (a session without such flows pays nothing).
+    redundant_flows: usize,
     /// The last PATH_CONGESTION sequence number written.
     path_congestion_seq: u64,
     /// The highest PATH_CONGESTION sequence number taken, per path.
@@ -331,7 +331,7 @@ impl Session {
             path_congestion: [None; MAX_PATHS],
             peer_knows_path_congestion: false,
             peer_knows_redundant_flows: false,
-            redundant_flows: false,
+            redundant_flows: 0,
             path_congestion_seq: 0,
             peer_path_congestion_seq: [0; MAX_PATHS],
             datagrams_split: 0,
@@ -763,6 +763,10 @@ impl Session {
         for p in self.paths.iter().flatten() {
             usage.allocated += p.allocated();
         }
+        debug_assert_eq!(
+            usage.redundant_flows, self.redundant_flows,
+            "the count kept"
+        );
         usage
     }
 

@@ -400,9 +400,12 @@ impl Session {
     fn on_open(&mut self, id: FlowId, kind: FlowKind, target: TargetRef<'_>, redundant: bool) {
         if !self.peer_flow(id) || self.peer_flows_seen.contains(id.0 >> 1) {
             // An OPEN again, with the mark: the peer marked the flow after its first OPEN.
-            if redundant && let Some(flow) = self.flows.get_mut(&id) {
+            if redundant
+                && let Some(flow) = self.flows.get_mut(&id)
+                && !flow.redundant
+            {
                 flow.redundant = true;
-                self.redundant_flows = true;
+                self.redundant_flows += 1;
             }
             return;
         }
@@ -424,7 +427,7 @@ impl Session {
         }
         let mut flow = Flow::new(kind, target.to_owned(), false, &self.config);
         flow.redundant = redundant || self.config.redundant_ports.contains(flow.target.port());
-        self.redundant_flows |= flow.redundant;
+        self.redundant_flows += usize::from(flow.redundant);
         self.flows.insert(id, flow);
         self.events.push_back(Event::FlowOpened {
             flow: id,

@@ -743,7 +743,7 @@ impl Session {
             self.refresh_views(now);
             let views = &self.views[..self.view_count];
             // A flow sent redundantly goes on every path with room, whatever the scheduler.
-            let redundant = self.redundant_flows
+            let redundant = self.redundant_flows > 0
                 && matches!(item, Item::Stream { .. } | Item::Datagram)
                 && self.flows.get(&meta.flow).is_some_and(|f| f.redundant);
             let decision = if redundant {
