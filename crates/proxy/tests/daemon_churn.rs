@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use daemon_common::{UdpAssociation, flows_open, pair, pattern, sha256, socks_connect, udp_echo};
+use daemon_common::{
+    UdpAssociation, flows_open, pair_with, pattern, sha256, socks_connect, udp_echo,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -152,10 +154,34 @@ async fn flow(socks: SocketAddr, origin: SocketAddr, kind: usize, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flows_ended_every_way_leave_no_flow_or_origin_connection_behind() {
-    let (server, client) = pair("churn", 2).await;
+    churn("churn", false).await;
+}
+
+/// The same with every flow sent redundantly (`[session] redundant_ports` naming the origin's
+/// and the echo's ports on both daemons): each ending still reaches both ends, and no marked
+/// flow is left counted (the sessions check their count against their flows in debug builds
+/// at every status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redundant_flows_ended_every_way_leave_nothing_behind_either() {
+    churn("churn-redundant", true).await;
+}
+
+/// 480 flows ended seven ways and 30 UDP associations, each end's flows sent redundantly when
+/// `redundant`; then nothing may be left open at either end or at the origin.
+async fn churn(name: &str, redundant: bool) {
     let (origin, counts) = origin().await;
     let echo = udp_echo().await;
+    let ports = [(origin.port(), origin.port()), (echo.port(), echo.port())];
+    let limits = braid_proxy::config::SessionLimits {
+        redundant_ports: braid_proxy::session::PortSet::new(
+            ports.into_iter().filter(|_| redundant),
+        )
+        .unwrap(),
+        ..Default::default()
+    };
+    let (server, client) = pair_with(name, 2, limits).await;
     let mut n = 0;
+    let mut most_marked = 0;
     for r in 0..ROUNDS {
         let mut round = Vec::with_capacity(AT_ONCE + 1);
         // And a UDP association per round, answered once, ended by its control connection.
@@ -181,6 +207,24 @@ async fn flows_ended_every_way_leave_no_flow_or_origin_connection_behind() {
                 );
             }));
             n += 1;
+        }
+        // Mid-round, every flow open at either end is marked when redundant (the UDP
+        // association from its first datagram on: it may not have sent one yet), none otherwise.
+        for _ in 0..3 {
+            for status in [client.status().await, server.status().await] {
+                let c = &status.sessions[0].counters;
+                let ok = match redundant {
+                    true => c.flows_redundant + 1 >= c.flows_open,
+                    false => c.flows_redundant == 0,
+                };
+                assert!(
+                    ok,
+                    "{} round {r}: {} of {} flows open redundant",
+                    status.role, c.flows_redundant, c.flows_open
+                );
+                most_marked = most_marked.max(c.flows_redundant);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         for task in round {
             task.await.unwrap();
@@ -217,4 +261,18 @@ async fn flows_ended_every_way_leave_no_flow_or_origin_connection_behind() {
         ("socks5", reset_by_the_application, 0),
         "{socks:?}"
     );
+    // What each session sent on each path.
+    let sent = |s: braid_proxy::transport::DaemonStatus| {
+        let mut paths: Vec<_> = s.sessions[0]
+            .paths
+            .iter()
+            .map(|p| (p.id, p.packets_sent))
+            .collect();
+        paths.sort();
+        paths.into_iter().map(|(_, n)| n).collect::<Vec<_>>()
+    };
+    let (on_client, on_server) = (sent(client.status().await), sent(server.status().await));
+    println!("{name}: packets sent per path: client {on_client:?}, server {on_server:?}");
+    println!("{name}: at most {most_marked} flows open redundant at a time");
+    assert_eq!(most_marked > 0, redundant);
 }
