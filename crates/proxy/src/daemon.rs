@@ -446,35 +446,15 @@ impl ClientHandle {
                 let _ = session.replace_scheduler(scheduler).await;
             }
         }
-        let congestion = {
-            let mut next = self
-                .links
-                .congestion
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            (new.session.congestion != *next).then(|| {
-                *next = new.session.congestion;
-                new.session.congestion
-            })
-        };
-        if let Some(algorithm) = congestion {
+        if let Some(algorithm) = replace_if_changed(&self.links.congestion, new.session.congestion)
+        {
             changed.push("session.congestion");
             if let Some(session) = self.session() {
                 let _ = session.set_congestion(algorithm).await;
             }
         }
-        let redundant_ports = {
-            let mut next = self
-                .links
-                .redundant_ports
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            (new.session.redundant_ports != *next).then(|| {
-                *next = new.session.redundant_ports;
-                new.session.redundant_ports
-            })
-        };
-        if let Some(ports) = redundant_ports {
+        let ports = new.session.redundant_ports;
+        if let Some(ports) = replace_if_changed(&self.links.redundant_ports, ports) {
             changed.push("session.redundant_ports");
             if let Some(session) = self.session() {
                 let _ = session.set_redundant_ports(ports).await;
@@ -1362,6 +1342,14 @@ pub async fn start_server(
     })
 }
 
+/// Puts `new` in `slot` when it differs from what is there; returns it then (a reload's change).
+fn replace_if_changed<T: PartialEq + Copy>(slot: &std::sync::RwLock<T>, new: T) -> Option<T> {
+    let mut current = slot.write().unwrap_or_else(PoisonError::into_inner);
+    (*current != new).then(|| {
+        *current = new;
+        new
+    })
+}
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
