@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use daemon_common::{
-    UdpAssociation, flows_open, pair_with, pattern, sha256, socks_connect, udp_echo,
+    UdpAssociation, flows_open, pair_with, path_fields, pattern, sha256, socks_connect, udp_echo,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -261,16 +261,8 @@ async fn churn(name: &str, redundant: bool) {
         ("socks5", reset_by_the_application, 0),
         "{socks:?}"
     );
-    // What each session sent on each path.
-    let sent = |s: braid_proxy::transport::DaemonStatus| {
-        let mut paths: Vec<_> = s.sessions[0]
-            .paths
-            .iter()
-            .map(|p| (p.id, p.packets_sent))
-            .collect();
-        paths.sort();
-        paths.into_iter().map(|(_, n)| n).collect::<Vec<_>>()
-    };
+    // What each session sent on each path, (id, packets).
+    let sent = |status| path_fields(status, |p| (p.id, p.packets_sent));
     let (on_client, on_server) = (sent(client.status().await), sent(server.status().await));
     println!("{name}: packets sent per path: client {on_client:?}, server {on_server:?}");
     println!("{name}: at most {most_marked} flows open redundant at a time");

@@ -56,21 +56,11 @@ impl Session {
     fn write_control(&mut self, w: &mut Writer<'_>, c: Control) -> bool {
         let frame = match c {
             Control::Open(id) => match self.flows.get(&id) {
-                Some(f) if !f.open_acked => Frame::Open {
-                    flow: id,
-                    kind: f.kind,
-                    target: f.target.as_ref(),
-                    redundant: f.redundant && self.peer_knows_redundant_flows,
-                },
+                Some(f) if !f.open_acked => f.open_frame(id, self.peer_knows_redundant_flows),
                 _ => return false,
             },
             Control::Redundant(id) => match self.flows.get(&id) {
-                Some(f) if f.redundant && self.peer_knows_redundant_flows => Frame::Open {
-                    flow: id,
-                    kind: f.kind,
-                    target: f.target.as_ref(),
-                    redundant: true,
-                },
+                Some(f) if f.redundant && self.peer_knows_redundant_flows => f.open_frame(id, true),
                 _ => return false,
             },
             Control::Reset(id) => match self.flows.get(&id) {

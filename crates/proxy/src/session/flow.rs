@@ -96,6 +96,17 @@ impl Flow {
         }
     }
 
+    /// The flow's OPEN, as flow `id`; with the redundant mark when the flow is marked and
+    /// `tell` (the peer knows the mark).
+    pub fn open_frame(&self, id: FlowId, tell: bool) -> super::frame::Frame<'_> {
+        super::frame::Frame::Open {
+            flow: id,
+            kind: self.kind,
+            target: self.target.as_ref(),
+            redundant: self.redundant && tell,
+        }
+    }
+
     /// (allocated, send buffered, receive buffered, datagrams queued).
     pub fn memory(&self) -> (u64, u64, u64, usize) {
         match &self.body {
@@ -169,12 +180,29 @@ impl Session {
         }
         let id = FlowId(self.next_local_flow);
         self.next_local_flow += 2;
-        let mut flow = Flow::new(kind, target, true, &self.config);
-        flow.redundant = self.config.redundant_ports.contains(flow.target.port());
-        self.redundant_flows += usize::from(flow.redundant);
-        self.flows.insert(id, flow);
+        self.add_flow(id, Flow::new(kind, target, true, &self.config), false);
         self.push_control(Control::Open(id));
         Ok(id)
+    }
+
+    /// Holds `flow` as `id`, sent redundantly when `marked` (the peer's OPEN said so) or when
+    /// its target's port is one of [`super::SessionConfig::redundant_ports`].
+    pub(crate) fn add_flow(&mut self, id: FlowId, mut flow: Flow, marked: bool) {
+        flow.redundant = marked || self.config.redundant_ports.contains(flow.target.port());
+        self.redundant_flows += usize::from(flow.redundant);
+        self.flows.insert(id, flow);
+    }
+
+    /// Marks flow `id` redundant; whether it was not before (an unknown flow: false).
+    pub(crate) fn mark(&mut self, id: FlowId) -> bool {
+        match self.flows.get_mut(&id) {
+            Some(flow) if !flow.redundant => {
+                flow.redundant = true;
+                self.redundant_flows += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Sends flow `id` redundantly from now on, as a flow to one of
@@ -184,17 +212,9 @@ impl Session {
     /// that still has the flow marks it; one that has forgotten it ignores the OPEN). Unknown
     /// flows: nothing.
     pub fn mark_redundant(&mut self, id: FlowId) {
-        let Some(flow) = self.flows.get_mut(&id) else {
-            return;
-        };
-        if flow.redundant {
-            return;
-        }
-        flow.redundant = true;
-        self.redundant_flows += 1;
         // Its OPEN may have gone already (a datagram flow's goes at once): the peer hears of
         // the mark from an OPEN sent again with it.
-        if self.peer_knows_redundant_flows {
+        if self.mark(id) && self.peer_knows_redundant_flows {
             self.push_control(Control::Redundant(id));
         }
     }

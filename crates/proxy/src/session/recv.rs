@@ -400,12 +400,8 @@ impl Session {
     fn on_open(&mut self, id: FlowId, kind: FlowKind, target: TargetRef<'_>, redundant: bool) {
         if !self.peer_flow(id) || self.peer_flows_seen.contains(id.0 >> 1) {
             // An OPEN again, with the mark: the peer marked the flow after its first OPEN.
-            if redundant
-                && let Some(flow) = self.flows.get_mut(&id)
-                && !flow.redundant
-            {
-                flow.redundant = true;
-                self.redundant_flows += 1;
+            if redundant {
+                self.mark(id);
             }
             return;
         }
@@ -425,10 +421,8 @@ impl Session {
             self.take_early_datagrams(id);
             return;
         }
-        let mut flow = Flow::new(kind, target.to_owned(), false, &self.config);
-        flow.redundant = redundant || self.config.redundant_ports.contains(flow.target.port());
-        self.redundant_flows += usize::from(flow.redundant);
-        self.flows.insert(id, flow);
+        let flow = Flow::new(kind, target.to_owned(), false, &self.config);
+        self.add_flow(id, flow, redundant);
         self.events.push_back(Event::FlowOpened {
             flow: id,
             kind,

@@ -928,14 +928,9 @@ impl Session {
         if w.remaining() < needed {
             return false;
         }
-        Frame::Open {
-            flow: d.flow,
-            kind: flow.kind,
-            target,
-            redundant: flow.redundant && self.peer_knows_redundant_flows,
-        }
-        .encode(w)
-        .is_ok()
+        flow.open_frame(d.flow, self.peer_knows_redundant_flows)
+            .encode(w)
+            .is_ok()
     }
 
     fn write_stream(
@@ -949,14 +944,7 @@ impl Session {
         let tell_redundant = self.peer_knows_redundant_flows;
         let flow = self.flows.get_mut(&id)?;
         if !flow.open_acked {
-            Frame::Open {
-                flow: id,
-                kind: flow.kind,
-                target: flow.target.as_ref(),
-                redundant: flow.redundant && tell_redundant,
-            }
-            .encode(w)
-            .ok()?;
+            flow.open_frame(id, tell_redundant).encode(w).ok()?;
             sent.carried_open = true;
         }
         let Body::Stream { send, .. } = &mut flow.body else {

@@ -131,6 +131,20 @@ pub async fn pair_with_each(
     (server, client)
 }
 
+/// `field` of each path of the first session, sorted (by id when it leads).
+pub fn path_fields<T: Ord>(
+    status: braid_proxy::transport::DaemonStatus,
+    field: impl Fn(&braid_proxy::transport::PathReport) -> T,
+) -> Vec<T> {
+    let mut paths: Vec<_> = status
+        .sessions
+        .first()
+        .map(|s| s.paths.iter().map(field).collect())
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
 /// The flows open at `server` and at `client`, over all their sessions.
 pub async fn flows_open(server: &ServerHandle, client: &ClientHandle) -> (usize, usize) {
     let count = |s: braid_proxy::transport::DaemonStatus| {

@@ -541,7 +541,7 @@ impl Driver {
                 }
             }
             Command::Datagram { flow, data } => {
-                self.mark_if_redundant(flow, &data);
+                mark_if_redundant(&mut self.session, flow, &data);
                 let now = self.now();
                 if self.session.send_datagram(flow, &data, None, now).is_ok() {
                     self.counters.bytes_written += data.len() as u64;
@@ -628,19 +628,6 @@ impl Driver {
         }
     }
 
-    /// Marks datagram flow `flow` redundant when `datagram` (a SOCKS5 UDP header and its
-    /// payload, as the inbounds send them) goes to one of the session's `redundant_ports`: its
-    /// target is the association's, not the destination's, so [`Session::open_flow`] could not.
-    fn mark_if_redundant(&mut self, flow: FlowId, datagram: &[u8]) {
-        let ports = &self.session.config().redundant_ports;
-        if !ports.is_empty()
-            && !self.session.is_redundant(flow)
-            && redundant_destination(ports, datagram)
-        {
-            self.session.mark_redundant(flow);
-        }
-    }
-
     /// Hands a flow's readable bytes (or datagrams) to its reader, within the chunk budget.
     fn deliver(&mut self, flow: FlowId) {
         let Some(entry) = self.flows.get_mut(&flow) else {
@@ -653,15 +640,7 @@ impl Driver {
                         entry.in_app += 1;
                         self.counters.bytes_read += n as u64;
                         // A server's `redundant_ports` cover the datagrams' destinations.
-                        if !self.session.config().redundant_ports.is_empty()
-                            && !self.session.is_redundant(flow)
-                            && redundant_destination(
-                                &self.session.config().redundant_ports,
-                                &self.buf[..n],
-                            )
-                        {
-                            self.session.mark_redundant(flow);
-                        }
+                        mark_if_redundant(&mut self.session, flow, &self.buf[..n]);
                         let _ = entry
                             .to_app
                             .send(FlowMsg::Datagram(Bytes::copy_from_slice(&self.buf[..n])));
@@ -878,8 +857,17 @@ fn since(epoch: Instant) -> Timestamp {
     Timestamp::from_micros(epoch.elapsed().as_micros() as u64)
 }
 
-/// Whether `datagram`'s SOCKS5 UDP header names a destination port of `ports`.
-fn redundant_destination(ports: &crate::session::PortSet, datagram: &[u8]) -> bool {
-    crate::inbound::socks5::parse_udp_datagram(datagram)
-        .is_ok_and(|(target, _)| ports.contains(target.port()))
+/// Marks datagram flow `flow` redundant when `datagram` (a SOCKS5 UDP header and its payload,
+/// as a client's inbounds send them) names a port of the session's
+/// `redundant_ports`: the flow's target is the association's, not the destination's, so
+/// [`Session::open_flow`] could not. Nothing is parsed once the flow is marked, or without ports.
+fn mark_if_redundant(session: &mut Session, flow: FlowId, datagram: &[u8]) {
+    let ports = &session.config().redundant_ports;
+    if !ports.is_empty()
+        && !session.is_redundant(flow)
+        && crate::inbound::socks5::parse_udp_datagram(datagram)
+            .is_ok_and(|(target, _)| ports.contains(target.port()))
+    {
+        session.mark_redundant(flow);
+    }
 }
