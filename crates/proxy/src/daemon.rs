@@ -453,11 +453,20 @@ impl ClientHandle {
                 let _ = session.set_congestion(algorithm).await;
             }
         }
-        let ports = new.session.redundant_ports;
-        if let Some(ports) = replace_if_changed(&self.links.redundant_ports, ports) {
-            changed.push("session.redundant_ports");
+        let old_redundant = *self
+            .links
+            .redundant
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(redundant) = replace_if_changed(&self.links.redundant, new.session.redundant) {
+            if redundant.ports != old_redundant.ports {
+                changed.push("session.redundant_ports");
+            }
+            if redundant.max_rate != old_redundant.max_rate {
+                changed.push("session.redundant_max_mbps");
+            }
             if let Some(session) = self.session() {
-                let _ = session.set_redundant_ports(ports).await;
+                let _ = session.set_redundant(redundant).await;
             }
         }
         let links = self.links.reload(&new.links).await;
@@ -498,7 +507,7 @@ impl ClientHandle {
                 "session",
                 SessionLimits {
                     congestion: old.session.congestion,
-                    redundant_ports: old.session.redundant_ports,
+                    redundant: old.session.redundant,
                     ..new.session
                 } != old.session,
             ),
@@ -1150,10 +1159,12 @@ impl ServerHandle {
                 let _ = session.set_congestion(algorithm).await;
             }
         }
-        if reload.changed.contains(&"session.redundant_ports") {
-            let ports = self.shared.config().session.redundant_ports;
+        if reload.changed.contains(&"session.redundant_ports")
+            || reload.changed.contains(&"session.redundant_max_mbps")
+        {
+            let redundant = self.shared.config().session.redundant;
             for session in self.shared.sessions() {
-                let _ = session.set_redundant_ports(ports).await;
+                let _ = session.set_redundant(redundant).await;
             }
         }
         reload

@@ -437,11 +437,16 @@ fn session_families(e: &mut Exposition, status: &DaemonStatus) {
             |s| s.counters.largest_flow_window,
         ),
     ];
-    let counters: [Family<SessionStatus, u64>; 11] = [
+    let counters: [Family<SessionStatus, u64>; 12] = [
         (
             "braid_session_flows_total",
             "Flows opened (both ends).",
             |s| s.counters.flows_total,
+        ),
+        (
+            "braid_session_redundant_capped_packets_total",
+            "Packets of redundant flows sent once because [session] redundant_max_mbps was reached.",
+            |s| s.counters.redundant_capped,
         ),
         (
             "braid_session_written_bytes_total",

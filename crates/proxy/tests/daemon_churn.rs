@@ -172,12 +172,14 @@ async fn churn(name: &str, redundant: bool) {
     let (origin, counts) = origin().await;
     let echo = udp_echo().await;
     let ports = [(origin.port(), origin.port()), (echo.port(), echo.port())];
+    let defaults = braid_proxy::config::SessionLimits::default();
     let limits = braid_proxy::config::SessionLimits {
-        redundant_ports: braid_proxy::session::PortSet::new(
-            ports.into_iter().filter(|_| redundant),
-        )
-        .unwrap(),
-        ..Default::default()
+        redundant: braid_proxy::session::RedundantFlows {
+            ports: braid_proxy::session::PortSet::new(ports.into_iter().filter(|_| redundant))
+                .unwrap(),
+            ..defaults.redundant
+        },
+        ..defaults
     };
     let (server, client) = pair_with(name, 2, limits).await;
     let mut n = 0;

@@ -641,10 +641,9 @@ async fn udp_associate_echo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flows_to_redundant_ports_go_on_every_link_both_ways() {
     let echo = udp_echo().await;
-    let ports = braid_proxy::config::SessionLimits {
-        redundant_ports: braid_proxy::session::PortSet::new([(echo.port(), echo.port())]).unwrap(),
-        ..Default::default()
-    };
+    let mut ports = braid_proxy::config::SessionLimits::default();
+    ports.redundant.ports =
+        braid_proxy::session::PortSet::new([(echo.port(), echo.port())]).unwrap();
     let (server, client) = pair_with_each("redundant-ports", 2, Default::default(), ports).await;
     let sent = |status| path_fields(status, |p| (p.id, p.packets_sent));
     let before = (sent(client.status().await), sent(server.status().await));
@@ -681,7 +680,8 @@ async fn flows_to_redundant_ports_go_on_every_link_both_ways() {
 
 /// A reload of `[session] redundant_ports` reaches the running session, on either daemon: the
 /// client's marks an association already open at its next datagram to the port (and tells the
-/// server), the server's marks a new association to its port; neither needs a restart.
+/// server), the server's marks a new association to its port; neither needs a restart. So does
+/// one of `redundant_max_mbps`: at 0 the marked association's datagrams go once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_the_running_session_s_redundant_ports() {
     use braid_proxy::session::PortSet;
@@ -694,8 +694,8 @@ async fn a_reload_changes_the_running_session_s_redundant_ports() {
     assert!(association.ask(echo, b"a", 20).await.is_some());
     assert_eq!(redundant(client.status().await), 0);
     let mut config = client_config(name, &server, 2, KEY);
-    config.session.redundant_ports = PortSet::new([(echo.port(), echo.port())]).unwrap();
-    let done = client.reload(config).await;
+    config.session.redundant.ports = PortSet::new([(echo.port(), echo.port())]).unwrap();
+    let done = client.reload(config.clone()).await;
     assert!(
         done.changed.contains(&"session.redundant_ports"),
         "{done:?}"
@@ -711,8 +711,23 @@ async fn a_reload_changes_the_running_session_s_redundant_ports() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The rate bound: none of the flow's packets went once under the default; at 0, each does.
+    let capped = |s: braid_proxy::transport::DaemonStatus| s.sessions[0].counters.redundant_capped;
+    assert_eq!(capped(client.status().await), 0);
+    config.session.redundant.max_rate = Some(0);
+    let done = client.reload(config).await;
+    assert_eq!(done.changed, ["session.redundant_max_mbps"], "{done:?}");
+    assert!(association.ask(echo, b"d", 20).await.is_some());
+    let status = client.status().await;
+    assert!(capped(status.clone()) > 0);
+    assert_eq!(redundant(status.clone()), 1, "still marked");
+    let table = status.to_table();
+    assert!(
+        table.contains("(1 redundant, ") && table.contains("sent once over the rate bound"),
+        "{table}"
+    );
     let mut config = server_config(name, true);
-    config.session.redundant_ports =
+    config.session.redundant.ports =
         PortSet::new([(other_echo.port(), other_echo.port())]).unwrap();
     let done = server.reload(config).await;
     assert!(

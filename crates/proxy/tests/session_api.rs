@@ -1224,9 +1224,12 @@ fn call(
     server: &[(u16, u16)],
     told: bool,
 ) -> Call {
-    use braid_proxy::session::PortSet;
+    use braid_proxy::session::{PortSet, RedundantFlows};
     let config = |ports: &[(u16, u16)]| SessionConfig {
-        redundant_ports: PortSet::new(ports.iter().copied()).unwrap(),
+        redundant: RedundantFlows {
+            ports: PortSet::new(ports.iter().copied()).unwrap(),
+            max_rate: None,
+        },
         ..SessionConfig::default()
     };
     let mut h = Harness::with_configs(
@@ -1333,4 +1336,83 @@ fn a_flow_marked_after_its_open_is_marked_at_the_peer_too() {
         assert_eq!(h.client().memory_usage().redundant_flows, 0);
         assert_eq!(h.server().memory_usage().redundant_flows, 0);
     }
+}
+
+/// What a stream of datagrams to a redundant port (1,000 bytes every 2 ms, 4 Mbit/s, for 3 s
+/// once the paths are up) cost over two paths (20 Mbit/s 10 ms, 10 Mbit/s 20 ms) with
+/// `max_rate` as its bound: (datagrams sent, datagrams that arrived, bytes the client sent,
+/// packets sent once over the bound).
+fn redundant_stream(max_rate: Option<u64>) -> (u32, u32, u64, u64) {
+    use braid_proxy::session::{PortSet, RedundantFlows};
+    let config = SessionConfig {
+        redundant: RedundantFlows {
+            ports: PortSet::new([(443, 443)]).unwrap(),
+            max_rate,
+        },
+        ..SessionConfig::default()
+    };
+    let mut h = Harness::with_configs(
+        5,
+        [config, SessionConfig::default()],
+        &SchedulerConfig::new(SchedulerKind::MinRtt),
+        &[LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)],
+        PathConfig::default(),
+    );
+    let target = Target::Addr(std::net::SocketAddr::from(([203, 0, 113, 5], 443)));
+    let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
+    let (mut sent, mut received) = (0u32, 0u32);
+    let mut next = secs(1.0);
+    let mut buf = [0u8; 2048];
+    h.run_until(secs(4.5), |h| {
+        let now = h.now();
+        if now >= next && now < secs(4.0) {
+            next += Duration::from_millis(2);
+            h.client()
+                .send_datagram(flow, &[1; 1000], None, now)
+                .unwrap();
+            sent += 1;
+        }
+        while let Ok(Some(_)) = h.server().recv_datagram(flow, &mut buf) {
+            received += 1;
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let now = h.now();
+    let bytes: u64 = h
+        .client()
+        .path_status(now)
+        .map(|p| p.stats.bytes_sent)
+        .sum();
+    (sent, received, bytes, h.client().redundant_capped())
+}
+
+/// `redundant_max_mbps` bounds what redundant flows cost: a 4 Mbit/s stream to a redundant
+/// port goes twice whole without a bound, once at 0, and twice for about the bound's rate at
+/// 1 Mbit/s; every datagram arrives in each case.
+#[test]
+fn redundant_flows_stay_within_their_rate_bound() {
+    let (sent, free_received, free, free_capped) = redundant_stream(None);
+    let (_, none_received, none, none_capped) = redundant_stream(Some(0));
+    let (_, bound_received, bound, bound_capped) = redundant_stream(Some(125_000));
+    println!(
+        "{sent} datagrams of 1,000 B; the client sent: {free} B without a bound ({free_capped} \
+         capped), {none} B at 0 ({none_capped}), {bound} B at 1 Mbit/s ({bound_capped})"
+    );
+    assert_eq!(sent, 1500);
+    for received in [free_received, none_received, bound_received] {
+        assert_eq!(received, sent);
+    }
+    // Unbound: each datagram twice; at 0, once each, every one counted.
+    assert_eq!(free_capped, 0);
+    assert_eq!(none_capped, u64::from(sent));
+    let once = none;
+    assert!(free > once * 19 / 10, "{free} B against {once} B once each");
+    // 1 Mbit/s for the 3 s, with the 250 ms burst: about 406 KB twice.
+    let allowed = 125_000 * 3_250 / 1_000;
+    let twice = bound - once;
+    assert!(
+        twice > allowed * 8 / 10 && twice < allowed * 12 / 10,
+        "{twice} B twice, {allowed} B allowed"
+    );
+    assert!(bound_capped > 1_000, "{bound_capped}");
 }

@@ -171,6 +171,8 @@ pub(crate) struct RawSession {
     /// Ports and `"FIRST-LAST"` ranges, checked by name.
     #[serde(default)]
     redundant_ports: Vec<toml::Value>,
+    /// A float, checked by name with its range.
+    redundant_max_mbps: Option<f64>,
 }
 
 /// The session limits a daemon's file sets (`[session]`, the same keys in both files).
@@ -195,8 +197,9 @@ pub struct SessionLimits {
     /// leaves the key out: 0 on this end, and a server takes the client's word for the
     /// session when it says one (a client that sets the key tells the server).
     pub backup_below: Option<u64>,
-    /// Destination ports whose flows are sent redundantly (`redundant_ports`).
-    pub redundant_ports: crate::session::PortSet,
+    /// The flows sent redundantly: their destination ports (`redundant_ports`) and the most
+    /// bytes per second sent so (`redundant_max_mbps`).
+    pub redundant: crate::session::RedundantFlows,
 }
 
 impl Default for SessionLimits {
@@ -209,7 +212,10 @@ impl Default for SessionLimits {
             idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
             keepalive: crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL,
             backup_below: None,
-            redundant_ports: crate::session::PortSet::default(),
+            redundant: crate::session::RedundantFlows {
+                ports: crate::session::PortSet::default(),
+                max_rate: Some((DEFAULT_REDUNDANT_MAX_MBPS * 1e6 / 8.0) as u64),
+            },
         }
     }
 }
@@ -240,8 +246,14 @@ pub const DEFAULT_MAX_UDP_PAYLOAD: usize =
 pub const MAX_UDP_PAYLOAD: std::ops::RangeInclusive<usize> = 1200
     ..=(crate::session::config::LONGEST_FRAGMENTED_DATAGRAM - crate::inbound::socks5::MAX_REPLY);
 
-/// Largest accepted `[session] backup_below_mbps`, Mbit/s (as a link's `rate_cap_mbps`).
+/// Largest accepted `[session] backup_below_mbps` and `redundant_max_mbps`, Mbit/s (as a
+/// link's `rate_cap_mbps`).
 pub const BACKUP_BELOW_MBPS_MAX: f64 = 100_000.0;
+
+/// `[session] redundant_max_mbps` where the file leaves it out: 10 Mbit/s, far above a call's or
+/// a game's rate, so a port list that catches bulk traffic (or a client marking its flows
+/// freely) costs each extra link at most that.
+pub const DEFAULT_REDUNDANT_MAX_MBPS: f64 = 10.0;
 
 /// Validates `[session]`: the per-flow receive window, the longest UDP payload, the
 /// congestion controller, the idle timeout, the keepalive and the backups' floor.
@@ -319,20 +331,24 @@ pub(crate) fn session_limits(
         .unwrap_or(DEFAULT_SESSION_IDLE_TIMEOUT);
     let keepalive = seconds("keepalive_s", raw.keepalive_s, KEEPALIVE_S)?
         .unwrap_or(crate::session::config::DEFAULT_QUIET_HEARTBEAT_INTERVAL);
-    let backup_below = match raw.backup_below_mbps {
-        None => None,
+    // A rate in Mbit/s as bytes per second.
+    let rate = |field: &str, value: Option<f64>| match value {
+        None => Ok(None),
         Some(mbps) if mbps.is_finite() && (0.0..=BACKUP_BELOW_MBPS_MAX).contains(&mbps) => {
-            Some((mbps * 1e6 / 8.0).round() as u64)
+            Ok(Some((mbps * 1e6 / 8.0).round() as u64))
         }
-        Some(mbps) => {
-            return Err(invalid(
-                file,
-                "session.backup_below_mbps",
-                "a rate in [0, 100000] Mbit/s",
-                mbps,
-            ));
-        }
+        Some(mbps) => Err(invalid(
+            file,
+            format!("session.{field}"),
+            "a rate in [0, 100000] Mbit/s",
+            mbps,
+        )),
     };
+    let backup_below = rate("backup_below_mbps", raw.backup_below_mbps)?;
+    let redundant_max = rate(
+        "redundant_max_mbps",
+        Some(raw.redundant_max_mbps.unwrap_or(DEFAULT_REDUNDANT_MAX_MBPS)),
+    )?;
     let redundant_ports = port_ranges(
         file,
         "session.redundant_ports",
@@ -347,8 +363,11 @@ pub(crate) fn session_limits(
         idle_timeout,
         keepalive,
         backup_below,
-        // At most `MAX_PORT_RANGES`, checked above.
-        redundant_ports: crate::session::PortSet::new(redundant_ports).unwrap_or_default(),
+        redundant: crate::session::RedundantFlows {
+            // At most `MAX_PORT_RANGES`, checked above.
+            ports: crate::session::PortSet::new(redundant_ports).unwrap_or_default(),
+            max_rate: redundant_max,
+        },
     })
 }
 
@@ -805,6 +824,7 @@ mod tests {
             keepalive_s: None,
             backup_below_mbps: None,
             redundant_ports: Vec::new(),
+            redundant_max_mbps: None,
         };
         assert_eq!(
             session_limits(f, &raw(None, None)).unwrap(),
@@ -822,7 +842,7 @@ mod tests {
                 idle_timeout: std::time::Duration::from_secs(30),
                 keepalive: std::time::Duration::from_secs(25),
                 backup_below: None,
-                redundant_ports: crate::session::PortSet::default(),
+                redundant: SessionLimits::default().redundant,
             }
         );
         // How long a session outlives its last path.
@@ -943,7 +963,7 @@ mod tests {
                 },
             )
         };
-        let set = ports("[53, \"3478-3481\", 5060]").unwrap().redundant_ports;
+        let set = ports("[53, \"3478-3481\", 5060]").unwrap().redundant.ports;
         assert_eq!(set.ranges(), [(53, 53), (3478, 3481), (5060, 5060)]);
         assert!(set.contains(3480) && !set.contains(3482) && !set.contains(443));
         for (bad, field) in [
@@ -970,6 +990,26 @@ mod tests {
             e.starts_with("f.toml: session.redundant_ports: expected at most 16 ports or ranges"),
             "{e}"
         );
+        // The bound on what goes redundantly: 10 Mbit/s unless the file says, 0 sends none so.
+        let bound = |mbps: f64| {
+            session_limits(
+                f,
+                &RawSession {
+                    redundant_max_mbps: Some(mbps),
+                    ..raw(None, None)
+                },
+            )
+        };
+        assert_eq!(SessionLimits::default().redundant.max_rate, Some(1_250_000));
+        assert_eq!(bound(0.5).unwrap().redundant.max_rate, Some(62_500));
+        assert_eq!(bound(0.0).unwrap().redundant.max_rate, Some(0));
+        for bad in [-1.0, 100_001.0, f64::NAN] {
+            let e = bound(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("f.toml: session.redundant_max_mbps: expected a rate in [0, 100000]"),
+                "{e}"
+            );
+        }
         assert_eq!(named("BBR").unwrap().congestion, CongestionAlgorithm::Bbr);
         assert_eq!(named("olia").unwrap().congestion, CongestionAlgorithm::Olia);
         assert_eq!(

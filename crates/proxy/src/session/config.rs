@@ -195,13 +195,29 @@ pub struct SessionConfig {
     /// the frame), which then governs what the server sends on the session too, in place of the
     /// server's own: set where the client's file sets `[session] backup_below_mbps`.
     pub tell_backup_floor: bool,
-    /// Destination ports whose flows this end sends redundantly: a copy of every packet on
-    /// every path with room, whatever the scheduler (a call, a game, DNS over a link that may
-    /// fade). A flow this end opens to one is marked so in its OPEN, when the peer knows the
-    /// mark ([`super::Session::set_peer_knows_redundant_flows`]), and the peer sends its side
-    /// of it redundantly too; a flow the peer opens to one is sent so here.
-    pub redundant_ports: PortSet,
+    /// Which flows this end sends redundantly, and how fast at most.
+    pub redundant: RedundantFlows,
 }
+
+/// The flows a session sends redundantly: a copy of every packet on every path with room,
+/// whatever the scheduler (a call, a game, DNS over a link that may fade).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RedundantFlows {
+    /// Their destination ports. A flow this end opens to one is marked so in its OPEN, when
+    /// the peer knows the mark ([`super::Session::set_peer_knows_redundant_flows`]), and the
+    /// peer sends its side of it redundantly too; a flow the peer opens to one is sent so here,
+    /// as is one the peer marks.
+    pub ports: PortSet,
+    /// Bytes per second at most that this end sends redundantly, all such flows together
+    /// (each such packet counted once, whatever the number of its copies), with bursts of
+    /// [`REDUNDANT_BURST`] at that rate; beyond it their packets go where the scheduler places
+    /// them, once. It bounds what the flows cost: at most this rate once per path beyond the
+    /// first. `Some(0)`: none is sent redundantly; `None`: no bound.
+    pub max_rate: Option<u64>,
+}
+
+/// How far ahead of [`RedundantFlows::max_rate`] redundant packets may run: 250 ms of it.
+pub const REDUNDANT_BURST: Duration = Duration::from_millis(250);
 
 /// Most ranges a [`PortSet`] holds.
 pub const MAX_PORT_RANGES: usize = 16;
@@ -271,7 +287,7 @@ impl Default for SessionConfig {
             congestion: CongestionConfig::default(),
             backup_below_rate: 0,
             tell_backup_floor: false,
-            redundant_ports: PortSet::default(),
+            redundant: RedundantFlows::default(),
         }
     }
 }

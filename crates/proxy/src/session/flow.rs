@@ -59,7 +59,7 @@ pub(crate) struct Flow {
     /// The peer reset the flow (its RESET arrived).
     pub peer_reset: bool,
     /// Sent redundantly: a copy of each packet on every path with room, whatever the scheduler
-    /// ([`super::SessionConfig::redundant_ports`], or the peer's mark in its OPEN).
+    /// ([`super::RedundantFlows::ports`], or the peer's mark in its OPEN).
     pub redundant: bool,
 }
 
@@ -186,9 +186,9 @@ impl Session {
     }
 
     /// Holds `flow` as `id`, sent redundantly when `marked` (the peer's OPEN said so) or when
-    /// its target's port is one of [`super::SessionConfig::redundant_ports`].
+    /// its target's port is one of [`super::RedundantFlows::ports`].
     pub(crate) fn add_flow(&mut self, id: FlowId, mut flow: Flow, marked: bool) {
-        flow.redundant = marked || self.config.redundant_ports.contains(flow.target.port());
+        flow.redundant = marked || self.config.redundant.ports.contains(flow.target.port());
         self.redundant_flows += usize::from(flow.redundant);
         self.flows.insert(id, flow);
     }
@@ -206,7 +206,7 @@ impl Session {
     }
 
     /// Sends flow `id` redundantly from now on, as a flow to one of
-    /// [`super::SessionConfig::redundant_ports`] is (a datagram flow whose target is not its
+    /// [`super::RedundantFlows::ports`] is (a datagram flow whose target is not its
     /// datagrams' destination: the daemons mark it at its first datagram to such a port). The
     /// peer, when it knows the mark, is told by the flow's OPEN sent again with it (a peer
     /// that still has the flow marks it; one that has forgotten it ignores the OPEN). Unknown
@@ -219,11 +219,37 @@ impl Session {
         }
     }
 
-    /// Replaces [`super::SessionConfig::redundant_ports`] (a daemon's reload): flows opened
-    /// from now on, and datagram flows not marked yet, are judged by `ports`; a flow already
-    /// marked stays so.
-    pub fn set_redundant_ports(&mut self, ports: super::PortSet) {
-        self.config.redundant_ports = ports;
+    /// Replaces [`super::SessionConfig::redundant`] (a daemon's reload): flows opened from now
+    /// on, and datagram flows not marked yet, are judged by the new ports; a flow already
+    /// marked stays so. A new rate bound holds from the next packet.
+    pub fn set_redundant(&mut self, redundant: super::RedundantFlows) {
+        self.config.redundant = redundant;
+    }
+
+    /// Whether [`super::RedundantFlows::max_rate`] lets a packet of a redundant flow go
+    /// redundantly now.
+    pub(crate) fn redundant_room(&self, now: Timestamp) -> bool {
+        match self.config.redundant.max_rate {
+            None => true,
+            Some(0) => false,
+            Some(_) => self.redundant_budget_at <= now + super::config::REDUNDANT_BURST,
+        }
+    }
+
+    /// Counts a packet of `len` bytes sent redundantly against
+    /// [`super::RedundantFlows::max_rate`].
+    pub(crate) fn spend_redundant(&mut self, len: u32, now: Timestamp) {
+        if let Some(rate) = self.config.redundant.max_rate.filter(|&r| r > 0) {
+            let micros = u64::from(len) * 1_000_000 / rate;
+            self.redundant_budget_at =
+                self.redundant_budget_at.max(now) + std::time::Duration::from_micros(micros);
+        }
+    }
+
+    /// Packets of redundant flows sent once, where the scheduler placed them, because
+    /// [`super::RedundantFlows::max_rate`] was reached.
+    pub fn redundant_capped(&self) -> u64 {
+        self.redundant_capped
     }
 
     /// Whether flow `id` is sent redundantly ([`Session::mark_redundant`]).

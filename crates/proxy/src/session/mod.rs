@@ -52,7 +52,7 @@ use braid_sched_core::{
     Timestamp,
 };
 
-pub use config::{PathConfig, PortSet, Role, SessionConfig, Tier};
+pub use config::{PathConfig, PortSet, RedundantFlows, Role, SessionConfig, Tier};
 pub use error::{ConfigError, FlowError, FrameError, PathError, SessionError};
 pub use frame::{FlowKind, Target};
 pub use path::{PathStats, Reordering};
@@ -140,7 +140,7 @@ pub struct MemoryUsage {
     pub datagrams_queued: usize,
     /// Flows open.
     pub flows: usize,
-    /// Flows open that are sent redundantly ([`SessionConfig::redundant_ports`], or the peer's
+    /// Flows open that are sent redundantly ([`RedundantFlows::ports`], or the peer's
     /// mark).
     pub redundant_flows: usize,
 }
@@ -246,10 +246,16 @@ pub struct Session {
     peer_knows_path_congestion: bool,
     /// The peer knows OPEN's redundant mark ([`Session::set_peer_knows_redundant_flows`]).
     peer_knows_redundant_flows: bool,
-    /// Flows held that are sent redundantly ([`SessionConfig::redundant_ports`], or the peer's
-    /// mark): while there are any, each packet's flow is looked up before the scheduler is
-    /// asked (a session without such flows pays nothing).
+    /// Flows held that are sent redundantly ([`RedundantFlows::ports`], or the peer's mark):
+    /// while there are any, each packet's flow is looked up before the scheduler is asked (a
+    /// session without such flows pays nothing).
     redundant_flows: usize,
+    /// Where [`RedundantFlows::max_rate`] has brought the redundant packets sent so far: the
+    /// time at which they would have gone at that rate (a packet may go redundantly while it
+    /// is at most [`config::REDUNDANT_BURST`] ahead of now).
+    redundant_budget_at: Timestamp,
+    /// Packets of redundant flows sent once because of [`RedundantFlows::max_rate`].
+    redundant_capped: u64,
     /// The last PATH_CONGESTION sequence number written.
     path_congestion_seq: u64,
     /// The highest PATH_CONGESTION sequence number taken, per path.
@@ -332,6 +338,8 @@ impl Session {
             peer_knows_path_congestion: false,
             peer_knows_redundant_flows: false,
             redundant_flows: 0,
+            redundant_budget_at: Timestamp::ZERO,
+            redundant_capped: 0,
             path_congestion_seq: 0,
             peer_path_congestion_seq: [0; MAX_PATHS],
             datagrams_split: 0,

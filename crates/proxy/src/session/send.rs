@@ -740,12 +740,16 @@ impl Session {
                 return self.transmit_redundant(now, buf);
             };
             let meta = self.meta_for(item);
-            self.refresh_views(now);
-            let views = &self.views[..self.view_count];
-            // A flow sent redundantly goes on every path with room, whatever the scheduler.
-            let redundant = self.redundant_flows > 0
+            // A flow sent redundantly goes on every path with room, whatever the scheduler
+            // (within its rate bound).
+            let marked = self.redundant_flows > 0
                 && matches!(item, Item::Stream { .. } | Item::Datagram)
                 && self.flows.get(&meta.flow).is_some_and(|f| f.redundant);
+            let redundant = marked && self.redundant_room(now);
+            // Counted as the packet goes on one path (a packet held back is judged again).
+            let capped = u64::from(marked && !redundant);
+            self.refresh_views(now);
+            let views = &self.views[..self.view_count];
             let decision = if redundant {
                 braid_sched_core::sched::redundant::Redundant::default().select(views, &meta, now)
             } else {
@@ -772,6 +776,7 @@ impl Session {
                         return None;
                     }
                     let meta = self.meta_for(item);
+                    self.redundant_capped += capped;
                     return self.emit(now, buf, p, Some((item, PathSet::EMPTY)), &meta);
                 }
                 Decision::Duplicate(set) => {
@@ -806,6 +811,9 @@ impl Session {
                     let mut rest = PathSet::EMPTY;
                     for p in usable.iter().skip(1) {
                         rest.insert(p);
+                    }
+                    if redundant && !rest.is_empty() {
+                        self.spend_redundant(meta.len, now);
                     }
                     return self.emit(now, buf, first, Some((item, rest)), &meta);
                 }

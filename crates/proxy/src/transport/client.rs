@@ -103,8 +103,8 @@ pub struct LinkContext {
     pub(crate) scheduler: std::sync::RwLock<SchedulerConfig>,
     /// The congestion controller of the sessions' paths (the file's, or a reload's).
     pub(crate) congestion: std::sync::RwLock<crate::session::congestion::CongestionAlgorithm>,
-    /// The ports whose flows go redundantly (the file's, or a reload's).
-    pub(crate) redundant_ports: std::sync::RwLock<crate::session::PortSet>,
+    /// The flows that go redundantly (the file's, or a reload's).
+    pub(crate) redundant: std::sync::RwLock<crate::session::RedundantFlows>,
     pub(crate) crypto: quinn::ClientConfig,
     /// The kernel's news of the interfaces.
     interfaces: watch::Receiver<u64>,
@@ -297,7 +297,7 @@ impl LinkContext {
         LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
             congestion: std::sync::RwLock::new(config.session.congestion),
-            redundant_ports: std::sync::RwLock::new(config.session.redundant_ports),
+            redundant: std::sync::RwLock::new(config.session.redundant),
             config,
             crypto,
             interfaces: ifwatch::watch(),
@@ -492,8 +492,8 @@ pub(crate) async fn session_loop(
                     .congestion
                     .read()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
-                redundant_ports: *ctx
-                    .redundant_ports
+                redundant: *ctx
+                    .redundant
                     .read()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
                 ..ctx.config.session

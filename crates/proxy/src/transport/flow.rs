@@ -112,14 +112,14 @@ impl SessionHandle {
             .map_err(|_| SessionGone)
     }
 
-    /// Replaces the ports whose flows go redundantly (see
-    /// [`crate::session::Session::set_redundant_ports`]).
-    pub async fn set_redundant_ports(
+    /// Replaces the ports whose flows go redundantly and their rate bound (see
+    /// [`crate::session::Session::set_redundant`]).
+    pub async fn set_redundant(
         &self,
-        ports: crate::session::PortSet,
+        redundant: crate::session::RedundantFlows,
     ) -> Result<(), SessionGone> {
         self.commands
-            .send(Command::RedundantPorts(ports))
+            .send(Command::Redundant(redundant))
             .await
             .map_err(|_| SessionGone)
     }

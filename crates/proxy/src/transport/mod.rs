@@ -66,7 +66,7 @@ pub fn session_config(limits: &crate::config::SessionLimits) -> crate::session::
         quiet_heartbeat_interval: limits.keepalive,
         backup_below_rate: limits.backup_below.unwrap_or(0),
         tell_backup_floor: limits.backup_below.is_some(),
-        redundant_ports: limits.redundant_ports,
+        redundant: limits.redundant,
         congestion: crate::session::congestion::CongestionConfig {
             algorithm: limits.congestion,
             ..crate::session::congestion::CongestionConfig::default()

@@ -125,13 +125,17 @@ impl ServerShared {
             ),
             (
                 "session.redundant_ports",
-                new.session.redundant_ports != old.session.redundant_ports,
+                new.session.redundant.ports != old.session.redundant.ports,
+            ),
+            (
+                "session.redundant_max_mbps",
+                new.session.redundant.max_rate != old.session.redundant.max_rate,
             ),
             (
                 "session",
                 crate::config::SessionLimits {
                     congestion: old.session.congestion,
-                    redundant_ports: old.session.redundant_ports,
+                    redundant: old.session.redundant,
                     ..new.session
                 } != old.session,
             ),

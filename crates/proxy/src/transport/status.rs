@@ -159,6 +159,10 @@ pub struct SessionCounters {
     /// Flows open now that are sent redundantly (`[session] redundant_ports`, either end's).
     #[serde(default)]
     pub flows_redundant: usize,
+    /// Packets of those flows sent once, where the scheduler placed them, because
+    /// `[session] redundant_max_mbps` was reached.
+    #[serde(default)]
+    pub redundant_capped: u64,
     /// Flows opened since the session started (both ends).
     pub flows_total: u64,
     /// Application bytes written into the session.
@@ -511,10 +515,12 @@ impl DaemonStatus {
                 s.uptime_s,
                 if s.quiet { " (quiet)" } else { "" },
                 c.flows_open,
-                if c.flows_redundant > 0 {
-                    format!(" ({} redundant)", c.flows_redundant)
-                } else {
-                    String::new()
+                match (c.flows_redundant, c.redundant_capped) {
+                    (0, 0) => String::new(),
+                    (n, 0) => format!(" ({n} redundant)"),
+                    (n, capped) => format!(
+                        " ({n} redundant, {capped} of their packets sent once over the rate bound)"
+                    ),
                 },
                 c.flows_total,
                 c.bytes_written,

@@ -107,9 +107,9 @@ pub(crate) enum Command {
     /// Switch every path to another congestion controller (a reload; see
     /// [`crate::session::Session::set_congestion`]).
     Congestion(crate::session::congestion::CongestionAlgorithm),
-    /// Other ports whose flows go redundantly (a reload; see
-    /// [`crate::session::Session::set_redundant_ports`]).
-    RedundantPorts(crate::session::PortSet),
+    /// Other ports whose flows go redundantly, or another bound on their rate (a reload; see
+    /// [`crate::session::Session::set_redundant`]).
+    Redundant(crate::session::RedundantFlows),
     Close,
 }
 
@@ -561,10 +561,11 @@ impl Driver {
                     self.session.set_congestion(algorithm);
                 }
             }
-            Command::RedundantPorts(ports) => {
-                if self.session.config().redundant_ports != ports {
-                    info!(session = %self.label, ports = ?ports.ranges(), "redundant ports replaced");
-                    self.session.set_redundant_ports(ports);
+            Command::Redundant(redundant) => {
+                if self.session.config().redundant != redundant {
+                    let max_mbps = redundant.max_rate.map(|r| r as f64 * 8.0 / 1e6);
+                    info!(session = %self.label, ports = ?redundant.ports.ranges(), ?max_mbps, "redundant flows replaced");
+                    self.session.set_redundant(redundant);
                 }
             }
             Command::Close => {
@@ -859,10 +860,10 @@ fn since(epoch: Instant) -> Timestamp {
 
 /// Marks datagram flow `flow` redundant when `datagram` (a SOCKS5 UDP header and its payload,
 /// as a client's inbounds send them) names a port of the session's
-/// `redundant_ports`: the flow's target is the association's, not the destination's, so
+/// `redundant.ports`: the flow's target is the association's, not the destination's, so
 /// [`Session::open_flow`] could not. Nothing is parsed once the flow is marked, or without ports.
 fn mark_if_redundant(session: &mut Session, flow: FlowId, datagram: &[u8]) {
-    let ports = &session.config().redundant_ports;
+    let ports = &session.config().redundant.ports;
     if !ports.is_empty()
         && !session.is_redundant(flow)
         && crate::inbound::socks5::parse_udp_datagram(datagram)

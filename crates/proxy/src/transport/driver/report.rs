@@ -81,6 +81,7 @@ impl Driver {
         let memory = self.session.memory_usage();
         counters.flows_open = memory.flows;
         counters.flows_redundant = memory.redundant_flows;
+        counters.redundant_capped = self.session.redundant_capped();
         counters.send_buffered_bytes = memory.send_buffered;
         counters.receive_buffered_bytes = memory.receive_buffered;
         counters.memory_bytes = memory.allocated;
