@@ -8,7 +8,7 @@ use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::client::runtime;
+use super::process::runtime;
 use crate::demo::{DURATION_RANGE_S, DemoOptions};
 
 /// Arguments of `braid demo`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use braid_testbed::emu::{EmuConfig, Emulator};
 
-use super::client::{Signals, runtime};
+use super::process::{Signals, runtime};
 
 /// Arguments of `braid emu`.
 #[derive(Debug, clap::Args)]

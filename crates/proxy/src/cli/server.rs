@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::client::{Signals, init_logging, log_reload, reread, runtime};
+use super::process::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
 

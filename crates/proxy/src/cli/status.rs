@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::client::runtime;
+use super::process::runtime;
 use crate::control;
 
 /// Arguments of `braid status`.
