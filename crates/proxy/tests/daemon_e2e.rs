@@ -723,7 +723,7 @@ async fn a_reload_changes_the_running_session_s_redundant_ports() {
     assert_eq!(redundant(status.clone()), 1, "still marked");
     let table = status.to_table();
     assert!(
-        table.contains("(1 redundant, ") && table.contains("sent once over the rate bound"),
+        table.contains("(1 redundant; ") && table.contains("sent once over the rate bound"),
         "{table}"
     );
     let mut config = server_config(name, true);

@@ -519,7 +519,7 @@ impl DaemonStatus {
                     (0, 0) => String::new(),
                     (n, 0) => format!(" ({n} redundant)"),
                     (n, capped) => format!(
-                        " ({n} redundant, {capped} of their packets sent once over the rate bound)"
+                        " ({n} redundant; {capped} packets of redundant flows sent once over the rate bound)"
                     ),
                 },
                 c.flows_total,
