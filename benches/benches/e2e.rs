@@ -101,7 +101,7 @@ async fn braid_pair(links: usize) -> (ServerHandle, ClientHandle) {
 async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle, ClientHandle) {
     let server = start_server(
         ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
             metrics_listen: None,
             metrics_token: None,
             metrics_tls: None,
@@ -834,7 +834,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
     let mut config = braid_testbed::emu::EmuConfig::load(&file).unwrap();
     let server = start_server(
         ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
             metrics_listen: None,
             metrics_token: None,
             metrics_tls: None,

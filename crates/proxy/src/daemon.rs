@@ -1100,10 +1100,22 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     })
 }
 
+/// One of the server's QUIC endpoints: the address the file names (port 0: any), where it is
+/// bound, and the task accepting joins on it (`None` once a reload took the address out of
+/// `listen`: the endpoint then only carries the connections it has, until they end).
+#[derive(Debug)]
+struct QuicListener {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    endpoint: quinn::Endpoint,
+    accept: Option<JoinHandle<()>>,
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
-    /// The UDP address the endpoint listens on.
+    /// The UDP address the first endpoint listened on at start (the first of `listen`;
+    /// [`ServerHandle::listening`] after reloads).
     pub addr: SocketAddr,
     /// The certificate's SHA-256 fingerprint.
     pub fingerprint: String,
@@ -1116,7 +1128,12 @@ pub struct ServerHandle {
     metrics: std::sync::Mutex<Option<Listener>>,
     metrics_auth: Arc<MetricsAuth>,
     shared: Arc<ServerShared>,
-    endpoint: quinn::Endpoint,
+    /// The QUIC endpoints, one per `listen` address, and those a reload took out of it while
+    /// they still carry connections.
+    quic: std::sync::Mutex<Vec<QuicListener>>,
+    /// What a reload binds a new endpoint with.
+    endpoint_config: quinn::EndpointConfig,
+    server_config: quinn::ServerConfig,
     tasks: Vec<JoinHandle<()>>,
     created_dir: Option<PathBuf>,
 }
@@ -1135,7 +1152,11 @@ impl ServerHandle {
     /// identity the file gives it); what changed.
     pub async fn reload(&self, config: ServerConfig) -> Reload {
         let metrics_listen = config.metrics_listen;
+        let listen = config.listen.clone();
         let mut reload = self.shared.reload(config);
+        if self.reload_listen(&listen) {
+            reload.changed.push("listen");
+        }
         if self.reload_metrics_listen(metrics_listen).await {
             reload.changed.push("metrics_listen");
         }
@@ -1168,6 +1189,133 @@ impl ServerHandle {
             }
         }
         reload
+    }
+
+    /// Where the QUIC endpoints that take joins listen now (as reloads changed `listen`).
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.quic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|l| l.accept.is_some())
+            .map(|l| l.bound)
+            .collect()
+    }
+
+    /// Makes the QUIC endpoints those of `wanted` (the reloaded file's `listen`; an address
+    /// is an endpoint's when the file named it so before or when the endpoint is bound there):
+    /// the new addresses bound first; an address no longer listed stops taking joins, its endpoint
+    /// kept for the connections it carries (their paths go on) until they end; an address
+    /// listed again takes joins again on that endpoint. True when it changed; an address that
+    /// cannot be bound is logged and every endpoint left as it was.
+    fn reload_listen(&self, wanted: &[SocketAddr]) -> bool {
+        let mut listeners = self.quic.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut keep = vec![false; listeners.len()];
+        let mut fresh = Vec::new();
+        for &addr in wanted {
+            // The file's address, or where it is bound (a port 0 named by its port now).
+            let same = |l: &QuicListener| l.configured == addr || l.bound == addr;
+            match (0..listeners.len()).find(|&i| !keep[i] && same(&listeners[i])) {
+                Some(i) => keep[i] = true,
+                None => fresh.push(addr),
+            }
+        }
+        let unchanged = fresh.is_empty()
+            && listeners
+                .iter()
+                .zip(&keep)
+                .all(|(l, &kept)| l.accept.is_some() == kept);
+        if unchanged {
+            return false;
+        }
+        let mut bound = Vec::with_capacity(fresh.len());
+        for addr in fresh {
+            match bind_quic(addr, &self.endpoint_config, &self.server_config) {
+                Ok(listener) => bound.push(listener),
+                Err(e) => {
+                    tracing::warn!(
+                        setting = "listen",
+                        error = %e,
+                        "reload: could not listen on the new address; the endpoints stay as they were"
+                    );
+                    return false;
+                }
+            }
+        }
+        for (listener, kept) in listeners.iter_mut().zip(keep) {
+            match (kept, listener.accept.take()) {
+                (true, Some(task)) => listener.accept = Some(task),
+                (true, None) => {
+                    listener
+                        .endpoint
+                        .set_server_config(Some(self.server_config.clone()));
+                    listener.accept = Some(self.accept_on(&listener.endpoint));
+                    tracing::info!(addr = %listener.bound, "reload: taking joins again");
+                }
+                (false, Some(task)) => {
+                    task.abort();
+                    listener.endpoint.set_server_config(None);
+                    tracing::info!(
+                        addr = %listener.bound,
+                        connections = listener.endpoint.open_connections(),
+                        "reload: no longer taking joins; the paths there go on until they end"
+                    );
+                }
+                (false, None) => {}
+            }
+        }
+        listeners.retain(|l| l.accept.is_some() || l.endpoint.open_connections() > 0);
+        for (configured, endpoint, addr) in bound {
+            tracing::info!(%addr, "reload: listening");
+            let accept = Some(self.accept_on(&endpoint));
+            listeners.push(QuicListener {
+                configured,
+                bound: addr,
+                endpoint,
+                accept,
+            });
+        }
+        self.shared.set_listen(wanted.to_vec());
+        true
+    }
+
+    /// Starts taking joins on `endpoint`.
+    fn accept_on(&self, endpoint: &quinn::Endpoint) -> JoinHandle<()> {
+        tokio::spawn(accept_loop(endpoint.clone(), self.shared.clone()))
+    }
+
+    /// Every QUIC endpoint, those a reload retired too.
+    fn endpoints(&self) -> Vec<quinn::Endpoint> {
+        self.quic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|l| l.endpoint.clone())
+            .collect()
+    }
+
+    /// Stops taking joins on every endpoint.
+    fn stop_accepting(&self) {
+        for listener in self
+            .quic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter_mut()
+        {
+            if let Some(task) = listener.accept.take() {
+                task.abort();
+            }
+        }
+    }
+
+    /// Closes every QUIC endpoint (their connections with it).
+    fn close_endpoints(&self) {
+        for endpoint in self.endpoints() {
+            endpoint.close(
+                quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
+                b"server stopping",
+            );
+        }
     }
 
     /// Where the metrics endpoint listens now (moved, started or stopped by reloads).
@@ -1236,19 +1384,19 @@ impl ServerHandle {
     /// their drivers have stopped, at most [`CLOSE_GRACE`]), then the endpoint closes and its
     /// CONNECTION_CLOSE frames leave (at most [`DRAIN_TIMEOUT`]), then [`ServerHandle::shutdown`].
     pub async fn shutdown_gracefully(&mut self) {
-        // The accept loop and the control socket first, so no session starts meanwhile.
+        // The accept loops and the control socket first, so no session starts meanwhile.
+        self.stop_accepting();
         for t in self.tasks.drain(..) {
             t.abort();
         }
         close_sessions(&self.shared.sessions()).await;
-        self.endpoint.close(
-            quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
-            b"server stopping",
-        );
-        if tokio::time::timeout(DRAIN_TIMEOUT, self.endpoint.wait_idle())
-            .await
-            .is_err()
-        {
+        self.close_endpoints();
+        let drained = async {
+            for endpoint in self.endpoints() {
+                endpoint.wait_idle().await;
+            }
+        };
+        if tokio::time::timeout(DRAIN_TIMEOUT, drained).await.is_err() {
             tracing::warn!(timeout = ?DRAIN_TIMEOUT, "QUIC connections not drained in time");
         }
         self.shutdown();
@@ -1259,10 +1407,8 @@ impl ServerHandle {
     /// (the endpoint closes before the sessions' CLOSE can go out); the fallback of
     /// [`ServerHandle::shutdown_gracefully`].
     pub fn shutdown(&mut self) {
-        self.endpoint.close(
-            quinn::VarInt::from_u32(crate::transport::join::SESSION_CLOSED_CODE),
-            b"server stopping",
-        );
+        self.close_endpoints();
+        self.stop_accepting();
         for t in self.tasks.drain(..) {
             t.abort();
         }
@@ -1293,20 +1439,15 @@ pub async fn start_server(
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
     let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     server_config.transport_config(Arc::new(transport_config()));
-    let bind_error = |source| DaemonError::Bind {
-        addr: config.listen,
-        source,
-    };
-    let socket = std::net::UdpSocket::bind(config.listen).map_err(bind_error)?;
-    let runtime =
-        quinn::default_runtime().ok_or_else(|| DaemonError::Quic("no async runtime".to_owned()))?;
     let endpoint_config = tls::server_endpoint_config(&identity);
-    let endpoint = quinn::Endpoint::new(endpoint_config, Some(server_config), socket, runtime)
-        .map_err(bind_error)?;
-    let addr = endpoint.local_addr().map_err(|source| DaemonError::Bind {
-        addr: config.listen,
-        source,
-    })?;
+    let mut endpoints = Vec::with_capacity(config.listen.len());
+    for &addr in &config.listen {
+        endpoints.push(bind_quic(addr, &endpoint_config, &server_config)?);
+    }
+    let addr = endpoints
+        .first()
+        .map(|(_, _, bound)| *bound)
+        .ok_or_else(|| DaemonError::Quic("no listen address".to_owned()))?;
     let metrics = bind_metrics(
         config.metrics_listen,
         config.metrics_token.is_some(),
@@ -1319,8 +1460,16 @@ pub async fn start_server(
     let control_listener = control::bind(&control_path)?;
     let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
     let shared = ServerShared::new(Arc::new(config));
+    let quic = endpoints
+        .into_iter()
+        .map(|(configured, endpoint, bound)| QuicListener {
+            configured,
+            bound,
+            accept: Some(tokio::spawn(accept_loop(endpoint.clone(), shared.clone()))),
+            endpoint,
+        })
+        .collect();
     let tasks = vec![
-        tokio::spawn(accept_loop(endpoint.clone(), shared.clone())),
         tokio::spawn(control::serve(
             control_listener,
             StatusSource::Server(shared.clone()),
@@ -1347,10 +1496,33 @@ pub async fn start_server(
         metrics: std::sync::Mutex::new(metrics),
         metrics_auth,
         shared,
-        endpoint,
+        quic: std::sync::Mutex::new(quic),
+        endpoint_config,
+        server_config,
         tasks,
         created_dir,
     })
+}
+
+/// Binds a QUIC server endpoint at `addr`: (`addr`, the endpoint, where it is bound).
+fn bind_quic(
+    addr: SocketAddr,
+    endpoint_config: &quinn::EndpointConfig,
+    server_config: &quinn::ServerConfig,
+) -> Result<(SocketAddr, quinn::Endpoint, SocketAddr), DaemonError> {
+    let bind_error = |source| DaemonError::Bind { addr, source };
+    let socket = std::net::UdpSocket::bind(addr).map_err(bind_error)?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| DaemonError::Quic("no async runtime".to_owned()))?;
+    let endpoint = quinn::Endpoint::new(
+        endpoint_config.clone(),
+        Some(server_config.clone()),
+        socket,
+        runtime,
+    )
+    .map_err(bind_error)?;
+    let bound = endpoint.local_addr().map_err(bind_error)?;
+    Ok((addr, endpoint, bound))
 }
 
 /// Puts `new` in `slot` when it differs from what is there; returns it then (a reload's change).

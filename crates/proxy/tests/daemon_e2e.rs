@@ -1306,7 +1306,7 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             let name = "ifdown";
             let server = braid_proxy::daemon::start_server(
                 braid_proxy::config::ServerConfig {
-                    listen: "0.0.0.0:0".parse().unwrap(),
+                    listen: vec!["0.0.0.0:0".parse().unwrap()],
                     ..server_config(name, true)
                 },
                 braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
@@ -1553,4 +1553,80 @@ async fn a_server_restarted_at_once_ends_the_session_and_a_new_one_starts() {
     let target = test_server().await;
     let got = download(client.socks_addr, target, MB as u32).await;
     assert_eq!(sha256(&got), sha256(&pattern(MB, 7)));
+}
+
+/// A reload of the server's `listen`: an address added takes joins at once; an address taken
+/// out takes no more, while the paths already there go on carrying their session; listed
+/// again, it takes joins again. None of it needs a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
+    let name = "listen-reload";
+    let target = test_server().await;
+    let (server, first) = pair(name, 2).await;
+    let a = server.addr;
+    assert_eq!(server.listening(), [a]);
+    // A second address beside the first (the file's first entry, port 0, is the same one).
+    let mut config = server_config(name, true);
+    config.listen = vec!["127.0.0.1:0".parse().unwrap(); 2];
+    let done = server.reload(config).await;
+    assert_eq!(done.changed, ["listen"], "{done:?}");
+    let now = server.listening();
+    assert_eq!(now.len(), 2);
+    assert_eq!(now[0], a);
+    let b = now[1];
+    assert_ne!(b, a);
+    let joins = |addr: std::net::SocketAddr, label: &str| {
+        let mut config = client_config(&format!("{name}-{label}"), &server, 1, KEY);
+        config.links[0].server = addr.to_string();
+        async move {
+            let client = braid_proxy::daemon::start_client(config).await.unwrap();
+            let joined = client.wait_for_paths(1, Duration::from_secs(3)).await;
+            (client, joined)
+        }
+    };
+    let (via_b, joined) = joins(b, "b").await;
+    assert!(joined, "no join at the added address");
+    assert_eq!(
+        download(via_b.socks_addr, target, 10_000).await,
+        pattern(10_000, 7)
+    );
+    // Only the second address: the first takes no joins, but the first client's paths there
+    // go on.
+    let mut config = server_config(name, true);
+    config.listen = vec![b];
+    let done = server.reload(config.clone()).await;
+    assert_eq!(done.changed, ["listen"], "{done:?}");
+    assert_eq!(server.listening(), [b]);
+    assert_eq!(server.reload(config).await.changed, Vec::<&str>::new());
+    let (_refused, joined) = joins(a, "a-off").await;
+    assert!(!joined, "a join at an address taken out of listen");
+    assert_eq!(
+        download(first.socks_addr, target, 100_000).await,
+        pattern(100_000, 7)
+    );
+    let status = first.status().await;
+    assert_eq!(status.sessions[0].paths.len(), 2, "{status:?}");
+    // Both again: the first address takes joins again.
+    let mut config = server_config(name, true);
+    config.listen = vec![a, b];
+    assert_eq!(server.reload(config).await.changed, ["listen"]);
+    let mut now = server.listening();
+    now.sort();
+    let mut both = [a, b];
+    both.sort();
+    assert_eq!(now, both);
+    let (via_a, joined) = joins(a, "a-on").await;
+    assert!(joined, "no join at the address listed again");
+    assert_eq!(
+        download(via_a.socks_addr, target, 10_000).await,
+        pattern(10_000, 7)
+    );
+    // An address that cannot be bound changes nothing.
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = server_config(name, true);
+    config.listen = vec![a, taken.local_addr().unwrap()];
+    assert_eq!(server.reload(config).await.changed, Vec::<&str>::new());
+    let mut still = server.listening();
+    still.sort();
+    assert_eq!(still, now);
 }

@@ -46,7 +46,8 @@ fn the_three_files_parse_and_agree() {
             assert_eq!(dir.loss, 0.0);
         }
         assert_eq!(
-            path.forward, server.listen,
+            [path.forward],
+            *server.listen,
             "the emulator forwards to the server"
         );
         assert!(path.listen.ip().is_loopback());
@@ -62,7 +63,7 @@ fn the_three_files_parse_and_agree() {
         server.egress.allow_loopback,
         "egress to 127.0.0.1 is allowed"
     );
-    assert!(server.listen.ip().is_loopback());
+    assert!(server.listen.iter().all(|a| a.ip().is_loopback()));
     assert!(
         server
             .users
@@ -91,7 +92,7 @@ async fn the_local_set_up_carries_curl_through_socks5() {
     let identity =
         ServerIdentity::load_or_generate(&local("server-state"), &server_config.server_name)
             .unwrap();
-    server_config.listen = "127.0.0.1:0".parse().unwrap();
+    server_config.listen = vec!["127.0.0.1:0".parse().unwrap()];
     server_config.state_dir = dir.join("server");
     let server = start_server(server_config, identity).await.unwrap();
     for path in &mut emu_config.paths {

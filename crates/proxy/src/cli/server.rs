@@ -49,7 +49,7 @@ fn summary(config: &ServerConfig) -> String {
     format!(
         "a valid server configuration: listen {}, {} user{}, scheduler {}, egress \
          {egress}{lists}{}",
-        config.listen,
+        addresses(&config.listen),
         config.users.len(),
         if config.users.len() == 1 { "" } else { "s" },
         config.scheduler.kind().name(),
@@ -74,6 +74,15 @@ async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
             sessions = done.revoked.len(),
             "SIGHUP: the sessions of users removed or given another key were closed"
         );
+    }
+}
+
+/// Addresses as a list for people: `a, b and c`.
+fn addresses(list: &[std::net::SocketAddr]) -> String {
+    let text: Vec<String> = list.iter().map(ToString::to_string).collect();
+    match text.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => text.join(""),
     }
 }
 
@@ -115,7 +124,10 @@ pub fn run(args: &ServerArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        outln!("braid server listening on {}", server.addr);
+        outln!(
+            "braid server listening on {}",
+            addresses(&server.listening())
+        );
         outln!(
             "certificate fingerprint (server_fingerprint): {}",
             server.fingerprint

@@ -95,11 +95,48 @@ impl std::fmt::Display for PortRange {
     }
 }
 
+/// Most addresses `listen` names.
+pub const MAX_LISTEN: usize = 8;
+
+/// Checks `listen`, an address or a list of 1 to [`MAX_LISTEN`] addresses, none twice (but
+/// for port 0, any port).
+fn listen_addresses(file: &Path, raw: &toml::Value) -> Result<Vec<SocketAddr>, ConfigFileError> {
+    let list = match raw {
+        toml::Value::String(one) => return Ok(vec![socket_addr(file, "listen", one)?]),
+        toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_LISTEN => list,
+        toml::Value::Array(list) => {
+            return Err(invalid(
+                file,
+                "listen",
+                format!("1 to {MAX_LISTEN} addresses"),
+                format!("{} addresses", list.len()),
+            ));
+        }
+        other => {
+            return Err(invalid(file, "listen", "ip:port, or a list of them", other));
+        }
+    };
+    let mut addresses: Vec<SocketAddr> = Vec::with_capacity(list.len());
+    for (i, value) in list.iter().enumerate() {
+        let field = format!("listen[{i}]");
+        let address = match value {
+            toml::Value::String(text) => socket_addr(file, &field, text)?,
+            other => return Err(invalid(file, field, "ip:port", other)),
+        };
+        if address.port() != 0 && addresses.contains(&address) {
+            return Err(invalid(file, field, "an address not listed before", value));
+        }
+        addresses.push(address);
+    }
+    Ok(addresses)
+}
+
 /// The validated server configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServerConfig {
-    /// The UDP address the QUIC endpoint listens on.
-    pub listen: SocketAddr,
+    /// The UDP addresses the QUIC endpoints listen on (one endpoint each, 1 to
+    /// [`MAX_LISTEN`]; the file's `listen`, an address or a list of them).
+    pub listen: Vec<SocketAddr>,
     /// The Prometheus metrics listener (`GET /metrics`), when enabled.
     pub metrics_listen: Option<SocketAddr>,
     /// The bearer token a metrics request must carry, when one is set.
@@ -127,7 +164,7 @@ pub struct ServerConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
-    listen: String,
+    listen: toml::Value,
     metrics_listen: Option<String>,
     metrics_token: Option<String>,
     metrics_tls_cert: Option<PathBuf>,
@@ -263,7 +300,7 @@ impl ServerConfig {
     }
 
     fn validate(file: &Path, raw: RawServer) -> Result<ServerConfig, ConfigFileError> {
-        let listen = socket_addr(file, "listen", &raw.listen)?;
+        let listen = listen_addresses(file, &raw.listen)?;
         let (metrics_listen, metrics_token, metrics_tls) = super::metrics_settings(
             file,
             raw.metrics_listen.as_deref(),
@@ -387,6 +424,66 @@ mod tests {
         // None by default.
         let c = ServerConfig::parse(Path::new("s.toml"), &base()).unwrap();
         assert!(c.egress.allow_networks.is_empty() && c.egress.deny_ports.is_empty());
+    }
+
+    #[test]
+    fn listen_is_an_address_or_a_list_of_them() {
+        let with = |listen: &str| {
+            ServerConfig::parse(
+                Path::new("s.toml"),
+                &base().replace("\"0.0.0.0:4433\"", listen),
+            )
+        };
+        let one = with("\"0.0.0.0:4433\"").unwrap().listen;
+        assert_eq!(one, ["0.0.0.0:4433".parse().unwrap()]);
+        let two = with("[\"0.0.0.0:443\", \"[::]:4433\"]").unwrap().listen;
+        let want: Vec<SocketAddr> =
+            vec!["0.0.0.0:443".parse().unwrap(), "[::]:4433".parse().unwrap()];
+        assert_eq!(two, want);
+        // Port 0 (any port) may be named twice: two endpoints.
+        assert_eq!(
+            with("[\"127.0.0.1:0\", \"127.0.0.1:0\"]")
+                .unwrap()
+                .listen
+                .len(),
+            2
+        );
+        let nine = format!(
+            "[{}]",
+            (1..=9)
+                .map(|p| format!("\"127.0.0.1:{p}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for (listen, error) in [
+            (
+                "[]",
+                "s.toml: listen: expected 1 to 8 addresses, got \"0 addresses\"",
+            ),
+            (
+                nine.as_str(),
+                "s.toml: listen: expected 1 to 8 addresses, got \"9 addresses\"",
+            ),
+            (
+                "[\"0.0.0.0:443\", \"nowhere\"]",
+                "s.toml: listen[1]: expected ip:port",
+            ),
+            (
+                "[\"0.0.0.0:443\", 443]",
+                "s.toml: listen[1]: expected ip:port",
+            ),
+            (
+                "[\"0.0.0.0:443\", \"0.0.0.0:443\"]",
+                "s.toml: listen[1]: expected an address not listed before",
+            ),
+            (
+                "4433",
+                "s.toml: listen: expected ip:port, or a list of them",
+            ),
+        ] {
+            let e = with(listen).unwrap_err().to_string();
+            assert!(e.starts_with(error), "{listen}: {e}");
+        }
     }
 
     #[test]

@@ -550,7 +550,7 @@ fn random_key() -> Result<[u8; 32], DemoError> {
 
 fn server_config(dir: &Path, key: [u8; 32], session: crate::config::SessionLimits) -> ServerConfig {
     ServerConfig {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        listen: vec![SocketAddr::from(([127, 0, 0, 1], 0))],
         metrics_listen: None,
         metrics_token: None,
         metrics_tls: None,

@@ -95,10 +95,9 @@ impl ServerShared {
         let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
         let old = config.clone();
         let mut needs_restart = Vec::new();
-        if new.listen != old.listen {
-            needs_restart.push("listen");
-            new.listen = old.listen;
-        }
+        // The daemon binds the new addresses ([`crate::daemon::ServerHandle::reload`]) and
+        // then says so ([`ServerShared::set_listen`]).
+        new.listen.clone_from(&old.listen);
         if new.state_dir != old.state_dir {
             needs_restart.push("state_dir");
             new.state_dir.clone_from(&old.state_dir);
@@ -162,6 +161,14 @@ impl ServerShared {
             needs_restart,
             revoked,
         }
+    }
+
+    /// `listen` as the endpoints now are (a reload that bound them).
+    pub fn set_listen(&self, listen: Vec<SocketAddr>) {
+        let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
+        let mut new = (**config).clone();
+        new.listen = listen;
+        *config = Arc::new(new);
     }
 
     /// Handles of the sessions alive now.
@@ -462,6 +469,7 @@ mod tests {
 
     /// Every setting a reload may meet: the restart-only ones keep their values (and are
     /// named), the others take the new ones (and are named); a file unchanged changes nothing.
+    /// `listen` is left to the daemon, which binds the new addresses and then says so.
     #[test]
     fn a_reload_applies_what_it_can_and_names_what_needs_a_restart() {
         let s = shared(64);
@@ -480,12 +488,7 @@ mod tests {
         let done = s.reload(new.clone());
         assert_eq!(
             done.needs_restart,
-            [
-                "listen",
-                "state_dir",
-                "server_name",
-                "limits.max_pending_joins"
-            ]
+            ["state_dir", "server_name", "limits.max_pending_joins"]
         );
         assert_eq!(
             done.changed,
@@ -499,7 +502,10 @@ mod tests {
             ]
         );
         let now = s.config();
-        assert_eq!((now.listen, &now.state_dir), (old.listen, &old.state_dir));
+        assert_eq!((&now.listen, &now.state_dir), (&old.listen, &old.state_dir));
+        let moved = vec!["127.0.0.1:9".parse().unwrap()];
+        s.set_listen(moved.clone());
+        assert_eq!(s.config().listen, moved);
         assert_eq!(
             (&now.server_name, now.max_pending_joins),
             (&old.server_name, 64)

@@ -27,7 +27,7 @@ pub fn state_dir(name: &str) -> PathBuf {
 
 pub fn server_config(name: &str, allow_loopback: bool) -> ServerConfig {
     ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         metrics_token: None,
         metrics_tls: None,

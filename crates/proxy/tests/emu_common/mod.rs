@@ -33,7 +33,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 pub fn server_config(dir: &Path) -> ServerConfig {
     ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
         metrics_listen: None,
         metrics_token: None,
         metrics_tls: None,

@@ -40,7 +40,7 @@ pub async fn start_server_again(
 ) -> ServerHandle {
     for _ in 0..50 {
         let config = ServerConfig {
-            listen: addr,
+            listen: vec![addr],
             ..config.clone()
         };
         match start_server(config, identity.clone()).await {
