@@ -118,6 +118,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
                 ..EgressPolicy::default()
             },
             max_sessions: 4,
+            max_sessions_per_user: braid_proxy::config::DEFAULT_MAX_SESSIONS_PER_USER,
             max_pending_joins: 4,
             session: braid_proxy::config::SessionLimits::default(),
         },
@@ -850,6 +851,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 ..EgressPolicy::default()
             },
             max_sessions: 4,
+            max_sessions_per_user: braid_proxy::config::DEFAULT_MAX_SESSIONS_PER_USER,
             max_pending_joins: 4,
             session: braid_proxy::config::SessionLimits::default(),
         },

@@ -397,8 +397,7 @@ async fn http_connect_basic_credentials_are_enforced_with_users() {
 /// A reload (what SIGHUP does to `braid server`) puts users, the egress policy and the
 /// scheduler in force at once: a user added joins; a user removed loses the session it had (its
 /// client is told, and its joins are refused); the egress policy changes for new flows of
-/// running sessions, and the scheduler for running sessions too; the listening address keeps its
-/// value until a restart, and says so.
+/// running sessions, and the scheduler for running sessions too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_adds_and_revokes_users_and_changes_the_egress_policy() {
     let target = test_server().await;
@@ -886,4 +885,52 @@ async fn a_reload_moves_starts_and_stops_the_listeners() {
         .map(|i| i.name)
         .collect();
     assert_eq!(names, ["socks5"]);
+}
+
+/// `[limits] max_sessions_per_user`: one user's clients beyond it are refused while another
+/// user still joins, and a reload that raises it lets the next one in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_user_s_clients_cannot_take_every_session() {
+    let bob_key = [0x77; 32];
+    let mut config = server_config("per-user", true);
+    config.users.push(braid_proxy::config::UserEntry {
+        name: "bob".into(),
+        key: bob_key,
+    });
+    config.max_sessions_per_user = 2;
+    let server = start_server(config.clone(), ServerIdentity::generate("braid").unwrap())
+        .await
+        .unwrap();
+    let alice = |i: usize| {
+        let config = client_config(&format!("per-user-alice{i}"), &server, 1, KEY);
+        async move { start_client(config).await.unwrap() }
+    };
+    let mut joined = Vec::new();
+    for i in 0..2 {
+        let client = alice(i).await;
+        assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+        joined.push(client);
+    }
+    let mut third = alice(2).await;
+    assert!(!third.wait_for_paths(1, Duration::from_secs(2)).await);
+    third.shutdown();
+    let status = server.status().await;
+    assert_eq!(status.sessions.len(), 2);
+    assert!(status.joins_refused >= 1, "{status:?}");
+    let bob = start_client(ClientConfig {
+        user: "bob".into(),
+        ..client_config("per-user-bob", &server, 1, bob_key)
+    })
+    .await
+    .unwrap();
+    assert!(
+        bob.wait_for_paths(1, Duration::from_secs(10)).await,
+        "another user was refused"
+    );
+    config.max_sessions_per_user = 3;
+    let done = server.reload(config).await;
+    assert_eq!(done.changed, ["limits.max_sessions_per_user"], "{done:?}");
+    let again = alice(3).await;
+    assert!(again.wait_for_paths(1, Duration::from_secs(10)).await);
+    assert_eq!(server.status().await.sessions.len(), 4);
 }

@@ -19,7 +19,9 @@ pub use client::{
     TunConfig, parse_fingerprint,
 };
 pub use ipnet::IpNet;
-pub use server::{EgressPolicy, PortRange, ServerConfig, UserEntry};
+pub use server::{
+    DEFAULT_MAX_SESSIONS_PER_USER, EgressPolicy, MAX_LISTEN, PortRange, ServerConfig, UserEntry,
+};
 
 /// A configuration file that cannot be used.
 #[derive(Debug, thiserror::Error)]

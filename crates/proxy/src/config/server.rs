@@ -155,6 +155,8 @@ pub struct ServerConfig {
     pub egress: EgressPolicy,
     /// Most sessions at once.
     pub max_sessions: usize,
+    /// Most sessions of one user at once (so one user's clients cannot take every session).
+    pub max_sessions_per_user: usize,
     /// Most connections between handshake and an answered join at once.
     pub max_pending_joins: usize,
     /// The session limits (`[session]`).
@@ -251,11 +253,17 @@ fn port_ranges(file: &Path, raw: &[toml::Value]) -> Result<Vec<PortRange>, Confi
         .collect())
 }
 
+/// `[limits] max_sessions_per_user` where the file leaves it out: 16, room for a household's
+/// devices sharing a user and for the sessions a client that crashed leaves behind (each ends
+/// `[session] idle_timeout_s` after its links went quiet).
+pub const DEFAULT_MAX_SESSIONS_PER_USER: usize = 16;
+
 /// Signed, so that a negative value is refused by name with its range.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     max_sessions: Option<i64>,
+    max_sessions_per_user: Option<i64>,
     max_pending_joins: Option<i64>,
 }
 
@@ -368,6 +376,12 @@ impl ServerConfig {
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
             egress,
             max_sessions: limit(file, "limits.max_sessions", raw.limits.max_sessions, 256)?,
+            max_sessions_per_user: limit(
+                file,
+                "limits.max_sessions_per_user",
+                raw.limits.max_sessions_per_user,
+                DEFAULT_MAX_SESSIONS_PER_USER,
+            )?,
             max_pending_joins: limit(
                 file,
                 "limits.max_pending_joins",
@@ -551,6 +565,10 @@ mod tests {
             (
                 base() + "[limits]\nmax_sessions = 0\n",
                 "limits.max_sessions",
+            ),
+            (
+                base() + "[limits]\nmax_sessions_per_user = -1\n",
+                "limits.max_sessions_per_user: expected 1..=100000",
             ),
             (
                 base() + "[limits]\nmax_pending_joins = -1\n",

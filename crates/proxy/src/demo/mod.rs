@@ -568,6 +568,7 @@ fn server_config(dir: &Path, key: [u8; 32], session: crate::config::SessionLimit
             ..EgressPolicy::default()
         },
         max_sessions: 4,
+        max_sessions_per_user: crate::config::DEFAULT_MAX_SESSIONS_PER_USER,
         max_pending_joins: 4,
         session,
     }

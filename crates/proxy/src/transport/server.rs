@@ -116,6 +116,10 @@ impl ServerShared {
             ("scheduler", new.scheduler != old.scheduler),
             ("egress", new.egress != old.egress),
             ("limits.max_sessions", new.max_sessions != old.max_sessions),
+            (
+                "limits.max_sessions_per_user",
+                new.max_sessions_per_user != old.max_sessions_per_user,
+            ),
             ("metrics_token", new.metrics_token != old.metrics_token),
             ("metrics_tls", new.metrics_tls != old.metrics_tls),
             (
@@ -436,6 +440,9 @@ fn session_for(
     }
     if map.len() >= config.max_sessions {
         return Err("session limit reached");
+    }
+    if map.keys().filter(|(user, _)| *user == join.user).count() >= config.max_sessions_per_user {
+        return Err("the user's session limit reached");
     }
     let policy = shared.egress.clone();
     let (handle, _task) = driver::spawn(DriverSetup {

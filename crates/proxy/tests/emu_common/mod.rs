@@ -49,6 +49,7 @@ pub fn server_config(dir: &Path) -> ServerConfig {
             ..EgressPolicy::default()
         },
         max_sessions: 16,
+        max_sessions_per_user: braid_proxy::config::DEFAULT_MAX_SESSIONS_PER_USER,
         max_pending_joins: 16,
         session: braid_proxy::config::SessionLimits::default(),
     }
