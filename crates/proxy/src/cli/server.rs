@@ -124,15 +124,13 @@ pub fn run(args: &ServerArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        outln!(
-            "braid server listening on {}",
-            addresses(&server.listening())
-        );
+        let listening = addresses(&server.listening());
+        outln!("braid server listening on {listening}");
         outln!(
             "certificate fingerprint (server_fingerprint): {}",
             server.fingerprint
         );
-        tracing::info!(addr = %server.addr, fingerprint = %server.fingerprint, "server running");
+        tracing::info!(addr = %listening, fingerprint = %server.fingerprint, "server running");
         signals
             .until_stopped(async || reload(&args.config, &server).await)
             .await;
