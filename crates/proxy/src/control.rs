@@ -109,6 +109,12 @@ impl StatusSource {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             joins_refused: refused,
             joins_accepted: accepted,
+            listen: match self {
+                StatusSource::Client(_) => Vec::new(),
+                StatusSource::Server(shared) => {
+                    shared.listening().iter().map(ToString::to_string).collect()
+                }
+            },
             sessions,
             tun,
             links: match self {

@@ -1193,13 +1193,7 @@ impl ServerHandle {
 
     /// Where the QUIC endpoints that take joins listen now (as reloads changed `listen`).
     pub fn listening(&self) -> Vec<SocketAddr> {
-        self.quic
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|l| l.accept.is_some())
-            .map(|l| l.bound)
-            .collect()
+        self.shared.listening()
     }
 
     /// Makes the QUIC endpoints those of `wanted` (the reloaded file's `listen`; an address
@@ -1275,7 +1269,12 @@ impl ServerHandle {
                 accept,
             });
         }
-        self.shared.set_listen(wanted.to_vec());
+        let bound = listeners
+            .iter()
+            .filter(|l| l.accept.is_some())
+            .map(|l| l.bound)
+            .collect();
+        self.shared.set_listen(wanted.to_vec(), bound);
         true
     }
 
@@ -1459,7 +1458,12 @@ pub async fn start_server(
     let created_dir = missing_dir(&config.state_dir);
     let control_listener = control::bind(&control_path)?;
     let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
+    let listen = config.listen.clone();
     let shared = ServerShared::new(Arc::new(config));
+    shared.set_listen(
+        listen,
+        endpoints.iter().map(|(_, _, bound)| *bound).collect(),
+    );
     let quic = endpoints
         .into_iter()
         .map(|(configured, endpoint, bound)| QuicListener {

@@ -1597,6 +1597,13 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
     let done = server.reload(config.clone()).await;
     assert_eq!(done.changed, ["listen"], "{done:?}");
     assert_eq!(server.listening(), [b]);
+    let status = server.status().await;
+    assert_eq!(status.listen, [b.to_string()]);
+    assert!(
+        status.to_table().contains(&format!("; listening on {b}\n")),
+        "{}",
+        status.to_table()
+    );
     assert_eq!(server.reload(config).await.changed, Vec::<&str>::new());
     let (_refused, joined) = joins(a, "a-off").await;
     assert!(!joined, "a join at an address taken out of listen");

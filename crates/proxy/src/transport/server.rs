@@ -54,6 +54,8 @@ pub struct ServerShared {
     pub joins_refused: AtomicU64,
     /// Joins accepted since start.
     pub joins_accepted: AtomicU64,
+    /// Where the endpoints that take joins are bound ([`ServerShared::set_listen`]).
+    listening: RwLock<Vec<SocketAddr>>,
 }
 
 impl ServerShared {
@@ -68,6 +70,7 @@ impl ServerShared {
             sessions: Mutex::new(HashMap::new()),
             joins_refused: AtomicU64::new(0),
             joins_accepted: AtomicU64::new(0),
+            listening: RwLock::new(Vec::new()),
         })
     }
 
@@ -167,12 +170,25 @@ impl ServerShared {
         }
     }
 
-    /// `listen` as the endpoints now are (a reload that bound them).
-    pub fn set_listen(&self, listen: Vec<SocketAddr>) {
+    /// `listen` as the endpoints now are (the daemon that bound them, at start or a reload),
+    /// and where they are bound (`bound`).
+    pub fn set_listen(&self, listen: Vec<SocketAddr>, bound: Vec<SocketAddr>) {
+        *self
+            .listening
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = bound;
         let mut config = self.config.write().unwrap_or_else(PoisonError::into_inner);
         let mut new = (**config).clone();
         new.listen = listen;
         *config = Arc::new(new);
+    }
+
+    /// Where the endpoints that take joins are bound.
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.listening
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Handles of the sessions alive now.
@@ -511,8 +527,9 @@ mod tests {
         let now = s.config();
         assert_eq!((&now.listen, &now.state_dir), (&old.listen, &old.state_dir));
         let moved = vec!["127.0.0.1:9".parse().unwrap()];
-        s.set_listen(moved.clone());
+        s.set_listen(moved.clone(), moved.clone());
         assert_eq!(s.config().listen, moved);
+        assert_eq!(s.listening(), moved);
         assert_eq!(
             (&now.server_name, now.max_pending_joins),
             (&old.server_name, 64)

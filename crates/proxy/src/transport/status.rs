@@ -282,6 +282,9 @@ pub struct DaemonStatus {
     pub joins_refused: u64,
     /// Joins accepted since start (server).
     pub joins_accepted: u64,
+    /// The addresses the server takes joins on (its file's `listen`, as reloads changed it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen: Vec<String>,
     /// The sessions.
     pub sessions: Vec<SessionStatus>,
     /// The client's TUN inbound, when enabled.
@@ -411,8 +414,14 @@ impl DaemonStatus {
         let _ = match self.role.as_str() {
             "server" => writeln!(
                 out,
-                ", joins accepted {}, refused {}",
-                self.joins_accepted, self.joins_refused
+                ", joins accepted {}, refused {}{}",
+                self.joins_accepted,
+                self.joins_refused,
+                if self.listen.is_empty() {
+                    String::new()
+                } else {
+                    format!("; listening on {}", self.listen.join(", "))
+                }
             ),
             _ => writeln!(out),
         };
