@@ -1130,7 +1130,7 @@ pub struct ServerHandle {
     shared: Arc<ServerShared>,
     /// The QUIC endpoints, one per `listen` address, and those a reload took out of it while
     /// they still carry connections.
-    quic: std::sync::Mutex<Vec<QuicListener>>,
+    quic: Arc<std::sync::Mutex<Vec<QuicListener>>>,
     /// What a reload binds a new endpoint with.
     endpoint_config: quinn::EndpointConfig,
     server_config: quinn::ServerConfig,
@@ -1254,6 +1254,7 @@ impl ServerHandle {
                         connections = listener.endpoint.open_connections(),
                         "reload: no longer taking joins; the paths there go on until they end"
                     );
+                    self.close_when_idle(listener);
                 }
                 (false, None) => {}
             }
@@ -1276,6 +1277,22 @@ impl ServerHandle {
             .collect();
         self.shared.set_listen(wanted.to_vec(), bound);
         true
+    }
+
+    /// Once the last connection of `retired` (an endpoint no longer taking joins) has ended,
+    /// drops it, so its socket closes then and not at the next reload, unless a reload has
+    /// meanwhile named its address again.
+    fn close_when_idle(&self, retired: &QuicListener) {
+        let endpoint = retired.endpoint.clone();
+        let quic = Arc::downgrade(&self.quic);
+        tokio::spawn(async move {
+            endpoint.wait_idle().await;
+            if let Some(quic) = quic.upgrade() {
+                quic.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .retain(|l| l.accept.is_some() || l.endpoint.open_connections() > 0);
+            }
+        });
     }
 
     /// Starts taking joins on `endpoint`.
@@ -1500,7 +1517,7 @@ pub async fn start_server(
         metrics: std::sync::Mutex::new(metrics),
         metrics_auth,
         shared,
-        quic: std::sync::Mutex::new(quic),
+        quic: Arc::new(std::sync::Mutex::new(quic)),
         endpoint_config,
         server_config,
         tasks,

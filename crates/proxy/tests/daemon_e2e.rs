@@ -1636,4 +1636,23 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
     let mut still = server.listening();
     still.sort();
     assert_eq!(still, now);
+    // Taken out once more, the first address's socket closes once its last path has ended.
+    let mut config = server_config(name, true);
+    config.listen = vec![b];
+    assert_eq!(server.reload(config).await.changed, ["listen"]);
+    assert!(
+        std::net::UdpSocket::bind(a).is_err(),
+        "closed with paths on it"
+    );
+    let (mut first, mut via_a) = (first, via_a);
+    first.shutdown_gracefully().await;
+    via_a.shutdown_gracefully().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::net::UdpSocket::bind(a).is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the socket outlived its paths"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
