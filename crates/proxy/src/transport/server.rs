@@ -324,8 +324,18 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<ServerShared>) {
     }
 }
 
+/// Why a join of an authenticated user was refused for want of room (`[limits]`): logged as a
+/// warning with the reason, since the operator may want to raise the limit.
+const SESSION_LIMIT: &str = "session limit reached ([limits] max_sessions)";
+const USER_SESSION_LIMIT: &str =
+    "the user's session limit reached ([limits] max_sessions_per_user)";
+
 fn refused(shared: &ServerShared, remote: SocketAddr, reason: &'static str) {
     shared.joins_refused.fetch_add(1, Ordering::Relaxed);
+    if [SESSION_LIMIT, USER_SESSION_LIMIT].contains(&reason) {
+        tracing::warn!(%remote, reason, "join refused");
+        return;
+    }
     info!(%remote, "join refused");
     debug!(%remote, reason, "join refused");
 }
@@ -455,10 +465,10 @@ fn session_for(
         return Ok((h.clone(), false));
     }
     if map.len() >= config.max_sessions {
-        return Err("session limit reached");
+        return Err(SESSION_LIMIT);
     }
     if map.keys().filter(|(user, _)| *user == join.user).count() >= config.max_sessions_per_user {
-        return Err("the user's session limit reached");
+        return Err(USER_SESSION_LIMIT);
     }
     let policy = shared.egress.clone();
     let (handle, _task) = driver::spawn(DriverSetup {
