@@ -109,6 +109,10 @@ impl StatusSource {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             joins_refused: refused,
             joins_accepted: accepted,
+            joins_refused_by_reason: match self {
+                StatusSource::Client(_) => Default::default(),
+                StatusSource::Server(shared) => shared.refusals(),
+            },
             listen: match self {
                 StatusSource::Client(_) => Vec::new(),
                 StatusSource::Server(shared) => {

@@ -207,6 +207,16 @@ pub fn render(status: &DaemonStatus) -> String {
             "Path joins refused since the server started.",
             vec![(Vec::new(), status.joins_refused.into())],
         );
+        e.family(
+            "braid_joins_refused_by_reason_total",
+            Counter,
+            "Path joins refused since the server started, by reason.",
+            status
+                .joins_refused_by_reason
+                .iter()
+                .map(|(reason, n)| (vec![("reason", reason.clone())], (*n).into()))
+                .collect(),
+        );
     }
     process_families(&mut e, status);
     session_families(&mut e, status);

@@ -34,6 +34,8 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     );
     let status = server.status().await;
     assert!(status.joins_refused >= 2, "{status:?}");
+    let for_the_key = status.joins_refused_by_reason.get("bad user or proof");
+    assert!(for_the_key.is_some_and(|&n| n >= 2), "{status:?}");
     assert_eq!(status.joins_accepted, 0);
     assert!(status.sessions.is_empty());
     // The refusal itself is one generic byte on a fresh connection: check it by hand.
@@ -917,6 +919,22 @@ async fn one_user_s_clients_cannot_take_every_session() {
     let status = server.status().await;
     assert_eq!(status.sessions.len(), 2);
     assert!(status.joins_refused >= 1, "{status:?}");
+    let by_limit = status.joins_refused_by_reason["the user's session limit reached"];
+    assert!(by_limit >= 1, "{status:?}");
+    assert!(
+        status.to_table().contains(&format!(
+            "joins refused by reason: the user's session limit reached {by_limit}\n"
+        )),
+        "{}",
+        status.to_table()
+    );
+    let prometheus = braid_proxy::metrics::render(&status);
+    assert!(
+        prometheus.contains(&format!(
+            "braid_joins_refused_by_reason_total{{reason=\"the user's session limit reached\"}} {by_limit}"
+        )),
+        "{prometheus}"
+    );
     let bob = start_client(ClientConfig {
         user: "bob".into(),
         ..client_config("per-user-bob", &server, 1, bob_key)

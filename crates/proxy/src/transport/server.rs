@@ -56,6 +56,8 @@ pub struct ServerShared {
     pub joins_accepted: AtomicU64,
     /// Where the endpoints that take joins are bound ([`ServerShared::set_listen`]).
     listening: RwLock<Vec<SocketAddr>>,
+    /// Joins refused since start, by reason (a fixed set of phrases).
+    refusals: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl ServerShared {
@@ -71,6 +73,7 @@ impl ServerShared {
             joins_refused: AtomicU64::new(0),
             joins_accepted: AtomicU64::new(0),
             listening: RwLock::new(Vec::new()),
+            refusals: Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 
@@ -274,9 +277,30 @@ impl ServerShared {
         })
     }
 
+    /// Counts a join refused for `reason`.
+    fn count_refusal(&self, reason: &'static str) {
+        self.joins_refused.fetch_add(1, Ordering::Relaxed);
+        *self
+            .refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_insert(0) += 1;
+    }
+
+    /// Joins refused since start, by reason.
+    pub fn refusals(&self) -> std::collections::BTreeMap<String, u64> {
+        self.refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(reason, n)| ((*reason).to_owned(), *n))
+            .collect()
+    }
+
     /// Counts a connection turned away before its join and logs it, at most once a second.
     fn turn_away(&self, remote: SocketAddr, reason: &'static str) {
-        self.joins_refused.fetch_add(1, Ordering::Relaxed);
+        self.count_refusal(reason);
         let Ok(mut turned) = self.turned_away.lock() else {
             return;
         };
@@ -324,16 +348,21 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<ServerShared>) {
     }
 }
 
-/// Why a join of an authenticated user was refused for want of room (`[limits]`): logged as a
-/// warning with the reason, since the operator may want to raise the limit.
-const SESSION_LIMIT: &str = "session limit reached ([limits] max_sessions)";
-const USER_SESSION_LIMIT: &str =
-    "the user's session limit reached ([limits] max_sessions_per_user)";
+/// Why a join of an authenticated user was refused for want of room (`[limits]
+/// max_sessions`, `max_sessions_per_user`): logged as a warning naming the setting, which the
+/// operator may want to raise.
+const SESSION_LIMIT: &str = "session limit reached";
+const USER_SESSION_LIMIT: &str = "the user's session limit reached";
 
 fn refused(shared: &ServerShared, remote: SocketAddr, reason: &'static str) {
-    shared.joins_refused.fetch_add(1, Ordering::Relaxed);
-    if [SESSION_LIMIT, USER_SESSION_LIMIT].contains(&reason) {
-        tracing::warn!(%remote, reason, "join refused");
+    shared.count_refusal(reason);
+    let setting = match reason {
+        SESSION_LIMIT => Some("[limits] max_sessions"),
+        USER_SESSION_LIMIT => Some("[limits] max_sessions_per_user"),
+        _ => None,
+    };
+    if let Some(setting) = setting {
+        tracing::warn!(%remote, reason, setting, "join refused");
         return;
     }
     info!(%remote, "join refused");

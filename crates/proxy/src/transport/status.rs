@@ -282,6 +282,10 @@ pub struct DaemonStatus {
     pub joins_refused: u64,
     /// Joins accepted since start (server).
     pub joins_accepted: u64,
+    /// Joins refused since start, by reason (server; e.g. `bad user or proof`, `the user's
+    /// session limit reached`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub joins_refused_by_reason: std::collections::BTreeMap<String, u64>,
     /// The addresses the server takes joins on (its file's `listen`, as reloads changed it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listen: Vec<String>,
@@ -425,6 +429,14 @@ impl DaemonStatus {
             ),
             _ => writeln!(out),
         };
+        if !self.joins_refused_by_reason.is_empty() {
+            let reasons: Vec<String> = self
+                .joins_refused_by_reason
+                .iter()
+                .map(|(reason, n)| format!("{reason} {n}"))
+                .collect();
+            let _ = writeln!(out, "joins refused by reason: {}", reasons.join(", "));
+        }
         if let Some(p) = &self.process {
             let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
             let _ = write!(
