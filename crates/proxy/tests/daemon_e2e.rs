@@ -1221,7 +1221,7 @@ async fn the_status_shows_each_link_and_why_one_does_not_join() {
     let (server, client) = pair(name, 1).await;
     let mut config = client_config(name, &server, 2, KEY);
     // An IPv6 server for an IPv4 local address: every attempt fails at once.
-    config.links[1].server = "[::1]:9".into();
+    config.links[1].server = vec!["[::1]:9".into()];
     assert_eq!(client.reload(config.clone()).await.links.added, ["link1"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let status = loop {
@@ -1315,12 +1315,12 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             .unwrap();
             let mut config = client_config(name, &server, 3, KEY);
             let port = server.addr.port();
-            config.links[0].server = format!("127.0.0.1:{port}");
-            config.links[1].server = format!("10.9.1.1:{port}");
+            config.links[0].server = vec![format!("127.0.0.1:{port}")];
+            config.links[1].server = vec![format!("10.9.1.1:{port}")];
             config.links[1].local_addr = Some("10.9.1.1:0".parse().unwrap());
             config.links[1].interface = Some("brl0".into());
             config.links[1].interface_required = true;
-            config.links[2].server = format!("10.9.2.1:{port}");
+            config.links[2].server = vec![format!("10.9.2.1:{port}")];
             config.links[2].local_addr = Some("10.9.2.1:0".parse().unwrap());
             let client = braid_proxy::daemon::start_client(config).await.unwrap();
             assert!(client.wait_for_paths(3, Duration::from_secs(10)).await);
@@ -1577,7 +1577,7 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
     assert_ne!(b, a);
     let joins = |addr: std::net::SocketAddr, label: &str| {
         let mut config = client_config(&format!("{name}-{label}"), &server, 1, KEY);
-        config.links[0].server = addr.to_string();
+        config.links[0].server = vec![addr.to_string()];
         async move {
             let client = braid_proxy::daemon::start_client(config).await.unwrap();
             let joined = client.wait_for_paths(1, Duration::from_secs(3)).await;
@@ -1655,4 +1655,47 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A link whose `server` lists several addresses moves on to the next when an attempt fails:
+/// the first here is silent (a port the network drops), so after that attempt's 10 s the link
+/// joins through the second, and says in `braid status` what the first did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
+    let name = "link-servers";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut config = client_config(name, &server, 1, KEY);
+    config.links[0].server = vec![
+        silent.local_addr().unwrap().to_string(),
+        server.addr.to_string(),
+    ];
+    let started = std::time::Instant::now();
+    let client = braid_proxy::daemon::start_client(config).await.unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(20)).await);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(9), "joined in {took:?}");
+    let status = client.status().await;
+    let link = &status.links[0];
+    assert_eq!(
+        link.server,
+        format!("{}, {}", silent.local_addr().unwrap(), server.addr)
+    );
+    assert!(
+        link.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no answer")),
+        "{link:?}"
+    );
+    let target = test_server().await;
+    assert_eq!(
+        download(client.socks_addr, target, 10_000).await,
+        pattern(10_000, 7)
+    );
+    println!("joined through the second address after {took:?}");
 }

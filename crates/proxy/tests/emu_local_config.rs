@@ -52,7 +52,7 @@ fn the_three_files_parse_and_agree() {
         );
         assert!(path.listen.ip().is_loopback());
     }
-    let links: Vec<String> = client.links.iter().map(|l| l.server.clone()).collect();
+    let links: Vec<String> = client.links.iter().flat_map(|l| l.server.clone()).collect();
     let listens: Vec<String> = emu.paths.iter().map(|p| p.listen.to_string()).collect();
     assert_eq!(
         links, listens,
@@ -103,7 +103,7 @@ async fn the_local_set_up_carries_curl_through_socks5() {
     client_config.socks_listen = "127.0.0.1:0".parse().unwrap();
     client_config.state_dir = dir.join("client");
     for (link, addr) in client_config.links.iter_mut().zip(emu.listen_addrs()) {
-        link.server = addr.to_string();
+        link.server = vec![addr.to_string()];
     }
     let client = start_client(client_config).await.unwrap();
     assert!(client.wait_for_paths(2, Duration::from_secs(15)).await);

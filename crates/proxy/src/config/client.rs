@@ -41,8 +41,10 @@ pub struct LinkConfig {
     /// Fail the link (instead of warning and carrying on unbound) when binding to the device is
     /// not permitted.
     pub interface_required: bool,
-    /// The server, `host:port`.
-    pub server: String,
+    /// The server, `host:port`, or several of its addresses tried in turn (1 to
+    /// [`MAX_LINK_SERVERS`]): an attempt that fails moves the link on to the next one, and a
+    /// join stays with the one that took it.
+    pub server: Vec<String>,
     /// Weight for weighted schedulers (at least 1).
     pub weight: u16,
     /// Primary or backup.
@@ -63,6 +65,44 @@ pub struct LinkConfig {
 pub const DEFAULT_FAST_REJOIN: Duration = Duration::from_secs(300);
 /// Largest `fast_rejoin_s`: a day.
 pub const MAX_FAST_REJOIN_S: u64 = 86_400;
+
+/// Most addresses a link's `server` names.
+pub const MAX_LINK_SERVERS: usize = 4;
+
+/// Checks a link's `server`: a `host:port`, or a list of 1 to [`MAX_LINK_SERVERS`] of them,
+/// none twice.
+fn link_servers(
+    file: &Path,
+    field: &str,
+    raw: &toml::Value,
+) -> Result<Vec<String>, ConfigFileError> {
+    let list = match raw {
+        toml::Value::String(one) => return Ok(vec![host_port(file, field, one)?]),
+        toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_LINK_SERVERS => list,
+        toml::Value::Array(list) => {
+            return Err(invalid(
+                file,
+                field,
+                format!("1 to {MAX_LINK_SERVERS} addresses"),
+                format!("{} addresses", list.len()),
+            ));
+        }
+        other => return Err(invalid(file, field, "host:port, or a list of them", other)),
+    };
+    let mut servers: Vec<String> = Vec::with_capacity(list.len());
+    for (i, value) in list.iter().enumerate() {
+        let entry = format!("{field}[{i}]");
+        let server = match value {
+            toml::Value::String(text) => host_port(file, &entry, text)?,
+            other => return Err(invalid(file, entry, "host:port", other)),
+        };
+        if servers.contains(&server) {
+            return Err(invalid(file, entry, "an address not listed before", value));
+        }
+        servers.push(server);
+    }
+    Ok(servers)
+}
 
 /// The validated client configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -217,7 +257,8 @@ struct RawLink {
     interface: Option<String>,
     #[serde(default)]
     interface_required: bool,
-    server: String,
+    /// A `host:port` or a list of them, checked by name.
+    server: toml::Value,
     /// Wider than the `u16` it becomes, so an out-of-range value is refused by name.
     #[serde(default = "one")]
     weight: i64,
@@ -540,7 +581,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
             dev,
         ));
     }
-    let server = host_port(file, &field("server"), &raw.server)?;
+    let server = link_servers(file, &field("server"), &raw.server)?;
     let weight = u16::try_from(raw.weight)
         .ok()
         .filter(|&w| w >= 1)
@@ -644,6 +685,47 @@ mod tests {
         let c0 = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
         assert_eq!(c0.links[0].fast_rejoin, Duration::ZERO);
         assert_eq!(c.trust, ServerTrust::Fingerprint([0xab; 32]));
+    }
+
+    #[test]
+    fn a_link_s_server_is_an_address_or_a_list_of_them() {
+        let with = |server: &str| {
+            let text = base().replace("\"127.0.0.1:4433\"", server);
+            ClientConfig::parse(Path::new("c.toml"), &text)
+        };
+        assert_eq!(
+            with("[\"vps.example.net:443\", \"vps.example.net:4433\"]")
+                .unwrap()
+                .links[0]
+                .server,
+            ["vps.example.net:443", "vps.example.net:4433"]
+        );
+        for (server, error) in [
+            ("[]", "c.toml: link[0].server: expected 1 to 4 addresses"),
+            (
+                "[\"a:1\", \"b:1\", \"c:1\", \"d:1\", \"e:1\"]",
+                "c.toml: link[0].server: expected 1 to 4 addresses",
+            ),
+            (
+                "[\"a:1\", \"b\"]",
+                "c.toml: link[0].server[1]: expected host:port",
+            ),
+            (
+                "[\"a:1\", 1]",
+                "c.toml: link[0].server[1]: expected host:port",
+            ),
+            (
+                "[\"a:1\", \"a:1\"]",
+                "c.toml: link[0].server[1]: expected an address not listed before",
+            ),
+            (
+                "4433",
+                "c.toml: link[0].server: expected host:port, or a list of them",
+            ),
+        ] {
+            let e = with(server).unwrap_err().to_string();
+            assert!(e.starts_with(error), "{server}: {e}");
+        }
     }
 
     #[test]

@@ -360,7 +360,7 @@ impl Context {
                 local_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
                 interface: None,
                 interface_required: false,
-                server: addr.to_string(),
+                server: vec![addr.to_string()],
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,

@@ -200,7 +200,7 @@ impl LinkSlot {
         LinkStatus {
             path: path as u8,
             name: self.config.name.clone(),
-            server: self.config.server.clone(),
+            server: self.config.server.join(", "),
             state,
             joins: self.joins,
             last_error: self.last_error.clone(),
@@ -533,6 +533,9 @@ async fn run_link(
 ) {
     let mut interfaces = ctx.interfaces.clone();
     let mut backoff = BACKOFF_MIN;
+    // Which of the link's `server` addresses the next attempt goes to (counted on; taken
+    // modulo their number): an attempt that fails moves on to the next, a join stays.
+    let mut next_server = 0usize;
     // Since when every attempt went unanswered (the server silent: an outage).
     let mut dark_since: Option<Instant> = None;
     loop {
@@ -555,13 +558,21 @@ async fn run_link(
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let fast = rejoins_fast(dark_since, link.fast_rejoin);
+        let Some(server) = link
+            .server
+            .get(next_server % link.server.len().max(1))
+            .cloned()
+        else {
+            warn!(link = %link.name, "the link names no server address");
+            return;
+        };
         let attempt = async {
             if let Some(e) = unusable(&link) {
                 return Err(e);
             }
             let mut watch = interfaces.clone();
             tokio::select! {
-                joined = connect_and_join(id, &link, &ctx, &session_id, fast) => joined,
+                joined = connect_and_join(id, &link, &server, &ctx, &session_id, fast) => joined,
                 e = became_unusable(&link, &mut watch) => Err(e),
             }
         };
@@ -689,6 +700,16 @@ async fn run_link(
                 // network, so news of the interfaces may bring it at once.
                 if matches!(e, LinkError::InterfaceDown(_) | LinkError::AddressGone(_)) {
                     floor = started;
+                } else if link.server.len() > 1 {
+                    // Another of the server's addresses may get through (a network that lets
+                    // only some ports out).
+                    next_server += 1;
+                    info!(
+                        link = %link.name,
+                        failed = %server,
+                        next = %link.server[next_server % link.server.len()],
+                        "trying the server's next address"
+                    );
                 }
                 ctx.update(id, generation, |slot| slot.last_error = Some(e.to_string()));
             }
@@ -738,12 +759,14 @@ async fn became_unusable(link: &LinkConfig, watch: &mut watch::Receiver<u64>) ->
     }
 }
 
-async fn resolve(link: &LinkConfig) -> Result<SocketAddr, LinkError> {
+/// `server` (one of `link`'s) resolved to an address of the family of the link's local
+/// address.
+async fn resolve(link: &LinkConfig, server: &str) -> Result<SocketAddr, LinkError> {
     let err = |reason: String| LinkError::Resolve {
-        server: link.server.clone(),
+        server: server.to_owned(),
         reason,
     };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&link.server)
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(server)
         .await
         .map_err(|e| err(e.to_string()))?
         .collect();
@@ -755,15 +778,17 @@ async fn resolve(link: &LinkConfig) -> Result<SocketAddr, LinkError> {
         .ok_or_else(|| err("no address of the local address's family".into()))
 }
 
-/// Joins the session over `link`; `fast`: racing handshakes (see [`handshake`]).
+/// Joins the session over `link` through `server` (one of its `server` addresses); `fast`:
+/// racing handshakes (see [`handshake`]).
 async fn connect_and_join(
     id: PathId,
     link: &LinkConfig,
+    server: &str,
     ctx: &LinkContext,
     session_id: &SessionId,
     fast: bool,
 ) -> Result<(quinn::Endpoint, quinn::Connection, JoinAnswer), LinkError> {
-    let server = resolve(link).await?;
+    let server = resolve(link, server).await?;
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
     } else {

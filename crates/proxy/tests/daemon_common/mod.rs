@@ -76,7 +76,7 @@ pub fn client_config(
                 local_addr: Some("127.0.0.1:0".parse().unwrap()),
                 interface: None,
                 interface_required: false,
-                server: server.addr.to_string(),
+                server: vec![server.addr.to_string()],
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,

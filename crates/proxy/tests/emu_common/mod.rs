@@ -80,7 +80,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
                 local_addr: Some("127.0.0.1:0".parse().unwrap()),
                 interface: None,
                 interface_required: false,
-                server: addr.to_string(),
+                server: vec![addr.to_string()],
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
