@@ -1657,9 +1657,11 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
     }
 }
 
-/// A link whose `server` lists several addresses moves on to the next when an attempt fails:
-/// the first here is silent (a port the network drops), so after that attempt's 10 s the link
-/// joins through the second, and says in `braid status` what the first did.
+/// A link whose `server` lists several addresses tries them in turn, the first here being
+/// silent (a port the network drops): a racing attempt sends its second handshake, 2 s in, to
+/// the second address and joins there; a link that sends one handshake per attempt (its
+/// `fast_rejoin_s` 0) moves on to the second address when the first attempt has had no answer
+/// for 10 s, and says so in `braid status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
     let name = "link-servers";
@@ -1670,32 +1672,43 @@ async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
     .await
     .unwrap();
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut config = client_config(name, &server, 1, KEY);
-    config.links[0].server = vec![
-        silent.local_addr().unwrap().to_string(),
-        server.addr.to_string(),
-    ];
-    let started = std::time::Instant::now();
-    let client = braid_proxy::daemon::start_client(config).await.unwrap();
-    assert!(client.wait_for_paths(1, Duration::from_secs(20)).await);
-    let took = started.elapsed();
-    assert!(took >= Duration::from_secs(9), "joined in {took:?}");
-    let status = client.status().await;
-    let link = &status.links[0];
-    assert_eq!(
-        link.server,
-        format!("{}, {}", silent.local_addr().unwrap(), server.addr)
-    );
-    assert!(
-        link.last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("no answer")),
-        "{link:?}"
-    );
     let target = test_server().await;
-    assert_eq!(
-        download(client.socks_addr, target, 10_000).await,
-        pattern(10_000, 7)
-    );
-    println!("joined through the second address after {took:?}");
+    for (racing, within) in [(true, 1.9..5.0), (false, 9.9..14.0)] {
+        let mut config = client_config(&format!("{name}-{racing}"), &server, 1, KEY);
+        config.links[0].server = vec![
+            silent.local_addr().unwrap().to_string(),
+            server.addr.to_string(),
+        ];
+        if !racing {
+            config.links[0].fast_rejoin = Duration::ZERO;
+        }
+        let started = std::time::Instant::now();
+        let client = braid_proxy::daemon::start_client(config).await.unwrap();
+        assert!(client.wait_for_paths(1, Duration::from_secs(20)).await);
+        let took = started.elapsed().as_secs_f64();
+        assert!(
+            within.contains(&took),
+            "racing {racing}: joined in {took:.2} s"
+        );
+        let status = client.status().await;
+        let link = &status.links[0];
+        assert_eq!(
+            link.server,
+            format!("{}, {}", silent.local_addr().unwrap(), server.addr)
+        );
+        assert_eq!(status.sessions[0].paths[0].remote, server.addr.to_string());
+        if !racing {
+            assert!(
+                link.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("no answer")),
+                "{link:?}"
+            );
+        }
+        assert_eq!(
+            download(client.socks_addr, target, 10_000).await,
+            pattern(10_000, 7)
+        );
+        println!("racing {racing}: joined through the second address after {took:.2} s");
+    }
 }

@@ -533,8 +533,9 @@ async fn run_link(
 ) {
     let mut interfaces = ctx.interfaces.clone();
     let mut backoff = BACKOFF_MIN;
-    // Which of the link's `server` addresses the next attempt goes to (counted on; taken
-    // modulo their number): an attempt that fails moves on to the next, a join stays.
+    // Which of the link's `server` addresses the next attempt starts with (taken modulo their
+    // number, which a reload may change): an attempt that fails moves on to the next, a join
+    // stays with the one that took it.
     let mut next_server = 0usize;
     // Since when every attempt went unanswered (the server silent: an outage).
     let mut dark_since: Option<Instant> = None;
@@ -558,27 +559,21 @@ async fn run_link(
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let fast = rejoins_fast(dark_since, link.fast_rejoin);
-        let Some(server) = link
-            .server
-            .get(next_server % link.server.len().max(1))
-            .cloned()
-        else {
-            warn!(link = %link.name, "the link names no server address");
-            return;
-        };
         let attempt = async {
             if let Some(e) = unusable(&link) {
                 return Err(e);
             }
             let mut watch = interfaces.clone();
             tokio::select! {
-                joined = connect_and_join(id, &link, &server, &ctx, &session_id, fast) => joined,
+                joined = connect_and_join(id, &link, next_server, &ctx, &session_id, fast) => joined,
                 e = became_unusable(&link, &mut watch) => Err(e),
             }
         };
         match attempt.await {
-            Ok((endpoint, conn, answer)) => {
+            Ok((endpoint, conn, answer, took)) => {
                 dark_since = None;
+                // A rejoin starts with the address that took this join.
+                next_server = took;
                 // The server lost the session (a restart, or its idle timeout while every link
                 // was dark) and started it anew for this join: the flows this session carries
                 // are unknown there. The session ends, so that its flows fail at once (their
@@ -701,14 +696,13 @@ async fn run_link(
                 if matches!(e, LinkError::InterfaceDown(_) | LinkError::AddressGone(_)) {
                     floor = started;
                 } else if link.server.len() > 1 {
-                    // Another of the server's addresses may get through (a network that lets
-                    // only some ports out).
-                    next_server += 1;
+                    // Another of the server's addresses may get through first (a network that
+                    // lets only some ports out).
+                    next_server = (next_server + 1) % link.server.len();
                     info!(
                         link = %link.name,
-                        failed = %server,
-                        next = %link.server[next_server % link.server.len()],
-                        "trying the server's next address"
+                        first = %link.server[next_server],
+                        "the next attempt starts with the server's next address"
                     );
                 }
                 ctx.update(id, generation, |slot| slot.last_error = Some(e.to_string()));
@@ -778,17 +772,42 @@ async fn resolve(link: &LinkConfig, server: &str) -> Result<SocketAddr, LinkErro
         .ok_or_else(|| err("no address of the local address's family".into()))
 }
 
-/// Joins the session over `link` through `server` (one of its `server` addresses); `fast`:
-/// racing handshakes (see [`handshake`]).
+/// A join over a link: its endpoint and connection, the server's answer, and which of the
+/// link's `server` addresses took it.
+type Joined = (quinn::Endpoint, quinn::Connection, JoinAnswer, usize);
+
+/// Joins the session over `link`, trying its `server` addresses from the `first` on (see
+/// [`handshake`]; those that do not resolve are left out, and with no `local_addr` those of
+/// another family than the first that does); `fast`: racing handshakes.
 async fn connect_and_join(
     id: PathId,
     link: &LinkConfig,
-    server: &str,
+    first: usize,
     ctx: &LinkContext,
     session_id: &SessionId,
     fast: bool,
-) -> Result<(quinn::Endpoint, quinn::Connection, JoinAnswer), LinkError> {
-    let server = resolve(link, server).await?;
+) -> Result<Joined, LinkError> {
+    let n = link.server.len();
+    let mut servers: Vec<(usize, SocketAddr)> = Vec::with_capacity(n);
+    let mut unresolved = None;
+    for i in (0..n).map(|k| (first + k) % n) {
+        match resolve(link, &link.server[i]).await {
+            Ok(addr)
+                if servers
+                    .first()
+                    .is_none_or(|(_, a)| a.is_ipv4() == addr.is_ipv4()) =>
+            {
+                servers.push((i, addr));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                unresolved.get_or_insert(e);
+            }
+        }
+    }
+    let Some(&(_, server)) = servers.first() else {
+        return Err(unresolved.unwrap_or_else(|| LinkError::Connect("no server address".into())));
+    };
     let local = link.local_addr.unwrap_or(if server.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
     } else {
@@ -800,16 +819,21 @@ async fn connect_and_join(
     let endpoint = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
         .map_err(|e| LinkError::Connect(e.to_string()))?;
     let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-    let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, server, fast))
+    let addrs: Vec<SocketAddr> = servers.iter().map(|&(_, a)| a).collect();
+    let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, &addrs, fast))
         .await
         .map_err(|_| LinkError::NoAnswer(CONNECT_TIMEOUT))??;
+    let took = servers
+        .iter()
+        .find(|&&(_, a)| a == conn.remote_address())
+        .map_or(first % n.max(1), |&(i, _)| i);
     let answer = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
         .await
         .map_err(|_| LinkError::Timeout(CONNECT_TIMEOUT))??;
     if conn.max_datagram_size().is_none() {
         return Err(LinkError::NoDatagrams);
     }
-    Ok((endpoint, conn, answer))
+    Ok((endpoint, conn, answer, took))
 }
 
 /// Whether a link whose attempts went unanswered since `dark_since` (`None`: the last one was
@@ -830,7 +854,9 @@ fn retry_delay(backoff: Duration, silent: bool) -> Duration {
     }
 }
 
-/// A QUIC connection to `server` from `endpoint`, its handshake complete. While none has
+/// A QUIC connection to one of `servers` (addresses of one server, in the order to try them)
+/// from `endpoint`, its handshake complete; the k-th handshake goes to `servers[k % n]`, so
+/// a racing attempt reaches the second address [`HANDSHAKE_RESTART`] after the first. While none has
 /// completed, another handshake starts every [`HANDSHAKE_RESTART`] beside the earlier ones (at
 /// most [`MAX_HANDSHAKES`], the oldest dropped): a single handshake to a silent server
 /// retransmits its first packet after 1, 2 and 4 s more (quinn's probe timeout, doubled each
@@ -843,9 +869,10 @@ fn retry_delay(backoff: Duration, silent: bool) -> Duration {
 async fn handshake(
     endpoint: &quinn::Endpoint,
     ctx: &LinkContext,
-    server: SocketAddr,
+    servers: &[SocketAddr],
     race: bool,
 ) -> Result<quinn::Connection, LinkError> {
+    let mut started = 0usize;
     let mut racing = tokio::task::JoinSet::new();
     // The handshakes in flight, oldest first.
     let mut order = std::collections::VecDeque::with_capacity(MAX_HANDSHAKES);
@@ -871,6 +898,10 @@ async fn handshake(
                 {
                     oldest.abort();
                 }
+                let Some(&server) = servers.get(started % servers.len().max(1)) else {
+                    return Err(LinkError::Connect("no server address".into()));
+                };
+                started += 1;
                 let connecting = endpoint
                     .connect_with(ctx.crypto.clone(), server, &ctx.config.server_name)
                     .map_err(|e| LinkError::Connect(e.to_string()))?;
