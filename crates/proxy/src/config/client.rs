@@ -76,32 +76,15 @@ fn link_servers(
     field: &str,
     raw: &toml::Value,
 ) -> Result<Vec<String>, ConfigFileError> {
-    let list = match raw {
-        toml::Value::String(one) => return Ok(vec![host_port(file, field, one)?]),
-        toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_LINK_SERVERS => list,
-        toml::Value::Array(list) => {
-            return Err(invalid(
-                file,
-                field,
-                format!("1 to {MAX_LINK_SERVERS} addresses"),
-                format!("{} addresses", list.len()),
-            ));
-        }
-        other => return Err(invalid(file, field, "host:port, or a list of them", other)),
-    };
-    let mut servers: Vec<String> = Vec::with_capacity(list.len());
-    for (i, value) in list.iter().enumerate() {
-        let entry = format!("{field}[{i}]");
-        let server = match value {
-            toml::Value::String(text) => host_port(file, &entry, text)?,
-            other => return Err(invalid(file, entry, "host:port", other)),
-        };
-        if servers.contains(&server) {
-            return Err(invalid(file, entry, "an address not listed before", value));
-        }
-        servers.push(server);
-    }
-    Ok(servers)
+    super::one_or_list(
+        file,
+        field,
+        raw,
+        MAX_LINK_SERVERS,
+        "host:port",
+        |field, text| host_port(file, field, text),
+        |_| false,
+    )
 }
 
 /// The validated client configuration.

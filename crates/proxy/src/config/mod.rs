@@ -430,6 +430,58 @@ pub(crate) fn socket_addr(
         .map_err(|_| invalid(file, field, "ip:port (IPv6 as [addr]:port)", value))
 }
 
+/// A field that names one address or a list of 1 to `max` (`listen`, a link's `server`): each
+/// checked by `parse` (given its field name, `field` or `field[i]`, and its text), none twice
+/// unless `may_repeat` says so; `expected` names one entry's form in the errors.
+pub(crate) fn one_or_list<T: PartialEq>(
+    file: &Path,
+    field: &str,
+    raw: &toml::Value,
+    max: usize,
+    expected: &str,
+    parse: impl Fn(&str, &str) -> Result<T, ConfigFileError>,
+    may_repeat: impl Fn(&T) -> bool,
+) -> Result<Vec<T>, ConfigFileError> {
+    let list = match raw {
+        toml::Value::String(one) => return Ok(vec![parse(field, one)?]),
+        toml::Value::Array(list) if !list.is_empty() && list.len() <= max => list,
+        toml::Value::Array(list) => {
+            return Err(invalid(
+                file,
+                field,
+                format!("1 to {max} addresses"),
+                format!("{} addresses", list.len()),
+            ));
+        }
+        other => {
+            return Err(invalid(
+                file,
+                field,
+                format!("{expected}, or a list of them"),
+                other,
+            ));
+        }
+    };
+    let mut entries: Vec<T> = Vec::with_capacity(list.len());
+    for (i, value) in list.iter().enumerate() {
+        let entry_field = format!("{field}[{i}]");
+        let entry = match value {
+            toml::Value::String(text) => parse(&entry_field, text)?,
+            other => return Err(invalid(file, entry_field, expected, other)),
+        };
+        if !may_repeat(&entry) && entries.contains(&entry) {
+            return Err(invalid(
+                file,
+                entry_field,
+                "an address not listed before",
+                value,
+            ));
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
 /// Checks a `host:port` field (a name or address; the port must be 1..=65535).
 pub(crate) fn host_port(file: &Path, field: &str, value: &str) -> Result<String, ConfigFileError> {
     let bad = || invalid(file, field, "host:port", value);

@@ -101,34 +101,15 @@ pub const MAX_LISTEN: usize = 8;
 /// Checks `listen`, an address or a list of 1 to [`MAX_LISTEN`] addresses, none twice (but
 /// for port 0, any port).
 fn listen_addresses(file: &Path, raw: &toml::Value) -> Result<Vec<SocketAddr>, ConfigFileError> {
-    let list = match raw {
-        toml::Value::String(one) => return Ok(vec![socket_addr(file, "listen", one)?]),
-        toml::Value::Array(list) if !list.is_empty() && list.len() <= MAX_LISTEN => list,
-        toml::Value::Array(list) => {
-            return Err(invalid(
-                file,
-                "listen",
-                format!("1 to {MAX_LISTEN} addresses"),
-                format!("{} addresses", list.len()),
-            ));
-        }
-        other => {
-            return Err(invalid(file, "listen", "ip:port, or a list of them", other));
-        }
-    };
-    let mut addresses: Vec<SocketAddr> = Vec::with_capacity(list.len());
-    for (i, value) in list.iter().enumerate() {
-        let field = format!("listen[{i}]");
-        let address = match value {
-            toml::Value::String(text) => socket_addr(file, &field, text)?,
-            other => return Err(invalid(file, field, "ip:port", other)),
-        };
-        if address.port() != 0 && addresses.contains(&address) {
-            return Err(invalid(file, field, "an address not listed before", value));
-        }
-        addresses.push(address);
-    }
-    Ok(addresses)
+    super::one_or_list(
+        file,
+        "listen",
+        raw,
+        MAX_LISTEN,
+        "ip:port",
+        |field, text| socket_addr(file, field, text),
+        |address: &SocketAddr| address.port() == 0,
+    )
 }
 
 /// The validated server configuration.
