@@ -1204,6 +1204,40 @@ fn a_link_s_own_congestion_controller_reaches_the_server() {
     assert_eq!(runs(h.client(), 1), Bbr);
 }
 
+/// One end's redundant flows: their port ranges and rate bound.
+type RedundantEnd<'a> = (&'a [(u16, u16)], Option<u64>);
+
+/// A minRTT harness (`seed`) over two `links` whose client and server send the flows to
+/// their `ports` redundantly, up to their `max_rate`, and a datagram flow the client opens to
+/// port `port` (`told`: the server knows OPEN's mark, from before the flow opens).
+fn redundant_pair(
+    seed: u64,
+    links: [LinkConfig; 2],
+    ends: [RedundantEnd<'_>; 2],
+    told: bool,
+    port: u16,
+) -> (Harness, braid_sched_core::FlowId) {
+    use braid_proxy::session::{PortSet, RedundantFlows};
+    let config = |(ports, max_rate): RedundantEnd<'_>| SessionConfig {
+        redundant: RedundantFlows {
+            ports: PortSet::new(ports.iter().copied()).unwrap(),
+            max_rate,
+        },
+        ..SessionConfig::default()
+    };
+    let mut h = Harness::with_configs(
+        seed,
+        ends.map(config),
+        &SchedulerConfig::new(SchedulerKind::MinRtt),
+        &links,
+        PathConfig::default(),
+    );
+    h.client().set_peer_knows_redundant_flows(told);
+    let target = Target::Addr(std::net::SocketAddr::from(([203, 0, 113, 5], port)));
+    let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
+    (h, flow)
+}
+
 /// What [`call_through_an_outage`] counted: datagrams sent each way, and those that arrived.
 #[derive(Debug)]
 struct Call {
@@ -1224,24 +1258,13 @@ fn call(
     server: &[(u16, u16)],
     told: bool,
 ) -> Call {
-    use braid_proxy::session::{PortSet, RedundantFlows};
-    let config = |ports: &[(u16, u16)]| SessionConfig {
-        redundant: RedundantFlows {
-            ports: PortSet::new(ports.iter().copied()).unwrap(),
-            max_rate: None,
-        },
-        ..SessionConfig::default()
-    };
-    let mut h = Harness::with_configs(
+    let (mut h, flow) = redundant_pair(
         3,
-        [config(redundant), config(server)],
-        &SchedulerConfig::new(SchedulerKind::MinRtt),
-        &[fast, LinkConfig::new(10.0, 20.0)],
-        PathConfig::default(),
+        [fast, LinkConfig::new(10.0, 20.0)],
+        [(redundant, None), (server, None)],
+        told,
+        port,
     );
-    h.client().set_peer_knows_redundant_flows(told);
-    let target = Target::Addr(std::net::SocketAddr::from(([203, 0, 113, 5], port)));
-    let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
     let mut call = Call {
         up_sent: 0,
         up_received: 0,
@@ -1343,23 +1366,13 @@ fn a_flow_marked_after_its_open_is_marked_at_the_peer_too() {
 /// `max_rate` as its bound: (datagrams sent, datagrams that arrived, bytes the client sent,
 /// packets sent once over the bound).
 fn redundant_stream(max_rate: Option<u64>) -> (u32, u32, u64, u64) {
-    use braid_proxy::session::{PortSet, RedundantFlows};
-    let config = SessionConfig {
-        redundant: RedundantFlows {
-            ports: PortSet::new([(443, 443)]).unwrap(),
-            max_rate,
-        },
-        ..SessionConfig::default()
-    };
-    let mut h = Harness::with_configs(
+    let (mut h, flow) = redundant_pair(
         5,
-        [config, SessionConfig::default()],
-        &SchedulerConfig::new(SchedulerKind::MinRtt),
-        &[LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)],
-        PathConfig::default(),
+        [LinkConfig::new(20.0, 10.0), LinkConfig::new(10.0, 20.0)],
+        [(&[(443, 443)], max_rate), (&[], None)],
+        false,
+        443,
     );
-    let target = Target::Addr(std::net::SocketAddr::from(([203, 0, 113, 5], 443)));
-    let flow = h.client().open_flow(FlowKind::Datagram, target).unwrap();
     let (mut sent, mut received) = (0u32, 0u32);
     let mut next = secs(1.0);
     let mut buf = [0u8; 2048];
