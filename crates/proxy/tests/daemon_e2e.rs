@@ -303,8 +303,9 @@ async fn http_connect_tunnel() {
 /// answers by path: `/echo…` the request's head and body; `/len/N` N bytes (HEAD: the head
 /// alone, `Content-Length: 500`); `/chunked` a chunked body with a trailer; `/close` a body
 /// delimited by its close; `/quiet-close` an answer, then the connection closed unannounced;
-/// `/drop-next` an answer, then the connection closed at the next request, unanswered; `/hang`
-/// no answer at all.
+/// `/drop-next` an answer, then the connection closed at the next request, unanswered;
+/// `/split-head` an answer whose head's blank line comes in two writes; `/hang` no answer at
+/// all.
 async fn keep_alive_origin() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -368,6 +369,13 @@ async fn keep_alive_origin() -> (
                         }
                         "/quiet-close" | "/drop-next" => {
                             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()
+                        }
+                        "/split-head" => {
+                            // The blank line split across two writes, 50 ms apart.
+                            let first = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r";
+                            s.write_all(first).await.unwrap();
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            b"\nok".to_vec()
                         }
                         p => {
                             let n: usize = p.strip_prefix("/len/").unwrap().parse().unwrap();
@@ -472,8 +480,10 @@ impl KeptConnection {
 /// request after request, and one flow (one connection of the origin server's) carries those to
 /// one server: bodies of every framing, HEAD, a switch to another server and back, a kept
 /// connection the server closes, unannounced or at the next request (a GET is sent again, a
-/// POST answered 502); a body delimited by its close ends the client's connection too. A request meant for a server (origin form) is
-/// answered 400, one whose body's length is stated two ways 400, an unreachable server 502.
+/// POST answered 502); a body delimited by its close ends the client's connection too. A head
+/// of 40 KB goes on, one past 64 KiB is answered 431. A request meant for a server (origin
+/// form) is answered 400, one whose body's length is stated two ways 400, an unreachable server
+/// 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
     use std::sync::atomic::Ordering;
@@ -501,6 +511,34 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
              Via: 1.1 braid\r\nConnection: keep-alive\r\n\r\n{body}",
             body.len()
         )
+    );
+    // A head of 40 KB of cookies (refused at 8 KiB until 25 Nov 2026) goes on whole; its blank
+    // line split across two reads, at each place it may be split, is still found.
+    let cookie = "c".repeat(40_000);
+    for (split, end) in [
+        (3, "\r\n\r\n"),
+        (2, "\r\n\r\n"),
+        (1, "\r\n\r\n"),
+        (1, "\n\n"),
+    ] {
+        let request = format!("GET http://{origin}/echo HTTP/1.1\r\nCookie: {cookie}{end}");
+        let (first, rest) = request.as_bytes().split_at(request.len() - split);
+        conn.stream.write_all(first).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (head, echoed) = conn.ask(rest).await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        let echoed = String::from_utf8(echoed).unwrap();
+        assert!(
+            echoed.starts_with("GET /echo HTTP/1.1\r\n")
+                && echoed.contains(&format!("\r\nCookie: {cookie}\r\n")),
+            "split {split} of {end:?}: {}",
+            &echoed[..100]
+        );
+    }
+    let (head, got) = conn.ask_get(&format!("http://{origin}/split-head")).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK\r\n") && got == b"ok",
+        "{head}"
     );
     let (_, got) = conn.ask_get(&format!("http://{origin}/len/1000")).await;
     assert_eq!(got, vec![b'a'; 1000]);
@@ -568,13 +606,13 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
         head.ends_with("Connection: close") && got == "aaa",
         "{head}"
     );
-    // Fourteen answered, seven of them over a kept flow (the second to fifth, the two
+    // Nineteen answered, twelve of them over a kept flow (the second to tenth, the two
     // `/drop-next` and `/close`).
     let inbounds = client.status().await.inbounds;
     let http_inbound = inbounds.iter().find(|i| i.name == "http").unwrap();
     assert_eq!(
         (http_inbound.forwarded, http_inbound.forwarded_kept),
-        (14, 7)
+        (19, 12)
     );
     // A client that gives up on a server that does not answer: its close reaches the server,
     // which lets go, and the connection ends.
@@ -595,6 +633,11 @@ async fn plain_http_requests_are_forwarded_to_the_url_s_server() {
     tokio::time::timeout(Duration::from_secs(5), open)
         .await
         .expect("the connection of a client that left ends");
+    // A head that has not ended within 64 KiB: 431.
+    let mut long = format!("GET http://{origin}/len/1 HTTP/1.1\r\nCookie: ").into_bytes();
+    long.resize(64 * 1024, b'c');
+    let (status, _, _) = http_raw(proxy, &long).await;
+    assert_eq!(status, "HTTP/1.1 431 Request Header Fields Too Large");
     let (status, _, _) = http(proxy, "GET /index.html HTTP/1.1").await;
     assert_eq!(status, "HTTP/1.1 400 Bad Request");
     let smuggle = format!(

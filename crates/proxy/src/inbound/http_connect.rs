@@ -10,8 +10,12 @@ use super::http_message::{
 };
 use crate::session::frame::Target;
 
-/// Longest request head accepted (request line and headers, through the blank line).
-pub const MAX_HEAD: usize = 8 * 1024;
+/// Longest request head accepted (request line and headers, through the blank line): as the
+/// longest response head ([`super::http_message::MAX_RESPONSE_HEAD`]), so that a site's cookies
+/// that pass without the proxy pass through it too (until 25 Nov 2026 it was 8 KiB, and a
+/// request with 8 KiB of cookies was refused). A longer one is answered
+/// [`HEADERS_TOO_LARGE`].
+pub const MAX_HEAD: usize = 64 * 1024;
 
 /// A parsed proxy request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -326,6 +330,9 @@ pub const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
 /// The reply to a malformed request; the connection is closed after it.
 pub const BAD_REQUEST: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+/// The reply to a request head longer than [`MAX_HEAD`] (RFC 6585 §5); the connection is closed
+/// after it.
+pub const HEADERS_TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 /// The reply when credentials are missing or wrong; the connection is closed after it, so a
 /// client retries with credentials on a new one.
 pub const AUTH_REQUIRED: &[u8] = b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"braid\"\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";

@@ -11,7 +11,10 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use super::http_connect::{BAD_GATEWAY, ForwardRequest, MAX_HEAD};
-use super::http_message::{BodyFramer, BodyLength, ClientConnection, HttpMessageError, Response};
+use super::http_message::{
+    BodyFramer, BodyLength, ClientConnection, HttpMessageError, MAX_RESPONSE_HEAD, Response,
+    head_length,
+};
 use super::server::{InboundContext, InboundCounters, InboundError};
 use crate::session::Target;
 use crate::transport::flow::{FlowMsg, FlowReader, FlowWriter};
@@ -276,14 +279,22 @@ async fn relay_response(
         },
     };
     loop {
+        // As for a request head: each chunk is scanned for the blank line on its own (and the
+        // two bytes before it), and the head parsed once it has ended.
+        let mut scanned = 0;
         let (response, length) = loop {
-            match Response::parse(pending, request.head_method) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(HttpMessageError::ResponseHeadTooLong) => {
-                    return broken(written, "response head too long");
+            let ended =
+                pending.len() >= MAX_RESPONSE_HEAD || head_length(&pending[scanned..]).is_some();
+            scanned = pending.len().saturating_sub(2);
+            if ended {
+                match Response::parse(pending, request.head_method) {
+                    Ok(Some(parsed)) => break parsed,
+                    Ok(None) => {}
+                    Err(HttpMessageError::ResponseHeadTooLong) => {
+                        return broken(written, "response head too long");
+                    }
+                    Err(_) => return broken(written, "malformed response head"),
                 }
-                Err(_) => return broken(written, "malformed response head"),
             }
             match reader.recv().await {
                 Some(FlowMsg::Data(data)) => {

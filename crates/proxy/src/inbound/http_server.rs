@@ -16,8 +16,12 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use super::http_connect::{self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, MAX_HEAD};
+use super::http_connect::{
+    self, AUTH_REQUIRED, BAD_GATEWAY, BAD_REQUEST, ESTABLISHED, HEADERS_TOO_LARGE,
+    HttpConnectError, MAX_HEAD,
+};
 use super::http_forward::{self, Next, Origin};
+use super::http_message::head_length;
 use super::server::{
     Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message, relay,
 };
@@ -73,7 +77,11 @@ async fn serve_requests(
             Ok(Some(n)) => n,
             Ok(None) => return Ok(()),
             Err(InboundError::Http(e)) => {
-                stream.write_all(BAD_REQUEST).await?;
+                let reply = match e {
+                    HttpConnectError::HeadTooLong => HEADERS_TOO_LARGE,
+                    _ => BAD_REQUEST,
+                };
+                stream.write_all(reply).await?;
                 return Err(InboundError::Http(e));
             }
             Err(e) => return Err(e),
@@ -163,7 +171,15 @@ async fn next_request(
             }
         }
     }
+    // Each read scans only the bytes it added, and the two before them where a blank line may
+    // have begun; the head is parsed once it has ended. So a head sent a byte at a time costs
+    // its length, not its length squared.
+    let mut scanned = 0;
     read_message(stream, buf, MAX_HEAD + 1, Deadline::start(ctx), |b| {
+        if b.len() < MAX_HEAD && head_length(&b[scanned..]).is_none() {
+            scanned = b.len().saturating_sub(2);
+            return Ok(None);
+        }
         http_connect::parse_request(b).map(|o| o.map(|(_, n)| n))
     })
     .await

@@ -277,7 +277,7 @@ pub(crate) async fn read_message<E>(
     buf: &mut BytesMut,
     limit: usize,
     deadline: Deadline,
-    complete: impl Fn(&[u8]) -> Result<Option<usize>, E>,
+    mut complete: impl FnMut(&[u8]) -> Result<Option<usize>, E>,
 ) -> Result<usize, InboundError>
 where
     InboundError: From<E>,
