@@ -263,8 +263,14 @@ struct Daemon {
 
 impl Daemon {
     fn start(args: &[&str], log: std::path::PathBuf) -> Daemon {
+        Daemon::start_with(args, log, &[])
+    }
+
+    /// As [`Daemon::start`], with these variables in its environment.
+    fn start_with(args: &[&str], log: std::path::PathBuf, env: &[(&str, &str)]) -> Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_braid"))
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -306,6 +312,11 @@ impl Daemon {
     /// SIGTERM, then the exit code.
     fn stop(mut self) -> Option<i32> {
         self.signal(libc::SIGTERM);
+        self.child.wait().unwrap().code()
+    }
+
+    /// The exit code, once it has exited (signalled already).
+    fn stop_waiting(mut self) -> Option<i32> {
         self.child.wait().unwrap().code()
     }
 }
@@ -369,6 +380,152 @@ fn sighup_reloads_the_server_and_the_client() {
     assert!(log.contains("settings=[\"server_name\"]"), "{log}");
     assert!(log.contains("reload: link changed; reconnecting"), "{log}");
     assert_eq!(client.stop(), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Reads the notifications on `socket` until one satisfies `want` (at most 20 s); that one.
+fn notification(socket: &std::os::unix::net::UnixDatagram, want: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut buf = vec![0; 4096];
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline {
+        let Ok(n) = socket.recv(&mut buf) else {
+            continue;
+        };
+        let message = String::from_utf8(buf[..n].to_vec()).unwrap();
+        if want(&message) {
+            return message;
+        }
+        seen.push(message);
+    }
+    panic!("no such notification; got {seen:?}");
+}
+
+/// Started by systemd for a `Type=notify` unit (`NOTIFY_SOCKET`, `WATCHDOG_USEC`), the server
+/// says READY=1 once it listens, with a status line naming where, feeds the watchdog every
+/// third of its span, brackets each reload with RELOADING=1 (and the monotonic time) and
+/// READY=1 (a file that does not load shows in the status line until a reload succeeds), and
+/// says STOPPING=1 at SIGTERM. The client does the same through an abstract socket, once its
+/// SOCKS5 inbound listens; a watchdog meant for another process is not fed.
+#[test]
+fn the_daemons_tell_systemd_when_they_are_ready_reload_and_stop() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = state_dir("notify");
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = "ab".repeat(32);
+    let state = dir.join("state").to_string_lossy().into_owned();
+    let server_file = |extra: &str| {
+        format!(
+            "listen = \"127.0.0.1:0\"\nstate_dir = \"{state}\"\n{extra}\n\
+             [[user]]\nname = \"a\"\nkey = \"{key}\"\n"
+        )
+    };
+    let file = write(&dir, "server.toml", &server_file(""));
+    let path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let server = Daemon::start_with(
+        &["server", "-c", &file],
+        dir.join("server.log"),
+        &[
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "300000"),
+        ],
+    );
+    let ready = notification(&socket, |m| m.starts_with("READY=1\n"));
+    let status = ready.strip_prefix("READY=1\nSTATUS=listening on ").unwrap();
+    assert!(
+        status.ends_with("; 0 sessions, 0 paths live; 0 joins accepted, 0 refused"),
+        "{ready}"
+    );
+    // Ready means bound: the address is taken.
+    let addr: std::net::SocketAddr = status.split(';').next().unwrap().parse().unwrap();
+    assert!(
+        std::net::UdpSocket::bind(addr).is_err(),
+        "{addr} is not bound"
+    );
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        notification(&socket, |m| m.starts_with("WATCHDOG=1"));
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    std::fs::write(&file, server_file("[limits]\nmax_sessions = 0")).unwrap();
+    server.signal(libc::SIGHUP);
+    let reloading = notification(&socket, |m| m.starts_with("RELOADING=1"));
+    let usec: u64 = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(usec > 0, "{reloading}");
+    let failed = notification(&socket, |m| m.starts_with("READY=1"));
+    assert!(
+        failed.contains("; last reload failed: ") && failed.contains("limits.max_sessions"),
+        "{failed}"
+    );
+    let fed = notification(&socket, |m| m.starts_with("WATCHDOG=1"));
+    // The status line is sent again only when it changes, and it still names the failure.
+    assert!(
+        !fed.contains("STATUS=") || fed.contains("last reload failed"),
+        "{fed}"
+    );
+    std::fs::write(&file, server_file("")).unwrap();
+    server.signal(libc::SIGHUP);
+    notification(&socket, |m| m.starts_with("RELOADING=1"));
+    let done = notification(&socket, |m| m.starts_with("READY=1"));
+    assert!(!done.contains("failed"), "{done}");
+    server.signal(libc::SIGTERM);
+    notification(&socket, |m| m == "STOPPING=1");
+    assert_eq!(server.stop_waiting(), Some(0));
+
+    let name = format!("braid-test-{}-notify", std::process::id());
+    let abstract_addr = {
+        use std::os::linux::net::SocketAddrExt as _;
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap()
+    };
+    let socket = UnixDatagram::bind_addr(&abstract_addr).unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
+    let fp = "AB:".repeat(31) + "AB";
+    let client_file = write(
+        &dir,
+        "client.toml",
+        &format!(
+            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n\
+             state_dir = \"{state}-client\"\nsocks_listen = \"127.0.0.1:0\"\n\
+             [[link]]\nname = \"w\"\nserver = \"127.0.0.1:9\"\n"
+        ),
+    );
+    let client = Daemon::start_with(
+        &["client", "-c", &client_file],
+        dir.join("client.log"),
+        &[
+            ("NOTIFY_SOCKET", &format!("@{name}")),
+            ("WATCHDOG_USEC", "300000"),
+            ("WATCHDOG_PID", "1"),
+        ],
+    );
+    let ready = notification(&socket, |m| m.starts_with("READY=1\n"));
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=0 of 1 link joined; w "),
+        "{ready}"
+    );
+    let socks = ready.rsplit("socks5 ").next().unwrap();
+    std::net::TcpStream::connect(socks).expect("the SOCKS5 inbound listens at READY=1");
+    // Another process's watchdog: nothing in a second but the status line, at most.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut buf = [0; 4096];
+    while std::time::Instant::now() < until {
+        if let Ok(n) = socket.recv(&mut buf) {
+            assert!(!buf[..n].starts_with(b"WATCHDOG"), "fed another's watchdog");
+        }
+    }
+    client.signal(libc::SIGTERM);
+    notification(&socket, |m| m == "STOPPING=1");
+    assert_eq!(client.stop_waiting(), Some(0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::notify::{self, Notifier};
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ClientConfig;
 
@@ -47,12 +48,13 @@ fn summary(config: &ClientConfig) -> String {
 }
 
 /// SIGHUP: reads `path` again and puts in force what a running client can take (see
-/// [`crate::daemon::ClientHandle::reload`]); a file that does not load changes nothing.
-async fn reload(path: &Path, client: &crate::daemon::ClientHandle) {
-    if let Some(config) = reread(ClientConfig::load(path)) {
-        let done = client.reload(config).await;
-        log_reload(path, &done.changed, &done.needs_restart);
-    }
+/// [`crate::daemon::ClientHandle::reload`]); a file that does not load changes nothing (the
+/// error).
+async fn reload(path: &Path, client: &crate::daemon::ClientHandle) -> Result<(), String> {
+    let config = reread(ClientConfig::load(path))?;
+    let done = client.reload(config).await;
+    log_reload(path, &done.changed, &done.needs_restart);
+    Ok(())
 }
 
 /// Runs `braid client`.
@@ -83,9 +85,13 @@ pub fn run(args: &ClientArgs) -> ExitCode {
             }
         };
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
-        signals
-            .until_stopped(async || reload(&args.config, &client).await)
-            .await;
+        notify::serve(
+            signals,
+            Notifier::from_env(),
+            async || reload(&args.config, &client).await,
+            || client.status(),
+        )
+        .await;
         tracing::info!("client stopping");
         client.shutdown_gracefully().await;
         ExitCode::SUCCESS

@@ -26,6 +26,7 @@ macro_rules! outln {
 mod client;
 mod demo;
 mod emu;
+mod notify;
 mod process;
 mod schedulers;
 mod server;

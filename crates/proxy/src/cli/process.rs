@@ -89,17 +89,16 @@ async fn next(signal: &mut Option<Signal>) {
     }
 }
 
-/// A daemon's file read again at SIGHUP; `None`, logged, when it does not load (the running
+/// A daemon's file read again at SIGHUP; the error, logged, when it does not load (the running
 /// configuration then stays in force).
-pub(crate) fn reread<C, E: std::fmt::Display>(loaded: Result<C, E>) -> Option<C> {
-    loaded
-        .map_err(|e| {
-            tracing::error!(
-                error = %e,
-                "SIGHUP: configuration not reloaded; the running one stays in force"
-            );
-        })
-        .ok()
+pub(crate) fn reread<C, E: std::fmt::Display>(loaded: Result<C, E>) -> Result<C, String> {
+    loaded.map_err(|e| {
+        tracing::error!(
+            error = %e,
+            "SIGHUP: configuration not reloaded; the running one stays in force"
+        );
+        e.to_string()
+    })
 }
 
 /// A daemon's reload of `path` done: what took new values, and what waits for a restart.

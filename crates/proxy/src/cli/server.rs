@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::notify::{self, Notifier};
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
@@ -62,11 +63,9 @@ fn summary(config: &ServerConfig) -> String {
 }
 
 /// SIGHUP: reads `path` again and puts it in force (see [`crate::daemon::ServerHandle::reload`]);
-/// a file that does not load changes nothing.
-async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
-    let Some(config) = reread(ServerConfig::load(path)) else {
-        return;
-    };
+/// a file that does not load changes nothing (the error).
+async fn reload(path: &Path, server: &crate::daemon::ServerHandle) -> Result<(), String> {
+    let config = reread(ServerConfig::load(path))?;
     let done = server.reload(config).await;
     log_reload(path, &done.changed, &done.needs_restart);
     if !done.revoked.is_empty() {
@@ -75,6 +74,7 @@ async fn reload(path: &Path, server: &crate::daemon::ServerHandle) {
             "SIGHUP: the sessions of users removed or given another key were closed"
         );
     }
+    Ok(())
 }
 
 /// Addresses as a list for people: `a, b and c`.
@@ -131,9 +131,13 @@ pub fn run(args: &ServerArgs) -> ExitCode {
             server.fingerprint
         );
         tracing::info!(addr = %listening, fingerprint = %server.fingerprint, "server running");
-        signals
-            .until_stopped(async || reload(&args.config, &server).await)
-            .await;
+        notify::serve(
+            signals,
+            Notifier::from_env(),
+            async || reload(&args.config, &server).await,
+            || server.status(),
+        )
+        .await;
         tracing::info!("server stopping");
         server.shutdown_gracefully().await;
         ExitCode::SUCCESS
