@@ -321,6 +321,27 @@ impl Daemon {
     }
 }
 
+/// A server's file: 127.0.0.1:0, user `a`, state in `state`, and `extra` before the user.
+fn server_text(state: &str, extra: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nstate_dir = \"{state}\"\n{extra}\n\
+         [[user]]\nname = \"a\"\nkey = \"{}\"\n",
+        "ab".repeat(32)
+    )
+}
+
+/// A client's file for user `a` (state in `state`-client, SOCKS5 on 127.0.0.1:0), its one
+/// link `w` to 127.0.0.1:9, where no server answers.
+fn client_text(state: &str) -> String {
+    format!(
+        "user = \"a\"\nkey = \"{}\"\nserver_fingerprint = \"{}\"\n\
+         state_dir = \"{state}-client\"\nsocks_listen = \"127.0.0.1:0\"\n\
+         [[link]]\nname = \"w\"\nserver = \"127.0.0.1:9\"\n",
+        "ab".repeat(32),
+        "AB:".repeat(31) + "AB"
+    )
+}
+
 /// SIGHUP makes `braid server` read its file again: a file that does not load changes nothing
 /// (the error names the field), a good one is put in force and names what needs a restart; the
 /// server goes on running throughout. `braid client` does the same with what it can reload (its
@@ -328,14 +349,8 @@ impl Daemon {
 #[test]
 fn sighup_reloads_the_server_and_the_client() {
     let dir = state_dir("sighup");
-    let key = "ab".repeat(32);
     let state = dir.join("state").to_string_lossy().into_owned();
-    let server_file = |extra: &str| {
-        format!(
-            "listen = \"127.0.0.1:0\"\nstate_dir = \"{state}\"\n{extra}\n\
-             [[user]]\nname = \"a\"\nkey = \"{key}\"\n"
-        )
-    };
+    let server_file = |extra: &str| server_text(&state, extra);
     let file = write(&dir, "server.toml", &server_file(""));
     let server = Daemon::start(&["server", "-c", &file], dir.join("server.log"));
     server.wait_for("server running", 1);
@@ -352,16 +367,7 @@ fn sighup_reloads_the_server_and_the_client() {
     assert!(log.contains("server_name"), "{log}");
     assert_eq!(server.stop(), Some(0));
 
-    let fp = "AB:".repeat(31) + "AB";
-    let client_file = write(
-        &dir,
-        "client.toml",
-        &format!(
-            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n\
-             state_dir = \"{state}-client\"\nsocks_listen = \"127.0.0.1:0\"\n\
-             [[link]]\nname = \"w\"\nserver = \"127.0.0.1:9\"\n"
-        ),
-    );
+    let client_file = write(&dir, "client.toml", &client_text(&state));
     let client = Daemon::start(&["client", "-c", &client_file], dir.join("client.log"));
     client.wait_for("client running", 1);
     let text = std::fs::read_to_string(&client_file).unwrap();
@@ -412,14 +418,8 @@ fn the_daemons_tell_systemd_when_they_are_ready_reload_and_stop() {
     use std::os::unix::net::UnixDatagram;
     let dir = state_dir("notify");
     std::fs::create_dir_all(&dir).unwrap();
-    let key = "ab".repeat(32);
     let state = dir.join("state").to_string_lossy().into_owned();
-    let server_file = |extra: &str| {
-        format!(
-            "listen = \"127.0.0.1:0\"\nstate_dir = \"{state}\"\n{extra}\n\
-             [[user]]\nname = \"a\"\nkey = \"{key}\"\n"
-        )
-    };
+    let server_file = |extra: &str| server_text(&state, extra);
     let file = write(&dir, "server.toml", &server_file(""));
     let path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&path).unwrap();
@@ -489,16 +489,7 @@ fn the_daemons_tell_systemd_when_they_are_ready_reload_and_stop() {
     socket
         .set_read_timeout(Some(std::time::Duration::from_millis(200)))
         .unwrap();
-    let fp = "AB:".repeat(31) + "AB";
-    let client_file = write(
-        &dir,
-        "client.toml",
-        &format!(
-            "user = \"a\"\nkey = \"{key}\"\nserver_fingerprint = \"{fp}\"\n\
-             state_dir = \"{state}-client\"\nsocks_listen = \"127.0.0.1:0\"\n\
-             [[link]]\nname = \"w\"\nserver = \"127.0.0.1:9\"\n"
-        ),
-    );
+    let client_file = write(&dir, "client.toml", &client_text(&state));
     let client = Daemon::start_with(
         &["client", "-c", &client_file],
         dir.join("client.log"),
