@@ -264,16 +264,28 @@ fn monotonic_usec() -> u64 {
 }
 
 /// One line of what the daemon runs: a server's addresses, sessions and paths; a client's
-/// links, joined or why not, and its inbounds.
+/// links, joined or why not, and its inbounds; what both send and receive over the last second
+/// (while a session carries data).
 pub(crate) fn summary(status: &DaemonStatus) -> String {
     let paths = |s: &crate::transport::SessionStatus| {
         s.paths.iter().filter(|p| p.state != "failed").count()
     };
     let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    // A quiet session's rates are those of its last busy second: left out.
+    let busy = status.sessions.iter().filter(|s| !s.quiet);
+    let (send, recv) = busy
+        .flat_map(|s| &s.paths)
+        .fold((0.0, 0.0), |(send, recv), p| {
+            (send + p.send_mbps, recv + p.recv_mbps)
+        });
+    let rates = match send + recv > 0.0 {
+        true => format!("; sending {send:.1} Mbit/s, receiving {recv:.1} Mbit/s"),
+        false => String::new(),
+    };
     if status.role == "server" {
         let live: usize = status.sessions.iter().map(paths).sum();
         return format!(
-            "listening on {}; {}, {} live; {} accepted, {} refused",
+            "listening on {}; {}, {} live; {} accepted, {} refused{rates}",
             status.listen.join(", "),
             plural(status.sessions.len(), "session"),
             plural(live, "path"),
@@ -313,7 +325,7 @@ pub(crate) fn summary(status: &DaemonStatus) -> String {
     if !inbounds.is_empty() {
         line += &format!("; {}", inbounds.join(", "));
     }
-    line
+    line + &rates
 }
 
 #[cfg(test)]
@@ -412,18 +424,32 @@ mod tests {
             "listening on 0.0.0.0:4433, 0.0.0.0:443; 0 sessions, 0 paths live; 3 joins \
              accepted, 1 refused"
         );
-        server.sessions.push(crate::transport::SessionStatus {
-            paths: ["active", "failed", "backup"]
+        let session = |quiet| crate::transport::SessionStatus {
+            paths: [("active", 12.25), ("failed", 0.0), ("backup", 1.0)]
                 .iter()
-                .map(|s| crate::transport::PathReport {
-                    state: (*s).into(),
+                .map(|&(state, mbps)| crate::transport::PathReport {
+                    state: state.into(),
+                    send_mbps: mbps,
+                    recv_mbps: mbps / 10.0,
                     ..Default::default()
                 })
                 .collect(),
+            quiet,
             ..Default::default()
-        });
+        };
+        server.sessions.push(session(false));
         assert!(
-            summary(&server).contains("; 1 session, 2 paths live;"),
+            summary(&server).ends_with(
+                "; 1 session, 2 paths live; 3 joins accepted, 1 refused; sending 13.2 Mbit/s, \
+                 receiving 1.3 Mbit/s"
+            ),
+            "{}",
+            summary(&server)
+        );
+        // A quiet session's rates are stale: not counted.
+        server.sessions[0] = session(true);
+        assert!(
+            summary(&server).ends_with("1 refused"),
             "{}",
             summary(&server)
         );
