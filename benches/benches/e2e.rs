@@ -153,6 +153,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
                 rate_cap_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
+                budget: None,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
@@ -894,6 +895,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
                 rate_cap_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
+                budget: None,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),

@@ -952,6 +952,16 @@ fn warn_open_inbounds(config: &ClientConfig) {
     }
 }
 
+/// Writes the links' data budget counts every [`crate::transport::budget::SAVE_EVERY`] while
+/// they change (also when the session ends and the client stops).
+async fn save_budgets(links: Arc<LinkContext>) {
+    let mut ticks = tokio::time::interval(crate::transport::budget::SAVE_EVERY);
+    loop {
+        ticks.tick().await;
+        links.budgets.save_logged();
+    }
+}
+
 /// Starts the client: its session and links, inbounds and control socket.
 pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
     warn_open_inbounds(&config);
@@ -1057,6 +1067,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
             StatusSource::Client(sources.clone()),
         )),
         tokio::spawn(crate::process::trim_loop()),
+        tokio::spawn(save_budgets(link_context.clone())),
     ];
     let tun_limits = tun.map(|(device, limits, counters)| {
         let (sender, limits) = watch::channel(limits);

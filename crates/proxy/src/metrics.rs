@@ -751,6 +751,30 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
         "Times the link joined the session (client only).",
         joins,
     );
+    let budgets: Vec<_> = status
+        .links
+        .iter()
+        .filter_map(|l| l.budget.map(|b| (link_labels(l), b)))
+        .collect();
+    e.family(
+        "braid_link_budget_bytes",
+        Gauge,
+        "The link's data budget per period, bytes (client only, links with budget_mib).",
+        budgets
+            .iter()
+            .map(|(labels, b)| (labels.clone(), b.budget_bytes.into()))
+            .collect(),
+    );
+    e.family(
+        "braid_link_budget_used_bytes",
+        Gauge,
+        "What the link's datagrams took on the network in this budget period, both ways, with \
+         their IP and UDP headers, bytes (client only, links with budget_mib).",
+        budgets
+            .iter()
+            .map(|(labels, b)| (labels.clone(), b.used_bytes.into()))
+            .collect(),
+    );
     let Some(tun) = &status.tun else {
         return;
     };
@@ -1166,6 +1190,11 @@ mod tests {
                 state: "joined".to_owned(),
                 joins: 2,
                 last_error: None,
+                budget: Some(crate::transport::LinkBudgetStatus {
+                    used_bytes: 5 << 20,
+                    budget_bytes: 2 << 30,
+                    period_end: 1_764_547_200,
+                }),
             }],
             tun: Some(TunStatus {
                 device: "braid0".to_owned(),
@@ -1321,6 +1350,14 @@ mod tests {
         // A client has no join counters; its links and TUN device do show.
         assert!(!text.contains("braid_joins_accepted_total"));
         assert_eq!(value(&samples, "braid_link_joined", "link=\"wifi\""), "1");
+        assert_eq!(
+            value(&samples, "braid_link_budget_bytes", "link=\"wifi\""),
+            "2147483648"
+        );
+        assert_eq!(
+            value(&samples, "braid_link_budget_used_bytes", "link=\"wifi\""),
+            "5242880"
+        );
         assert_eq!(
             value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),
             "7"

@@ -1755,3 +1755,111 @@ async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
         println!("racing {racing}: joined through the second address after {took:.2} s");
     }
 }
+
+/// A link with a data budget (`budget_mib`) leaves the session once what it carried reaches
+/// the budget: a download goes on over the other link and arrives whole, the link shows
+/// `budget spent` and its count, and stays out while more is downloaded. The count survives a
+/// restart of the client (the link never joins), and a reload that raises the budget lets it
+/// join again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_restart() {
+    use braid_proxy::config::{BudgetPeriod, LinkBudget};
+    use braid_proxy::transport::LinkStatus;
+    let name = "budget";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let origin = test_server().await;
+    let budget = 2 << 20;
+    let mut config = client_config(name, &server, 2, KEY);
+    config.links[1].budget = Some(LinkBudget {
+        bytes: budget,
+        period: BudgetPeriod::Day,
+    });
+    let mut client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let link1 = |links: Vec<LinkStatus>| links.into_iter().find(|l| l.name == "link1").unwrap();
+    // Until link1 has left: downloads (the first ones spread over both links).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut downloads = 0;
+    while link1(client.status().await.links).state != "budget spent" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            client.status().await.links
+        );
+        let got = download(client.socks_addr, origin, 8 * MB as u32).await;
+        assert_eq!(
+            sha256(&got),
+            sha256(&pattern(8 * MB, 7)),
+            "a download broke"
+        );
+        downloads += 1;
+    }
+    let spent = link1(client.status().await.links);
+    let used = spent.budget.unwrap().used_bytes;
+    // Past the budget by what was in flight as its sockets found it gone (counted once a
+    // second instead, a second of loopback traffic: tens of MB).
+    assert!(used >= budget && used - budget < MB as u64, "{spent:?}");
+    assert!(
+        spent
+            .last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("data budget spent: "),
+        "{spent:?}"
+    );
+    let table = client.status().await.to_table();
+    assert!(table.contains("      data budget: "), "{table}");
+    // Out of the session: one path, and more downloads go on without it.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while server.status().await.sessions[0].paths.len() != 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok()
+    );
+    let got = download(client.socks_addr, origin, 8 * MB as u32).await;
+    assert_eq!(got.len(), 8 * MB);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = link1(client.status().await.links)
+        .budget
+        .unwrap()
+        .used_bytes;
+    assert_eq!(after, used, "the spent link carried more");
+    eprintln!(
+        "budget {budget} B: spent after {downloads} downloads of 8 MiB, {used} B counted (+{} B)",
+        used - budget
+    );
+    // The count survives a restart: the link stays out.
+    client.shutdown_gracefully().await;
+    drop(client);
+    let ledger = config.state_dir.join(braid_proxy::transport::budget::FILE);
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&ledger).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = client.status().await;
+    assert_eq!(status.sessions[0].paths.len(), 1, "{:?}", status.links);
+    let again = link1(status.links);
+    assert_eq!(again.state, "budget spent");
+    assert_eq!(again.budget.unwrap().used_bytes, used);
+    // A bigger budget: it joins again.
+    config.links[1].budget = Some(LinkBudget {
+        bytes: 1 << 30,
+        period: BudgetPeriod::Day,
+    });
+    assert_eq!(client.reload(config).await.links.updated, ["link1"]);
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+}

@@ -59,7 +59,35 @@ pub struct LinkConfig {
     /// looking for it about once a second ([`crate::transport::client::HANDSHAKE_RESTART`]);
     /// afterwards it tries once every [`crate::transport::client::BACKOFF_MAX`]. Zero: never.
     pub fast_rejoin: Duration,
+    /// How much the link may carry per day or month (`budget_mib`, `budget_period`,
+    /// `budget_reset_day`); `None`: no limit. See [`crate::transport::budget`].
+    pub budget: Option<LinkBudget>,
 }
+
+/// A link's data budget: the bytes its packets may take on the network (both ways, with their
+/// IP and UDP headers) in each period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkBudget {
+    /// Bytes per period.
+    pub bytes: u64,
+    /// The period, in UTC.
+    pub period: BudgetPeriod,
+}
+
+/// The period a link's budget is for, in UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetPeriod {
+    /// From midnight to midnight.
+    Day,
+    /// From midnight of `reset_day` (1 to 28) of one month to the same of the next.
+    Month {
+        /// The day of the month the budget starts again.
+        reset_day: u8,
+    },
+}
+
+/// Largest `budget_mib`: a pebibyte.
+pub const MAX_BUDGET_MIB: i64 = 1 << 30;
 
 /// Default of a link's `fast_rejoin_s`.
 pub const DEFAULT_FAST_REJOIN: Duration = Duration::from_secs(300);
@@ -251,6 +279,9 @@ struct RawLink {
     congestion: Option<String>,
     /// Wider than the range it must fall in, so an out-of-range value is refused by name.
     fast_rejoin_s: Option<i64>,
+    budget_mib: Option<i64>,
+    budget_period: Option<String>,
+    budget_reset_day: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -617,6 +648,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
                 )
             })?,
     };
+    let budget = link_budget(file, &field, raw)?;
     Ok(LinkConfig {
         name: raw.name.clone(),
         local_addr,
@@ -628,7 +660,76 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         rate_cap_mbps: raw.rate_cap_mbps,
         congestion,
         fast_rejoin,
+        budget,
     })
+}
+
+/// A link's `budget_mib`, `budget_period` and `budget_reset_day`: the last two only with the
+/// first, the day only for a monthly budget.
+fn link_budget(
+    file: &Path,
+    field: &impl Fn(&str) -> String,
+    raw: &RawLink,
+) -> Result<Option<LinkBudget>, ConfigFileError> {
+    let Some(mib) = raw.budget_mib else {
+        if let Some(period) = &raw.budget_period {
+            return Err(invalid(
+                file,
+                field("budget_period"),
+                "budget_mib beside it",
+                period,
+            ));
+        }
+        if let Some(day) = raw.budget_reset_day {
+            return Err(invalid(
+                file,
+                field("budget_reset_day"),
+                "budget_mib beside it",
+                day,
+            ));
+        }
+        return Ok(None);
+    };
+    if !(1..=MAX_BUDGET_MIB).contains(&mib) {
+        return Err(invalid(
+            file,
+            field("budget_mib"),
+            format!("MiB in 1..={MAX_BUDGET_MIB}"),
+            mib,
+        ));
+    }
+    let period = raw.budget_period.as_deref().unwrap_or("month");
+    let period = match (period, raw.budget_reset_day) {
+        ("day", None) => BudgetPeriod::Day,
+        ("day", Some(day)) => {
+            return Err(invalid(
+                file,
+                field("budget_reset_day"),
+                "budget_period = \"month\" beside it",
+                day,
+            ));
+        }
+        ("month", day) => BudgetPeriod::Month {
+            reset_day: u8::try_from(day.unwrap_or(1))
+                .ok()
+                .filter(|d| (1..=28).contains(d))
+                .ok_or_else(|| {
+                    invalid(file, field("budget_reset_day"), "1..=28", day.unwrap_or(1))
+                })?,
+        },
+        (other, _) => {
+            return Err(invalid(
+                file,
+                field("budget_period"),
+                "\"month\" or \"day\"",
+                other,
+            ));
+        }
+    };
+    Ok(Some(LinkBudget {
+        bytes: mib as u64 * 1024 * 1024,
+        period,
+    }))
 }
 
 #[cfg(test)]
@@ -668,6 +769,86 @@ mod tests {
         let c0 = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
         assert_eq!(c0.links[0].fast_rejoin, Duration::ZERO);
         assert_eq!(c.trust, ServerTrust::Fingerprint([0xab; 32]));
+    }
+
+    #[test]
+    fn a_link_s_budget_is_mib_per_day_or_per_month_from_a_reset_day() {
+        let with = |extra: &str| {
+            let text = format!("{}{extra}\n", base());
+            ClientConfig::parse(Path::new("c.toml"), &text)
+        };
+        assert_eq!(with("").unwrap().links[0].budget, None);
+        assert_eq!(
+            with("budget_mib = 2048").unwrap().links[0].budget,
+            Some(LinkBudget {
+                bytes: 2 << 30,
+                period: BudgetPeriod::Month { reset_day: 1 },
+            })
+        );
+        assert_eq!(
+            with("budget_mib = 1\nbudget_period = \"month\"\nbudget_reset_day = 28")
+                .unwrap()
+                .links[0]
+                .budget,
+            Some(LinkBudget {
+                bytes: 1 << 20,
+                period: BudgetPeriod::Month { reset_day: 28 },
+            })
+        );
+        assert_eq!(
+            with("budget_mib = 100\nbudget_period = \"day\"")
+                .unwrap()
+                .links[0]
+                .budget
+                .unwrap()
+                .period,
+            BudgetPeriod::Day
+        );
+        for (extra, error) in [
+            (
+                "budget_mib = 0",
+                "link[0].budget_mib: expected MiB in 1..=1073741824, got \"0\"",
+            ),
+            (
+                "budget_mib = -5",
+                "link[0].budget_mib: expected MiB in 1..=",
+            ),
+            (
+                "budget_mib = 1073741825",
+                "link[0].budget_mib: expected MiB in 1..=",
+            ),
+            ("budget_mib = 1.5", "budget_mib"),
+            (
+                "budget_period = \"day\"",
+                "link[0].budget_period: expected budget_mib beside it, got \"day\"",
+            ),
+            (
+                "budget_reset_day = 3",
+                "link[0].budget_reset_day: expected budget_mib beside it",
+            ),
+            (
+                "budget_mib = 9\nbudget_period = \"week\"",
+                "link[0].budget_period: expected \"month\" or \"day\", got \"week\"",
+            ),
+            (
+                "budget_mib = 9\nbudget_reset_day = 29",
+                "link[0].budget_reset_day: expected 1..=28, got \"29\"",
+            ),
+            (
+                "budget_mib = 9\nbudget_reset_day = 0",
+                "link[0].budget_reset_day: expected 1..=28",
+            ),
+            (
+                "budget_mib = 9\nbudget_period = \"day\"\nbudget_reset_day = 2",
+                "link[0].budget_reset_day: expected budget_period = \"month\" beside it",
+            ),
+        ] {
+            let e = with(extra).unwrap_err().to_string();
+            assert!(
+                e.starts_with("c.toml: ") && e.contains(error),
+                "{extra}: {e}"
+            );
+        }
     }
 
     #[test]

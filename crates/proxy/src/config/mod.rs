@@ -15,8 +15,8 @@ use braid_sched_core::{ParamError, SchedulerConfig, SchedulerKind};
 use serde::Deserialize;
 
 pub use client::{
-    ClientConfig, DEFAULT_FAST_REJOIN, DEFAULT_TUN_MTU, LinkConfig, ServerTrust, SocksUser,
-    TunConfig, parse_fingerprint,
+    BudgetPeriod, ClientConfig, DEFAULT_FAST_REJOIN, DEFAULT_TUN_MTU, LinkBudget, LinkConfig,
+    ServerTrust, SocksUser, TunConfig, parse_fingerprint,
 };
 pub use ipnet::IpNet;
 pub use server::{

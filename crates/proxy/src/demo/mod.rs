@@ -366,6 +366,7 @@ impl Context {
                 rate_cap_mbps: None,
                 congestion: None,
                 fast_rejoin: crate::config::DEFAULT_FAST_REJOIN,
+                budget: None,
             })
             .collect();
         ClientConfig {

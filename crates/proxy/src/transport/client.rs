@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tracing::{info, warn};
 
+use super::budget::{self, BudgetState, Budgets, LinkTraffic};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::ifwatch;
@@ -32,7 +33,7 @@ use super::join::{
     EXPORTER_LABEL, Join, JoinAnswer, PeerKnows, SessionId, compute_mac, parse_answer,
 };
 use super::quic::{BindError, bind_link_socket, datagram_size};
-use super::status::LinkStatus;
+use super::status::{LinkBudgetStatus, LinkStatus};
 use crate::config::{ClientConfig, LinkConfig};
 use crate::session::{PathConfig, Role};
 
@@ -88,6 +89,9 @@ pub enum LinkError {
     /// modem's address withdrawn).
     #[error("local address {0} is gone")]
     AddressGone(std::net::IpAddr),
+    /// The link's data budget for this period is spent ([`super::budget`]).
+    #[error("data budget spent: {0}")]
+    BudgetSpent(BudgetState),
     /// The peer does not support datagrams.
     #[error("the server connection does not carry datagrams")]
     NoDatagrams,
@@ -110,6 +114,8 @@ pub struct LinkContext {
     interfaces: watch::Receiver<u64>,
     /// The links now, by path id.
     table: Mutex<LinkTable>,
+    /// What the links with a data budget carried in its period.
+    pub(crate) budgets: Budgets,
 }
 
 /// What the server answered the joins of one session, to tell when it lost the session: it
@@ -167,6 +173,12 @@ struct LinkSlot {
     retry_at: Option<Instant>,
     joins: u64,
     last_error: Option<String>,
+    /// What the link's sockets carried, in bytes on the network ([`budget::CountingSocket`]).
+    traffic: Arc<LinkTraffic>,
+    /// Bytes of `traffic` already counted against the link's budget.
+    counted: u64,
+    /// Waiting for its budget: spent in this period.
+    spent: bool,
 }
 
 impl LinkSlot {
@@ -180,12 +192,38 @@ impl LinkSlot {
             retry_at: None,
             joins: 0,
             last_error: None,
+            traffic: Arc::default(),
+            counted: 0,
+            spent: false,
         }
     }
 
-    fn status(&self, path: usize, now: Instant) -> LinkStatus {
+    /// Counts what the link carried since last counted against its budget (when it has one);
+    /// where the budget stands.
+    fn meter(&mut self, budgets: &Budgets, now: u64) -> Option<BudgetState> {
+        let total = self.traffic.total();
+        let delta = total.saturating_sub(self.counted);
+        self.counted = total;
+        let Some(budget) = self.config.budget else {
+            self.traffic.set_limit(u64::MAX);
+            return None;
+        };
+        let state = budgets.add(&self.config.name, &budget, delta, now);
+        // The sockets wake the link's task when the rest of the budget is gone.
+        let left = state.budget.saturating_sub(state.used);
+        self.traffic.set_limit(total.saturating_add(left));
+        Some(state)
+    }
+
+    fn status(&self, path: usize, now: Instant, budgets: &Budgets) -> LinkStatus {
+        let budget = self
+            .config
+            .budget
+            .map(|b| budgets.state(&self.config.name, &b, budget::now_unix()));
         let state = if self.joined {
             "joined".to_owned()
+        } else if self.spent {
+            "budget spent".to_owned()
         } else if self.task.is_none() {
             "no session".to_owned()
         } else {
@@ -204,22 +242,28 @@ impl LinkSlot {
             state,
             joins: self.joins,
             last_error: self.last_error.clone(),
+            budget: budget.map(|b| LinkBudgetStatus {
+                used_bytes: b.used,
+                budget_bytes: b.budget,
+                period_end: b.period_end,
+            }),
         }
     }
 
-    /// Ends the link's task; returns its connection.
-    fn end_task(&mut self) -> Option<quinn::Connection> {
+    /// Ends the link's task, its connection's traffic counted; returns its connection.
+    fn end_task(&mut self, budgets: &Budgets) -> Option<quinn::Connection> {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        self.meter(budgets, budget::now_unix());
         self.joined = false;
         self.conn.take()
     }
 
     /// Ends the link's task and closes its connection: its path leaves the session, which
     /// sends what was in flight on it over the other paths.
-    fn stop(&mut self, reason: &'static [u8]) {
-        if let Some(conn) = self.end_task() {
+    fn stop(&mut self, reason: &'static [u8], budgets: &Budgets) {
+        if let Some(conn) = self.end_task(budgets) {
             conn.close(quinn::VarInt::from_u32(0), reason);
         }
     }
@@ -251,14 +295,15 @@ impl LinkChanges {
 }
 
 /// Whether `old` and `new` differ in nothing but the tier, the rate cap, the congestion
-/// controller and how long the link rejoins fast: the first three a joined path takes in place,
-/// the last the link's next attempt.
+/// controller, how long the link rejoins fast and its data budget: the first three a joined
+/// path takes in place, the fourth the link's next attempt, the budget its next count.
 fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
     *old == LinkConfig {
         tier: old.tier,
         rate_cap_mbps: old.rate_cap_mbps,
         congestion: old.congestion,
         fast_rejoin: old.fast_rejoin,
+        budget: old.budget,
         ..new.clone()
     }
 }
@@ -294,6 +339,7 @@ impl LinkContext {
             .collect();
         slots.resize_with(MAX_PATHS, || None);
         table.slots = slots;
+        let budgets = Budgets::load(&config.state_dir);
         LinkContext {
             scheduler: std::sync::RwLock::new(config.scheduler.clone()),
             congestion: std::sync::RwLock::new(config.session.congestion),
@@ -302,6 +348,7 @@ impl LinkContext {
             crypto,
             interfaces: ifwatch::watch(),
             table: Mutex::new(table),
+            budgets,
         }
     }
 
@@ -337,13 +384,29 @@ impl LinkContext {
         }
     }
 
-    /// Stops every link's task (the session has ended, or the client stops).
+    /// Stops every link's task (the session has ended, or the client stops), their traffic
+    /// counted and the budgets' ledger written.
     pub(crate) fn end_session(&self) {
         let mut table = self.table();
         table.session = None;
         for slot in table.slots.iter_mut().flatten() {
-            slot.end_task();
+            slot.end_task(&self.budgets);
         }
+        drop(table);
+        self.budgets.save_logged();
+    }
+
+    /// Counts what link `id`'s connection carried since last counted; where its budget stands
+    /// (`Some(None)`: it has none; `None`: the link was removed or replaced).
+    fn meter(&self, id: PathId, generation: u64) -> Option<Option<BudgetState>> {
+        let now = budget::now_unix();
+        self.update(id, generation, |slot| slot.meter(&self.budgets, now))
+    }
+
+    /// Where link `link`'s budget stands, when it has one.
+    fn budget_state(&self, link: &LinkConfig) -> Option<BudgetState> {
+        let budget = link.budget?;
+        Some(self.budgets.state(&link.name, &budget, budget::now_unix()))
     }
 
     fn start_link(self: &Arc<Self>, table: &mut LinkTable, path: usize) {
@@ -387,7 +450,7 @@ impl LinkContext {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(path, slot)| slot.as_ref().map(|s| s.status(path, now)))
+            .filter_map(|(path, slot)| slot.as_ref().map(|s| s.status(path, now, &self.budgets)))
             .collect()
     }
 
@@ -423,7 +486,7 @@ impl LinkContext {
             let name = slot.config.name.clone();
             match links.iter().find(|l| l.name == name) {
                 None => {
-                    slot.stop(b"link removed");
+                    slot.stop(b"link removed", &self.budgets);
                     table.slots[path] = None;
                     info!(link = %name, path, "reload: link removed");
                     changes.removed.push(name);
@@ -443,7 +506,7 @@ impl LinkContext {
                     changes.updated.push(name);
                 }
                 Some(new) => {
-                    slot.stop(b"link changed");
+                    slot.stop(b"link changed", &self.budgets);
                     let new = table.new_slot(new.clone());
                     table.slots[path] = Some(new);
                     self.start_link(&mut table, path);
@@ -533,6 +596,10 @@ async fn run_link(
 ) {
     let mut interfaces = ctx.interfaces.clone();
     let mut backoff = BACKOFF_MIN;
+    // The link's traffic counter, which its sockets add to.
+    let Some(traffic) = ctx.update(id, generation, |slot| slot.traffic.clone()) else {
+        return;
+    };
     // Which of the link's `server` addresses the next attempt starts with (taken modulo their
     // number, which a reload may change): an attempt that fails moves on to the next, a join
     // stays with the one that took it.
@@ -556,6 +623,15 @@ async fn run_link(
         }) else {
             return;
         };
+        // What the last attempt sent counts too (a dark link's handshakes).
+        ctx.meter(id, generation);
+        if let Some(state) = ctx.budget_state(&link).filter(BudgetState::spent) {
+            if !wait_for_budget(id, generation, &ctx, &link, state).await {
+                return;
+            }
+            backoff = BACKOFF_MIN;
+            continue;
+        }
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let fast = rejoins_fast(dark_since, link.fast_rejoin);
@@ -565,7 +641,7 @@ async fn run_link(
             }
             let mut watch = interfaces.clone();
             tokio::select! {
-                joined = connect_and_join(id, &link, next_server, &ctx, &session_id, fast) => joined,
+                joined = connect_and_join(id, &link, next_server, &ctx, &session_id, fast, &traffic) => joined,
                 e = became_unusable(&link, &mut watch) => Err(e),
             }
         };
@@ -641,9 +717,11 @@ async fn run_link(
                 let mut watch = interfaces.clone();
                 // An ended connection whose link is unusable now went for that reason (quinn
                 // may notice first, its socket failing).
+                // A spent data budget is such a reason too.
                 let gone = tokio::select! {
                     reason = conn.closed() => unusable(&link).ok_or(reason),
                     e = became_unusable(&link, &mut watch) => Ok(e),
+                    e = budget_spent(id, generation, &ctx, &traffic) => Ok(e),
                 };
                 // Gone for good: the session tells the server (PATH_ABANDON over another
                 // path), which then stops waiting for this one.
@@ -660,6 +738,7 @@ async fn run_link(
                     Err(reason) => format!("connection closed: {reason}"),
                 };
                 warn!(link = %link.name, %reason, "link left the session; reconnecting");
+                ctx.meter(id, generation);
                 ctx.update(id, generation, |slot| {
                     slot.joined = false;
                     slot.last_error = Some(reason);
@@ -725,6 +804,63 @@ async fn run_link(
     }
 }
 
+/// Counts link `id`'s traffic against its budget every [`budget::METER_EVERY`], and at once
+/// when its sockets find the rest of the budget gone; returns once the budget is spent (never,
+/// once the link is removed or replaced).
+async fn budget_spent(
+    id: PathId,
+    generation: u64,
+    ctx: &LinkContext,
+    traffic: &LinkTraffic,
+) -> LinkError {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(budget::METER_EVERY) => {}
+            () = traffic.reached() => {}
+        }
+        match ctx.meter(id, generation) {
+            None => std::future::pending::<()>().await,
+            Some(Some(state)) if state.spent() => return LinkError::BudgetSpent(state),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Keeps link `id` (`link` its settings now, `state` its spent budget) out of the session until
+/// its budget has room again: the next period, or a reload that raised the budget or took it
+/// away (checked every [`budget::METER_EVERY`]). False when the link was removed or replaced
+/// meanwhile.
+async fn wait_for_budget(
+    id: PathId,
+    generation: u64,
+    ctx: &LinkContext,
+    link: &LinkConfig,
+    state: BudgetState,
+) -> bool {
+    warn!(
+        link = %link.name,
+        budget = %state,
+        "the link's data budget is spent: it stays out of the session until its next period"
+    );
+    let spent = LinkError::BudgetSpent(state).to_string();
+    ctx.update(id, generation, |slot| {
+        slot.spent = true;
+        slot.retry_at = None;
+        slot.last_error = Some(spent);
+    });
+    loop {
+        tokio::time::sleep(budget::METER_EVERY).await;
+        let Some(now) = ctx.update(id, generation, |slot| slot.config.clone()) else {
+            return false;
+        };
+        if !ctx.budget_state(&now).is_some_and(|s| s.spent()) {
+            info!(link = %link.name, "the link's data budget has room again: joining");
+            ctx.update(id, generation, |slot| slot.spent = false);
+            return true;
+        }
+    }
+}
+
 /// Why `link` cannot carry anything now: its interface is not running, or its `local_addr` is
 /// not an address of this host. `None` when it can, or when that cannot be told (binding then
 /// says what is wrong).
@@ -786,6 +922,7 @@ async fn connect_and_join(
     ctx: &LinkContext,
     session_id: &SessionId,
     fast: bool,
+    traffic: &Arc<LinkTraffic>,
 ) -> Result<Joined, LinkError> {
     let n = link.server.len();
     let mut servers: Vec<(usize, SocketAddr)> = Vec::with_capacity(n);
@@ -816,8 +953,18 @@ async fn connect_and_join(
     let socket = bind_link_socket(local, link.interface.as_deref(), link.interface_required)?;
     let runtime =
         quinn::default_runtime().ok_or_else(|| LinkError::Connect("no async runtime".into()))?;
-    let endpoint = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+    // Counted for the link's data budget.
+    let counted = runtime
+        .wrap_udp_socket(socket)
+        .and_then(|inner| budget::CountingSocket::new(inner, traffic.clone()))
         .map_err(|e| LinkError::Connect(e.to_string()))?;
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        None,
+        Arc::new(counted),
+        runtime,
+    )
+    .map_err(|e| LinkError::Connect(e.to_string()))?;
     let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
     let addrs: Vec<SocketAddr> = servers.iter().map(|&(_, a)| a).collect();
     let conn = tokio::time::timeout_at(deadline, handshake(&endpoint, ctx, &addrs, fast))

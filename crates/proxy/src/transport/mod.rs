@@ -4,6 +4,7 @@
 //! ([`status`]).
 
 mod arena;
+pub mod budget;
 pub mod client;
 pub mod driver;
 pub mod flow;
@@ -18,8 +19,8 @@ pub use flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionGone, SessionHandle,
 };
 pub use status::{
-    DaemonStatus, InboundStatus, LinkStatus, PathReport, QuicCounters, SessionCounters,
-    SessionStatus,
+    DaemonStatus, InboundStatus, LinkBudgetStatus, LinkStatus, PathReport, QuicCounters,
+    SessionCounters, SessionStatus,
 };
 
 /// The default per-flow receive window (`[session] flow_receive_window_kib` in both daemons'

@@ -321,6 +321,20 @@ pub struct LinkStatus {
     pub joins: u64,
     /// Why its last attempt failed or its last connection closed.
     pub last_error: Option<String>,
+    /// Its data budget, when it has one (`[[link]] budget_mib`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<LinkBudgetStatus>,
+}
+
+/// Where a link's data budget stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBudgetStatus {
+    /// Bytes its datagrams took on the network in this period, both ways, with their headers.
+    pub used_bytes: u64,
+    /// The budget, bytes.
+    pub budget_bytes: u64,
+    /// When the period ends, seconds since the Unix epoch (UTC).
+    pub period_end: u64,
 }
 
 /// One of the client's listening inbounds (SOCKS5, HTTP CONNECT): its connections since start.
@@ -514,6 +528,14 @@ impl DaemonStatus {
                     l.joins,
                     l.last_error.as_deref().unwrap_or("-")
                 );
+                if let Some(b) = &l.budget {
+                    let state = crate::transport::budget::BudgetState {
+                        used: b.used_bytes,
+                        budget: b.budget_bytes,
+                        period_end: b.period_end,
+                    };
+                    let _ = writeln!(out, "      data budget: {state}");
+                }
             }
         }
         for s in &self.sessions {

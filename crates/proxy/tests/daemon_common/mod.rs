@@ -82,6 +82,7 @@ pub fn client_config(
                 rate_cap_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
+                budget: None,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),

@@ -86,6 +86,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
                 rate_cap_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
+                budget: None,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
