@@ -23,7 +23,23 @@ pub struct ClientArgs {
 
 /// What a valid client configuration sets up, in one line (`--check`).
 fn summary(config: &ClientConfig) -> String {
-    let links: Vec<&str> = config.links.iter().map(|l| l.name.as_str()).collect();
+    let links: Vec<String> = config
+        .links
+        .iter()
+        .map(|l| match l.budget {
+            None => l.name.clone(),
+            Some(b) => {
+                let per = match b.period {
+                    crate::config::BudgetPeriod::Day => "a day".to_owned(),
+                    crate::config::BudgetPeriod::Month { reset_day: 1 } => "a month".to_owned(),
+                    crate::config::BudgetPeriod::Month { reset_day } => {
+                        format!("a month from day {reset_day}")
+                    }
+                };
+                format!("{} with {} MiB {per}", l.name, b.bytes >> 20)
+            }
+        })
+        .collect();
     let mut inbounds = vec![format!("SOCKS5 {}", config.socks_listen)];
     if let Some(http) = config.http_listen {
         inbounds.push(format!("HTTP CONNECT {http}"));
