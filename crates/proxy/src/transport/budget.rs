@@ -165,12 +165,23 @@ impl AsyncUdpSocket for CountingSocket {
 }
 
 /// One link's count in the ledger.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Entry {
+    /// The kind of period counted: `day`, or `month` and its reset day (`month-15`).
+    #[serde(default)]
+    period: String,
     /// The start of the period counted, seconds since the Unix epoch.
     period_start: u64,
     /// Bytes counted in it.
     used_bytes: u64,
+}
+
+/// How [`Entry::period`] names `period`.
+fn period_name(period: BudgetPeriod) -> String {
+    match period {
+        BudgetPeriod::Day => "day".to_owned(),
+        BudgetPeriod::Month { reset_day } => format!("month-{reset_day}"),
+    }
 }
 
 /// The file's contents.
@@ -341,10 +352,13 @@ impl Budgets {
         now: u64,
     ) -> (&'a mut Entry, u64) {
         let (start, end) = period_bounds(budget.period, now);
+        let name = period_name(budget.period);
         let entry = ledger.links.entry(link.to_owned()).or_default();
-        // A clock set back finds a stored period later than its own: kept.
-        if entry.period_start < start {
+        // A clock set back finds a stored period later than its own: kept. A period of
+        // another kind starts again.
+        if entry.period_start < start || entry.period != name {
             *entry = Entry {
+                period: name,
                 period_start: start,
                 used_bytes: 0,
             };
@@ -360,7 +374,7 @@ impl Budgets {
     pub fn add(&self, link: &str, budget: &LinkBudget, bytes: u64, now: u64) -> BudgetState {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
         let (entry, period_end) = Self::entry(&mut ledger, link, budget, now);
-        let before = *entry;
+        let before = entry.clone();
         entry.used_bytes = entry.used_bytes.saturating_add(bytes);
         if *entry != before {
             self.dirty.store(true, Ordering::Relaxed);
@@ -507,6 +521,13 @@ mod tests {
         // The next day: zero again.
         let next = b.state("lte", &budget, day1 + DAY);
         assert_eq!((next.used, next.period_end), (0, at(2026, 11, 27, 0)));
+        // Another period (a reload): counted from zero.
+        let monthly = LinkBudget {
+            period: BudgetPeriod::Month { reset_day: 1 },
+            ..budget
+        };
+        b.add("wifi", &budget, 5, day1 + DAY);
+        assert_eq!(b.state("wifi", &monthly, day1 + DAY).used, 0);
         // A bigger budget (a reload): no longer spent.
         b.add("lte", &budget, 1000, day1 + DAY);
         let bigger = LinkBudget {
