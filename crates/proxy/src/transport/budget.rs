@@ -451,6 +451,55 @@ mod tests {
         days_from_civil(y, m, d) as u64 * DAY + h * 3600
     }
 
+    /// Every datagram counts with its IP and UDP headers, each segment of a GSO batch as one.
+    #[tokio::test]
+    async fn the_socket_counts_datagrams_with_their_headers() {
+        use quinn::Runtime as _;
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let inner = quinn::TokioRuntime.wrap_udp_socket(socket).unwrap();
+        let traffic = Arc::new(LinkTraffic::default());
+        let counting = Arc::new(CountingSocket::new(inner, traffic.clone()).unwrap());
+        let mut poller = counting.clone().create_io_poller();
+        let segments = counting.max_transmit_segments().min(3);
+        let contents = vec![7u8; 1200 * segments - 100];
+        let transmit = Transmit {
+            destination: peer.local_addr().unwrap(),
+            ecn: None,
+            contents: &contents,
+            segment_size: (segments > 1).then_some(1200),
+            src_ip: None,
+        };
+        // The socket's readiness is known once polled.
+        loop {
+            std::future::poll_fn(|cx| poller.as_mut().poll_writable(cx))
+                .await
+                .unwrap();
+            match counting.try_send(&transmit) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                sent => break sent.unwrap(),
+            }
+        }
+        let sent = contents.len() as u64 + 28 * segments as u64;
+        assert_eq!(traffic.total(), sent);
+        // The limit reached wakes the waiter (at once: the wake is kept).
+        traffic.set_limit(sent + 100);
+        peer.send_to(&[1; 500], addr).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut meta = [RecvMeta::default()];
+        std::future::poll_fn(|cx| {
+            let mut bufs = [IoSliceMut::new(&mut buf)];
+            counting.poll_recv(cx, &mut bufs, &mut meta)
+        })
+        .await
+        .unwrap();
+        assert_eq!(traffic.total(), sent + 528);
+        tokio::time::timeout(Duration::from_secs(1), traffic.reached())
+            .await
+            .expect("the limit was reached");
+    }
+
     #[test]
     fn dates_round_trip() {
         for z in -800_000..800_000 {
