@@ -313,7 +313,8 @@ pub(crate) fn summary(status: &DaemonStatus) -> String {
     for link in status.links.iter().filter(|l| l.state != "joined") {
         line += &format!("; {} {}", link.name, link.state);
         if let Some(e) = &link.last_error {
-            line += &format!(": {e}");
+            // `budget spent: data budget spent: …` says it twice.
+            line += &format!(": {}", e.trim_start_matches("data budget spent: "));
         }
     }
     let inbounds: Vec<String> = status
@@ -464,6 +465,11 @@ mod tests {
             links: vec![
                 link("wifi", "joined", None),
                 link("lte", "retry in 2.0 s", Some("no answer")),
+                link(
+                    "5g",
+                    "budget spent",
+                    Some("data budget spent: 1.0 GiB of 1.0 GiB used until 2026-11-26 00:00 UTC"),
+                ),
             ],
             inbounds: vec![InboundStatus {
                 name: "socks5".into(),
@@ -474,7 +480,8 @@ mod tests {
         };
         assert_eq!(
             summary(&client),
-            "1 of 2 links joined (wifi); lte retry in 2.0 s: no answer; socks5 127.0.0.1:1080"
+            "1 of 3 links joined (wifi); lte retry in 2.0 s: no answer; 5g budget spent: 1.0 GiB \
+             of 1.0 GiB used until 2026-11-26 00:00 UTC; socks5 127.0.0.1:1080"
         );
     }
 }

@@ -56,6 +56,9 @@ pub const MAX_HANDSHAKES: usize = 4;
 /// [`BACKOFF_MAX`].
 pub const SILENT_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
+/// The share of its data budget at which a link's use is logged as a warning.
+const BUDGET_WARNING: f64 = 0.8;
+
 /// Why a link could not join.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -209,6 +212,12 @@ impl LinkSlot {
             return None;
         };
         let state = budgets.add(&self.config.name, &budget, delta, now);
+        let share = |used: u64| used as f64 / state.budget as f64;
+        if share(state.used - delta.min(state.used)) < BUDGET_WARNING
+            && share(state.used) >= BUDGET_WARNING
+        {
+            warn!(link = %self.config.name, budget = %state, "the link has used 80 % of its data budget");
+        }
         // The sockets wake the link's task when the rest of the budget is gone.
         let left = state.budget.saturating_sub(state.used);
         self.traffic.set_limit(total.saturating_add(left));
