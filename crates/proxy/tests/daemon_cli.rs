@@ -520,6 +520,59 @@ fn the_daemons_tell_systemd_when_they_are_ready_reload_and_stop() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// With standard error on the journal's stream (`JOURNAL_STREAM` naming its device and inode),
+/// each line leads with its syslog priority, so that journald files it under that priority, and
+/// has no time stamp; every line of a message of several keeps it. Without, lines are as
+/// before.
+#[test]
+fn log_lines_carry_their_priority_for_the_journal() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = state_dir("journal");
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state").to_string_lossy().into_owned();
+    let file = write(&dir, "server.toml", &server_text(&state, ""));
+    let log = dir.join("server.log");
+    let meta = std::fs::File::create(&log).unwrap().metadata().unwrap();
+    let stream = format!("{}:{}", meta.dev(), meta.ino());
+    let server = Daemon::start_with(
+        &["server", "-c", &file],
+        log.clone(),
+        &[("JOURNAL_STREAM", &stream)],
+    );
+    server.wait_for("server running", 1);
+    // An unknown key: the parser's message runs over several lines.
+    let text = server.reload(
+        &file,
+        &server_text(&state, "bogus = 1"),
+        "configuration not reloaded",
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("<6> INFO") && l.contains("server running")),
+        "{text}"
+    );
+    let error: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("configuration not reloaded"))
+        .take_while(|l| !l.contains("INFO"))
+        .collect();
+    assert!(error.len() > 1, "{text}");
+    assert!(error.iter().all(|l| l.starts_with("<3>")), "{text}");
+    assert!(text.lines().all(|l| l.starts_with('<')), "{text}");
+    assert_eq!(server.stop(), Some(0));
+    // Another stream: plain lines, time first.
+    std::fs::write(&file, server_text(&state, "")).unwrap();
+    let server = Daemon::start_with(
+        &["server", "-c", &file],
+        dir.join("plain.log"),
+        &[("JOURNAL_STREAM", &stream)],
+    );
+    let text = server.wait_for("server running", 1);
+    assert!(text.starts_with("20"), "{text}");
+    assert_eq!(server.stop(), Some(0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `braid emu | head -2`: once the reader of its standard output has gone, the emulator stops
 /// with code 0 at its next counters, where `println!` would panic on the broken pipe.
 #[test]

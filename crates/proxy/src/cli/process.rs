@@ -8,16 +8,90 @@ use std::process::ExitCode;
 use tokio::signal::unix::{Signal, SignalKind};
 
 /// Starts the tracing subscriber (`RUST_LOG`, default `info`), coloured only on a terminal (so
-/// the journal and log files get plain text).
+/// log files get plain text). When standard error is the journal's stream (systemd sets
+/// `JOURNAL_STREAM` to its device and inode), each line starts with its syslog priority
+/// (`<3>` error, `<4>` warn, `<6>` info, `<7>` debug and trace), which journald takes for the
+/// entry's priority (`journalctl -p warning`), and carries no time stamp (the journal has its
+/// own).
 pub(crate) fn init_logging() {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match stderr_is_journal() {
+        true => builder
+            .with_ansi(false)
+            .event_format(Journal(tracing_subscriber::fmt::format().without_time()))
+            .try_init(),
+        false => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
+}
+
+/// Whether standard error is the stream `JOURNAL_STREAM` names (`DEVICE:INODE`, decimal).
+fn stderr_is_journal() -> bool {
+    let Some(named) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    journal_stream_is(&named.to_string_lossy(), std::io::stderr())
+}
+
+/// Whether `fd` is the file `journal_stream` (`DEVICE:INODE`) names.
+fn journal_stream_is(journal_stream: &str, fd: impl std::os::fd::AsFd) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some((dev, ino)) = journal_stream.split_once(':') else {
+        return false;
+    };
+    let Ok(owned) = fd.as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    let Ok(meta) = std::fs::File::from(owned).metadata() else {
+        return false;
+    };
+    dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
+}
+
+/// An event format for the journal: `inner`'s lines, each led by the event's syslog priority
+/// (a message of several lines keeps its priority on each).
+struct Journal<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for Journal<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let priority = syslog_priority(*event.metadata().level());
+        let mut text = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut text),
+            event,
+        )?;
+        for line in text.lines() {
+            writeln!(writer, "<{priority}>{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The syslog priority of a tracing level.
+fn syslog_priority(level: tracing::Level) -> u8 {
+    match level {
+        tracing::Level::ERROR => 3,
+        tracing::Level::WARN => 4,
+        tracing::Level::INFO => 6,
+        _ => 7,
+    }
 }
 
 /// Builds the multi-threaded runtime, or reports why not (exit 1).
@@ -113,5 +187,38 @@ pub(crate) fn log_reload(path: &Path, changed: &[&str], needs_restart: &[&str]) 
             settings = ?needs_restart,
             "SIGHUP: these settings changed in the file but take effect only at a restart"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_journal_stream_is_recognised_by_device_and_inode() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = std::env::temp_dir().join(format!("braid-journal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = std::fs::File::create(dir.join("stream")).unwrap();
+        let other = std::fs::File::create(dir.join("other")).unwrap();
+        let meta = file.metadata().unwrap();
+        let named = format!("{}:{}", meta.dev(), meta.ino());
+        assert!(journal_stream_is(&named, &file));
+        assert!(!journal_stream_is(&named, &other));
+        for bad in ["", "12", "a:b", ":"] {
+            assert!(!journal_stream_is(bad, &file), "{bad:?}");
+        }
+        assert_eq!(
+            [
+                tracing::Level::ERROR,
+                tracing::Level::WARN,
+                tracing::Level::INFO,
+                tracing::Level::TRACE
+            ]
+            .map(syslog_priority),
+            [3, 4, 6, 7]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
