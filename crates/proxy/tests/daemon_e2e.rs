@@ -1860,6 +1860,10 @@ async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_re
         bytes: 1 << 30,
         period: BudgetPeriod::Day,
     });
+    let state_dir = config.state_dir.clone();
     assert_eq!(client.reload(config).await.links.updated, ["link1"]);
     assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    // The ledger keeps the client's state directory: gone with the test.
+    drop(client);
+    std::fs::remove_dir_all(&state_dir).unwrap();
 }
