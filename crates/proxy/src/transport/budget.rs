@@ -29,7 +29,8 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BudgetPeriod, LinkBudget};
+use super::status::LinkBudgetStatus;
+use crate::config::{BudgetPeriod, LinkBudget, LinkConfig};
 
 /// The ledger's file in the state directory.
 pub const FILE: &str = "link-budgets.json";
@@ -191,32 +192,21 @@ struct Ledger {
     links: BTreeMap<String, Entry>,
 }
 
-/// Where a link's budget stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BudgetState {
-    /// Bytes counted in this period.
-    pub used: u64,
-    /// The budget, bytes.
-    pub budget: u64,
-    /// When the period ends (the next begins), seconds since the Unix epoch.
-    pub period_end: u64,
-}
-
-impl BudgetState {
+impl LinkBudgetStatus {
     /// Whether the link may carry nothing more in this period.
     pub fn spent(&self) -> bool {
-        self.used >= self.budget
+        self.used_bytes >= self.budget_bytes
     }
 }
 
-impl std::fmt::Display for BudgetState {
+impl std::fmt::Display for LinkBudgetStatus {
     /// `1.2 GiB of 2.0 GiB used until 2026-12-01 00:00 UTC`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
             "{} of {} used until {}",
-            size(self.used),
-            size(self.budget),
+            size(self.used_bytes),
+            size(self.budget_bytes),
             utc(self.period_end)
         )
     }
@@ -371,7 +361,7 @@ impl Budgets {
     }
 
     /// Adds `bytes` to `link`'s count; where its budget stands now.
-    pub fn add(&self, link: &str, budget: &LinkBudget, bytes: u64, now: u64) -> BudgetState {
+    pub fn add(&self, link: &str, budget: &LinkBudget, bytes: u64, now: u64) -> LinkBudgetStatus {
         let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
         let (entry, period_end) = Self::entry(&mut ledger, link, budget, now);
         let before = entry.clone();
@@ -379,16 +369,22 @@ impl Budgets {
         if *entry != before {
             self.dirty.store(true, Ordering::Relaxed);
         }
-        BudgetState {
-            used: entry.used_bytes,
-            budget: budget.bytes,
+        LinkBudgetStatus {
+            used_bytes: entry.used_bytes,
+            budget_bytes: budget.bytes,
             period_end,
         }
     }
 
     /// Where `link`'s budget stands now.
-    pub fn state(&self, link: &str, budget: &LinkBudget, now: u64) -> BudgetState {
+    pub fn state(&self, link: &str, budget: &LinkBudget, now: u64) -> LinkBudgetStatus {
         self.add(link, budget, 0, now)
+    }
+
+    /// Where `link`'s budget stands now, when it has one.
+    pub fn of(&self, link: &LinkConfig) -> Option<LinkBudgetStatus> {
+        let budget = link.budget?;
+        Some(self.state(&link.name, &budget, now_unix()))
     }
 
     /// Writes the ledger when it changed since the last write (to a temporary file renamed over
@@ -569,14 +565,14 @@ mod tests {
         assert!(b.state("lte", &budget, day1 - DAY).spent());
         // The next day: zero again.
         let next = b.state("lte", &budget, day1 + DAY);
-        assert_eq!((next.used, next.period_end), (0, at(2026, 11, 27, 0)));
+        assert_eq!((next.used_bytes, next.period_end), (0, at(2026, 11, 27, 0)));
         // Another period (a reload): counted from zero.
         let monthly = LinkBudget {
             period: BudgetPeriod::Month { reset_day: 1 },
             ..budget
         };
         b.add("wifi", &budget, 5, day1 + DAY);
-        assert_eq!(b.state("wifi", &monthly, day1 + DAY).used, 0);
+        assert_eq!(b.state("wifi", &monthly, day1 + DAY).used_bytes, 0);
         // A bigger budget (a reload): no longer spent.
         b.add("lte", &budget, 1000, day1 + DAY);
         let bigger = LinkBudget {
@@ -607,17 +603,20 @@ mod tests {
                 & 0o777
         };
         assert_eq!(mode, 0o600);
-        assert_eq!(Budgets::load(&dir).state("lte", &budget, now).used, 12_345);
+        assert_eq!(
+            Budgets::load(&dir).state("lte", &budget, now).used_bytes,
+            12_345
+        );
         // Unchanged since: not written again.
         std::fs::write(dir.join(FILE), "{").unwrap();
         b.save().unwrap();
         assert_eq!(std::fs::read_to_string(dir.join(FILE)).unwrap(), "{");
         // Not a ledger: zero, and the next save writes a good one.
         let fresh = Budgets::load(&dir);
-        assert_eq!(fresh.state("lte", &budget, now).used, 0);
+        assert_eq!(fresh.state("lte", &budget, now).used_bytes, 0);
         fresh.add("lte", &budget, 7, now);
         fresh.save().unwrap();
-        assert_eq!(Budgets::load(&dir).state("lte", &budget, now).used, 7);
+        assert_eq!(Budgets::load(&dir).state("lte", &budget, now).used_bytes, 7);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tracing::{info, warn};
 
-use super::budget::{self, BudgetState, Budgets, LinkTraffic};
+use super::budget::{self, Budgets, LinkTraffic};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
 use super::ifwatch;
@@ -94,7 +94,7 @@ pub enum LinkError {
     AddressGone(std::net::IpAddr),
     /// The link's data budget for this period is spent ([`super::budget`]).
     #[error("data budget spent: {0}")]
-    BudgetSpent(BudgetState),
+    BudgetSpent(LinkBudgetStatus),
     /// The peer does not support datagrams.
     #[error("the server connection does not carry datagrams")]
     NoDatagrams,
@@ -203,7 +203,7 @@ impl LinkSlot {
 
     /// Counts what the link carried since last counted against its budget (when it has one);
     /// where the budget stands.
-    fn meter(&mut self, budgets: &Budgets, now: u64) -> Option<BudgetState> {
+    fn meter(&mut self, budgets: &Budgets, now: u64) -> Option<LinkBudgetStatus> {
         let total = self.traffic.total();
         let delta = total.saturating_sub(self.counted);
         self.counted = total;
@@ -212,23 +212,20 @@ impl LinkSlot {
             return None;
         };
         let state = budgets.add(&self.config.name, &budget, delta, now);
-        let share = |used: u64| used as f64 / state.budget as f64;
-        if share(state.used - delta.min(state.used)) < BUDGET_WARNING
-            && share(state.used) >= BUDGET_WARNING
+        let share = |used: u64| used as f64 / state.budget_bytes as f64;
+        if share(state.used_bytes - delta.min(state.used_bytes)) < BUDGET_WARNING
+            && share(state.used_bytes) >= BUDGET_WARNING
         {
             warn!(link = %self.config.name, budget = %state, "the link has used 80 % of its data budget");
         }
         // The sockets wake the link's task when the rest of the budget is gone.
-        let left = state.budget.saturating_sub(state.used);
+        let left = state.budget_bytes.saturating_sub(state.used_bytes);
         self.traffic.set_limit(total.saturating_add(left));
         Some(state)
     }
 
     fn status(&self, path: usize, now: Instant, budgets: &Budgets) -> LinkStatus {
-        let budget = self
-            .config
-            .budget
-            .map(|b| budgets.state(&self.config.name, &b, budget::now_unix()));
+        let budget = budgets.of(&self.config);
         let state = if self.joined {
             "joined".to_owned()
         } else if self.spent {
@@ -251,11 +248,7 @@ impl LinkSlot {
             state,
             joins: self.joins,
             last_error: self.last_error.clone(),
-            budget: budget.map(|b| LinkBudgetStatus {
-                used_bytes: b.used,
-                budget_bytes: b.budget,
-                period_end: b.period_end,
-            }),
+            budget,
         }
     }
 
@@ -407,15 +400,9 @@ impl LinkContext {
 
     /// Counts what link `id`'s connection carried since last counted; where its budget stands
     /// (`Some(None)`: it has none; `None`: the link was removed or replaced).
-    fn meter(&self, id: PathId, generation: u64) -> Option<Option<BudgetState>> {
+    fn meter(&self, id: PathId, generation: u64) -> Option<Option<LinkBudgetStatus>> {
         let now = budget::now_unix();
         self.update(id, generation, |slot| slot.meter(&self.budgets, now))
-    }
-
-    /// Where link `link`'s budget stands, when it has one.
-    fn budget_state(&self, link: &LinkConfig) -> Option<BudgetState> {
-        let budget = link.budget?;
-        Some(self.budgets.state(&link.name, &budget, budget::now_unix()))
     }
 
     fn start_link(self: &Arc<Self>, table: &mut LinkTable, path: usize) {
@@ -634,7 +621,7 @@ async fn run_link(
         };
         // What the last attempt sent counts too (a dark link's handshakes).
         ctx.meter(id, generation);
-        if let Some(state) = ctx.budget_state(&link).filter(BudgetState::spent) {
+        if let Some(state) = ctx.budgets.of(&link).filter(LinkBudgetStatus::spent) {
             if !wait_for_budget(id, generation, &ctx, &link, state).await {
                 return;
             }
@@ -844,7 +831,7 @@ async fn wait_for_budget(
     generation: u64,
     ctx: &LinkContext,
     link: &LinkConfig,
-    state: BudgetState,
+    state: LinkBudgetStatus,
 ) -> bool {
     warn!(
         link = %link.name,
@@ -862,7 +849,7 @@ async fn wait_for_budget(
         let Some(now) = ctx.update(id, generation, |slot| slot.config.clone()) else {
             return false;
         };
-        if !ctx.budget_state(&now).is_some_and(|s| s.spent()) {
+        if !ctx.budgets.of(&now).is_some_and(|s| s.spent()) {
             info!(link = %link.name, "the link's data budget has room again: joining");
             ctx.update(id, generation, |slot| slot.spent = false);
             return true;

@@ -529,12 +529,7 @@ impl DaemonStatus {
                     l.last_error.as_deref().unwrap_or("-")
                 );
                 if let Some(b) = &l.budget {
-                    let state = crate::transport::budget::BudgetState {
-                        used: b.used_bytes,
-                        budget: b.budget_bytes,
-                        period_end: b.period_end,
-                    };
-                    let _ = writeln!(out, "      data budget: {state}");
+                    let _ = writeln!(out, "      data budget: {b}");
                 }
             }
         }
