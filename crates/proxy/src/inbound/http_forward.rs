@@ -12,8 +12,8 @@ use tokio::net::tcp::{ReadHalf, WriteHalf};
 
 use super::http_connect::{BAD_GATEWAY, ForwardRequest, MAX_HEAD};
 use super::http_message::{
-    BodyFramer, BodyLength, ClientConnection, HttpMessageError, MAX_RESPONSE_HEAD, Response,
-    head_length,
+    BodyFramer, BodyLength, ClientConnection, HeadScan, HttpMessageError, MAX_RESPONSE_HEAD,
+    Response,
 };
 use super::server::{InboundContext, InboundCounters, InboundError};
 use crate::session::Target;
@@ -279,14 +279,10 @@ async fn relay_response(
         },
     };
     loop {
-        // As for a request head: each chunk is scanned for the blank line on its own (and the
-        // two bytes before it), and the head parsed once it has ended.
-        let mut scanned = 0;
+        // Parsed once it has ended.
+        let mut scan = HeadScan::default();
         let (response, length) = loop {
-            let ended =
-                pending.len() >= MAX_RESPONSE_HEAD || head_length(&pending[scanned..]).is_some();
-            scanned = pending.len().saturating_sub(2);
-            if ended {
+            if scan.ended(pending, MAX_RESPONSE_HEAD) {
                 match Response::parse(pending, request.head_method) {
                     Ok(Some(parsed)) => break parsed,
                     Ok(None) => {}

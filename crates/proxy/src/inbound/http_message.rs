@@ -474,6 +474,25 @@ fn status_line_parts(line: &[u8]) -> Option<(u8, u16)> {
     (100..=999).contains(&status).then_some((minor, status))
 }
 
+/// Where a head arriving in pieces was scanned to: each call looks for the blank line only in
+/// the bytes added since the last (and the two before them, where one may have begun), so a
+/// head that arrives a byte at a time costs its length, not its length squared.
+#[derive(Debug, Default)]
+pub(super) struct HeadScan {
+    scanned: usize,
+}
+
+impl HeadScan {
+    /// Whether `buf` (the last call's bytes and more) holds a whole head, or `limit` bytes
+    /// without one: the head can be parsed (or refused) now.
+    pub(super) fn ended(&mut self, buf: &[u8], limit: usize) -> bool {
+        let ended =
+            buf.len() >= limit || head_length(&buf[self.scanned.min(buf.len())..]).is_some();
+        self.scanned = buf.len().saturating_sub(2);
+        ended
+    }
+}
+
 /// The length of a head (request or response) through its blank line; lines end in CRLF or,
 /// as RFC 9112 §2.2 lets a recipient accept, a bare LF.
 pub(super) fn head_length(window: &[u8]) -> Option<usize> {
@@ -492,6 +511,37 @@ pub(super) fn head_length(window: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A head fed a byte at a time, or split anywhere, ends exactly where its blank line does,
+    /// whichever line endings it has; a limit reached without one ends it too.
+    #[test]
+    fn a_head_in_pieces_ends_at_its_blank_line() {
+        for head in [
+            &b"GET / HTTP/1.1\r\nA: b\r\n\r\n"[..],
+            b"GET / HTTP/1.1\nA: b\n\n",
+            b"X\n\r\n",
+        ] {
+            let mut scan = HeadScan::default();
+            for n in 1..=head.len() {
+                assert_eq!(
+                    scan.ended(&head[..n], 1 << 16),
+                    n == head.len(),
+                    "{head:?} at {n}"
+                );
+            }
+            for split in 1..head.len() {
+                let mut scan = HeadScan::default();
+                assert!(
+                    !scan.ended(&head[..split], 1 << 16),
+                    "{head:?} split at {split}"
+                );
+                assert!(scan.ended(head, 1 << 16), "{head:?} split at {split}");
+            }
+        }
+        let mut scan = HeadScan::default();
+        assert!(!scan.ended(b"GET / HTTP/1.1\r\n", 20));
+        assert!(scan.ended(b"GET / HTTP/1.1\r\nA: bc", 20));
+    }
     use proptest::prelude::*;
 
     fn framing(

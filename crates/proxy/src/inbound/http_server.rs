@@ -21,7 +21,7 @@ use super::http_connect::{
     HttpConnectError, MAX_HEAD,
 };
 use super::http_forward::{self, Next, Origin};
-use super::http_message::head_length;
+use super::http_message::HeadScan;
 use super::server::{
     Deadline, InboundContext, InboundCounters, InboundError, accept_loop, read_message, relay,
 };
@@ -171,13 +171,10 @@ async fn next_request(
             }
         }
     }
-    // Each read scans only the bytes it added, and the two before them where a blank line may
-    // have begun; the head is parsed once it has ended. So a head sent a byte at a time costs
-    // its length, not its length squared.
-    let mut scanned = 0;
+    // Parsed once it has ended.
+    let mut scan = HeadScan::default();
     read_message(stream, buf, MAX_HEAD + 1, Deadline::start(ctx), |b| {
-        if b.len() < MAX_HEAD && head_length(&b[scanned..]).is_none() {
-            scanned = b.len().saturating_sub(2);
+        if !scan.ended(b, MAX_HEAD) {
             return Ok(None);
         }
         http_connect::parse_request(b).map(|o| o.map(|(_, n)| n))
