@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::notify::{self, Notifier};
+use super::notify;
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ClientConfig;
 
@@ -103,7 +103,6 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         tracing::info!(socks = %client.socks_addr, http = ?client.http_addr, control = %client.control_path.display(), "client running");
         notify::serve(
             signals,
-            Notifier::from_env(),
             async || reload(&args.config, &client).await,
             || client.status(),
         )

@@ -166,17 +166,17 @@ impl Notifier {
     }
 }
 
-/// Runs a daemon until Ctrl-C or SIGTERM, telling `notifier`'s service manager (when there is
-/// one) that it is ready, each SIGHUP's `reload` (between `RELOADING=1` and `READY=1`; `Err`
-/// with why the file was not put in force), and at the end that it stops; the heartbeat
-/// ([`Notifier::heartbeat`]) runs beside. `status` collects the daemon's status.
+/// Runs a daemon until Ctrl-C or SIGTERM, telling the service manager (when the environment
+/// names one, [`Notifier::from_env`]) that it is ready, each SIGHUP's `reload` (between
+/// `RELOADING=1` and `READY=1`; `Err` with why the file was not put in force), and at the end
+/// that it stops; the heartbeat ([`Notifier::heartbeat`]) runs beside. `status` collects the
+/// daemon's status.
 pub(crate) async fn serve<F: Future<Output = DaemonStatus>>(
     signals: Signals,
-    notifier: Option<Notifier>,
     reload: impl AsyncFn() -> Result<(), String>,
     status: impl Fn() -> F,
 ) {
-    let Some(notifier) = notifier else {
+    let Some(notifier) = Notifier::from_env() else {
         signals
             .until_stopped(async || {
                 let _ = reload().await;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::notify::{self, Notifier};
+use super::notify;
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
 use crate::config::ServerConfig;
 use crate::tls::ServerIdentity;
@@ -133,7 +133,6 @@ pub fn run(args: &ServerArgs) -> ExitCode {
         tracing::info!(addr = %listening, fingerprint = %server.fingerprint, "server running");
         notify::serve(
             signals,
-            Notifier::from_env(),
             async || reload(&args.config, &server).await,
             || server.status(),
         )
