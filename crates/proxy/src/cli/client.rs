@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::notify;
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
-use crate::config::ClientConfig;
+use crate::config::{BudgetPeriod, ClientConfig};
 
 /// Arguments of `braid client`.
 #[derive(Debug, clap::Args)]
@@ -30,9 +30,9 @@ fn summary(config: &ClientConfig) -> String {
             None => l.name.clone(),
             Some(b) => {
                 let per = match b.period {
-                    crate::config::BudgetPeriod::Day => "a day".to_owned(),
-                    crate::config::BudgetPeriod::Month { reset_day: 1 } => "a month".to_owned(),
-                    crate::config::BudgetPeriod::Month { reset_day } => {
+                    BudgetPeriod::Day => "a day".to_owned(),
+                    BudgetPeriod::Month { reset_day: 1 } => "a month".to_owned(),
+                    BudgetPeriod::Month { reset_day } => {
                         format!("a month from day {reset_day}")
                     }
                 };
