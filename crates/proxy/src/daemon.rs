@@ -1068,6 +1068,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         )),
         tokio::spawn(crate::process::trim_loop()),
         tokio::spawn(save_budgets(link_context.clone())),
+        tokio::spawn(link_context.clone().follow_devices()),
     ];
     let tun_limits = tun.map(|(device, limits, counters)| {
         let (sender, limits) = watch::channel(limits);

@@ -1460,6 +1460,238 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
     }
 }
 
+/// Two network namespaces of the test's own (`ip netns`), deleted when dropped.
+struct Namespaces(Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+/// Moves the calling thread into the network namespace `ns` (made with `ip netns add`).
+fn enter_namespace(ns: &str) {
+    use std::os::fd::AsRawFd as _;
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    // SAFETY: a valid namespace descriptor; this thread (and what it starts) alone moves.
+    assert_eq!(
+        unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// A link whose `interface` is a pattern (`bra*`) gets a link per matching device that is up,
+/// as devices come and go while the client runs: the client's namespace has veth devices
+/// whose peers are in the server's, each with a default route (a laptop's Wi-Fi and a phone
+/// tethered over USB). A device that appears joins the session within a second, one that goes
+/// away or down leaves it, the flows carry on over the others, devices that do not match or
+/// are down get no link, and a table that names a device takes it from the pattern. Needs
+/// root (`ip netns`, veth); says so and passes without.
+#[test]
+fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
+    let sh = |command: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", command])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let tag = std::process::id();
+    let (s, c) = (format!("braid-{tag}-srv"), format!("braid-{tag}-cli"));
+    if !sh(&format!("ip netns add {s} && ip netns add {c}")) {
+        eprintln!("skipped: `ip netns` is missing or not permitted");
+        return;
+    }
+    let _namespaces = Namespaces(vec![s.clone(), c.clone()]);
+    let (s, c) = (s.as_str(), c.as_str());
+    assert!(sh(&format!(
+        "ip -n {s} link set lo up && ip -n {s} addr add 10.8.0.1/32 dev lo && ip -n {c} link set lo up"
+    )));
+    // A device of the client's with its peer at the server, on 10.9.NET.0/24, and a default
+    // route through it of `metric`.
+    let veth = |dev: &str, net: u8, metric: u32| {
+        assert!(sh(&format!(
+            "ip -n {c} link add {dev} type veth peer name x{dev} netns {s} \
+             && ip -n {c} addr add 10.9.{net}.1/24 dev {dev} \
+             && ip -n {s} addr add 10.9.{net}.2/24 dev x{dev} && ip -n {s} link set x{dev} up \
+             && ip -n {c} link set {dev} up \
+             && ip -n {c} route add default via 10.9.{net}.2 dev {dev} metric {metric}"
+        )));
+    };
+
+    // The server and an echo origin in the server's namespace, on a thread of their own.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_ns = s.to_owned();
+    std::thread::scope(|scope| {
+        let server_thread = scope.spawn(move || {
+            enter_namespace(&server_ns);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let name = "pattern";
+                let server = braid_proxy::daemon::start_server(
+                    braid_proxy::config::ServerConfig {
+                        listen: vec!["0.0.0.0:0".parse().unwrap()],
+                        ..server_config(name, true)
+                    },
+                    braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+                )
+                .await
+                .unwrap();
+                let echo = test_server().await;
+                let mut config = client_config(name, &server, 1, KEY);
+                config.links[0].name = "auto".into();
+                config.links[0].interface = Some("bra*".into());
+                config.links[0].interface_required = true;
+                config.links[0].local_addr = None;
+                config.links[0].server = vec![format!("10.8.0.1:{}", server.addr.port())];
+                ready_tx.send((config, echo)).unwrap();
+                let _ = stop_rx.await;
+            });
+        });
+        let (config, echo) = ready_rx.recv().unwrap();
+
+        let client_ns = c.to_owned();
+        let client_thread = scope.spawn(move || {
+            enter_namespace(&client_ns);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                veth("bra0", 1, 100);
+                let mut client = braid_proxy::daemon::start_client(config.clone())
+                    .await
+                    .unwrap();
+                assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+                let links = async || -> Vec<(String, String)> {
+                    let status = client.status().await;
+                    status
+                        .links
+                        .iter()
+                        .map(|l| (l.name.clone(), l.state.clone()))
+                        .collect()
+                };
+                let wait_for = async |what: &str, want: &[(&str, &str)]| {
+                    let start = std::time::Instant::now();
+                    loop {
+                        let now = links().await;
+                        if now
+                            .iter()
+                            .map(|(n, s)| (n.as_str(), s.as_str()))
+                            .eq(want.iter().copied())
+                        {
+                            return start.elapsed();
+                        }
+                        assert!(
+                            start.elapsed() < Duration::from_secs(5),
+                            "{what}: links {now:?}"
+                        );
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                };
+                wait_for("the first device", &[("auto@bra0", "joined")]).await;
+                let (code, mut flow) =
+                    socks_connect(client.socks_addr, &echo.ip().to_string(), echo.port()).await;
+                assert_eq!(code, 0);
+                // The origin echoes what follows its first byte.
+                flow.write_all(b"E").await.unwrap();
+                let mut back = [0u8; 4];
+                let mut echoed = async |word: &[u8; 4]| {
+                    flow.write_all(word).await.unwrap();
+                    tokio::time::timeout(Duration::from_secs(5), flow.read_exact(&mut back))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(&back, word);
+                };
+                echoed(b"one!").await;
+
+                // A second matching device joins; one that does not match gets no link.
+                veth("bra2", 3, 200);
+                assert!(sh(&format!(
+                    "ip -n {c} link add brz0 type veth peer name xbrz0 && ip -n {c} link set brz0 up"
+                )));
+                let joined = wait_for(
+                    "a device that appeared",
+                    &[("auto@bra0", "joined"), ("auto@bra2", "joined")],
+                )
+                .await;
+                let paths = client.status().await.sessions[0].paths.len();
+                assert_eq!(paths, 2);
+                // A matching device that is down gets a link once it is up, and loses it when it
+                // goes down again.
+                assert!(sh(&format!("ip -n {c} link add bra5 type veth peer name xbra5")));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert_eq!(links().await.len(), 2, "{:?}", links().await);
+                assert!(sh(&format!("ip -n {c} link set bra5 up")));
+                let start = std::time::Instant::now();
+                while !links().await.iter().any(|(n, _)| n == "auto@bra5") {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(5),
+                        "{:?}",
+                        links().await
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(sh(&format!("ip -n {c} link set bra5 down")));
+                wait_for(
+                    "a device that went down",
+                    &[("auto@bra0", "joined"), ("auto@bra2", "joined")],
+                )
+                .await;
+
+                // The first device goes away: its link leaves and the flow carries on.
+                assert!(sh(&format!("ip -n {c} link del bra0")));
+                let left = wait_for("a device that went away", &[("auto@bra2", "joined")]).await;
+                let start = std::time::Instant::now();
+                while client.status().await.sessions[0].paths.len() != 1 {
+                    assert!(start.elapsed() < Duration::from_secs(5));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                echoed(b"two!").await;
+
+                // A table naming the device takes it from the pattern.
+                let mut file = config.clone();
+                let mut fixed = file.links[0].clone();
+                fixed.name = "fixed".into();
+                fixed.interface = Some("bra2".into());
+                file.links.push(fixed);
+                let reload = client.reload(file).await;
+                assert_eq!(reload.links.added, ["fixed"]);
+                assert_eq!(reload.links.removed, ["auto@bra2"]);
+                wait_for("a table naming the device", &[("fixed", "joined")]).await;
+                echoed(b"3rd!").await;
+                assert_eq!(
+                    client.status().await.sessions.len(),
+                    1,
+                    "one session throughout"
+                );
+                println!(
+                    "device up: joined after {:.0} ms; device gone: link left after {:.0} ms",
+                    joined.as_secs_f64() * 1e3,
+                    left.as_secs_f64() * 1e3
+                );
+                client.shutdown();
+            });
+        });
+        let result = client_thread.join();
+        let _ = stop_tx.send(());
+        server_thread.join().unwrap();
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
 /// A listener on 127.0.0.1 whose connections get `first` and then `then_bytes` bytes of
 /// `x`, and are then reset (`SO_LINGER` 0: a TCP RST, no FIN).
 async fn resetting_origin(first: &'static [u8], then_bytes: usize) -> std::net::SocketAddr {

@@ -26,8 +26,17 @@ fn summary(config: &ClientConfig) -> String {
     let links: Vec<String> = config
         .links
         .iter()
-        .map(|l| match l.budget {
-            None => l.name.clone(),
+        .map(|l| {
+            let name = match l.interface.as_deref() {
+                Some(pattern) if l.is_pattern() => {
+                    format!("{} on each device {pattern}", l.name)
+                }
+                _ => l.name.clone(),
+            };
+            (name, l.budget)
+        })
+        .map(|(name, budget)| match budget {
+            None => name,
             Some(b) => {
                 let per = match b.period {
                     BudgetPeriod::Day => "a day".to_owned(),
@@ -36,7 +45,7 @@ fn summary(config: &ClientConfig) -> String {
                         format!("a month from day {reset_day}")
                     }
                 };
-                format!("{} with {} MiB {per}", l.name, b.bytes >> 20)
+                format!("{name} with {} MiB {per}", b.bytes >> 20)
             }
         })
         .collect();
@@ -111,4 +120,31 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         client.shutdown_gracefully().await;
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_summary_names_each_link_its_pattern_and_its_budget() {
+        let text = format!(
+            "user = \"a\"\nkey = \"{}\"\nserver_fingerprint = \"{}\"\n\
+             [[link]]\nname = \"wifi\"\ninterface = \"wlan0\"\nserver = \"h:1\"\n\
+             [[link]]\nname = \"tether\"\ninterface = \"usb*\"\nserver = \"h:1\"\n\
+             budget_mib = 1024\nbudget_reset_day = 15\n\
+             [[link]]\nname = \"lte\"\nserver = \"h:1\"\nbudget_mib = 50\nbudget_period = \"day\"\n",
+            "11".repeat(32),
+            "22".repeat(32)
+        );
+        let config = ClientConfig::parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(
+            summary(&config),
+            "a valid client configuration: user a, 3 links (wifi, tether on each device usb* \
+             with 1024 MiB a month from day 15, lte with 50 MiB a day), scheduler minrtt, \
+             inbounds SOCKS5 127.0.0.1:1080"
+        );
+    }
 }

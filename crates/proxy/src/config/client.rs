@@ -36,7 +36,9 @@ pub struct LinkConfig {
     pub name: String,
     /// The local address its UDP socket binds to (`None`: any address of the server's family).
     pub local_addr: Option<SocketAddr>,
-    /// A network device to bind to (`SO_BINDTODEVICE`).
+    /// A network device to bind to (`SO_BINDTODEVICE`), or a pattern of device names
+    /// ([`LinkConfig::is_pattern`]): then the table stands for one link per matching device
+    /// (`crate::transport::autolink`).
     pub interface: Option<String>,
     /// Fail the link (instead of warning and carrying on unbound) when binding to the device is
     /// not permitted.
@@ -62,6 +64,19 @@ pub struct LinkConfig {
     /// How much the link may carry per day or month (`budget_mib`, `budget_period`,
     /// `budget_reset_day`); `None`: no limit. See [`crate::transport::budget`].
     pub budget: Option<LinkBudget>,
+}
+
+impl LinkConfig {
+    /// Whether `interface` is a pattern (holds `*` or `?`): the table stands for one link per
+    /// network device whose name matches, named `NAME@DEVICE`.
+    pub fn is_pattern(&self) -> bool {
+        self.interface.as_deref().is_some_and(is_device_pattern)
+    }
+}
+
+/// Whether a `[[link]] interface` value is a pattern of device names rather than one name.
+fn is_device_pattern(interface: &str) -> bool {
+    interface.contains(['*', '?'])
 }
 
 /// A link's data budget: the bytes its packets may take on the network (both ways, with their
@@ -595,6 +610,18 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
             dev,
         ));
     }
+    if let (Some(dev), Some(addr)) = (&raw.interface, local_addr)
+        && is_device_pattern(dev)
+        && (!addr.ip().is_unspecified() || addr.port() != 0)
+    {
+        // Each device's link binds a socket of its own: one address or port cannot serve them.
+        return Err(invalid(
+            file,
+            field("local_addr"),
+            "0.0.0.0:0 or [::]:0 beside an interface pattern",
+            addr,
+        ));
+    }
     let server = link_servers(file, &field("server"), &raw.server)?;
     let weight = u16::try_from(raw.weight)
         .ok()
@@ -743,6 +770,32 @@ mod tests {
             "11".repeat(32),
             "AB:".repeat(31) + "AB"
         )
+    }
+
+    #[test]
+    fn an_interface_pattern_takes_no_local_address_of_its_own() {
+        let with =
+            |extra: &str| ClientConfig::parse(Path::new("c.toml"), &format!("{}{extra}", base()));
+        let c = with("interface = \"usb*\"\n").unwrap();
+        assert!(c.links[0].is_pattern());
+        assert!(!with("interface = \"usb0\"\n").unwrap().links[0].is_pattern());
+        assert!(with("interface = \"wlan?\"\n").unwrap().links[0].is_pattern());
+        for ok in ["0.0.0.0:0", "[::]:0"] {
+            let c = with(&format!("interface = \"usb*\"\nlocal_addr = \"{ok}\"\n")).unwrap();
+            assert_eq!(c.links[0].local_addr, Some(ok.parse().unwrap()));
+        }
+        for bad in ["10.0.0.1:0", "0.0.0.0:5000"] {
+            let e = with(&format!("interface = \"usb*\"\nlocal_addr = \"{bad}\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "c.toml: link[0].local_addr: expected 0.0.0.0:0 or [::]:0 beside an \
+                     interface pattern, got \"{bad}\""
+                )
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! bound to an interface or to a local address follows it (`transport::ifwatch`): it leaves the
 //! session when the interface goes down or the address away, telling the server
 //! (PATH_ABANDON), and joins again when it is back; any interface coming up or getting an
-//! address cuts a link's retry wait short.
+//! address cuts a link's retry wait short. A link table whose `interface` is a pattern stands
+//! for one link per matching device ([`super::autolink`]): the links come and go with the
+//! devices.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +27,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tracing::{info, warn};
 
+use super::autolink::{self, Expanded};
 use super::budget::{self, Budgets, LinkTraffic};
 use super::driver::{self, Command, DriverSetup};
 use super::flow::SessionHandle;
@@ -117,8 +120,51 @@ pub struct LinkContext {
     interfaces: watch::Receiver<u64>,
     /// The links now, by path id.
     table: Mutex<LinkTable>,
+    /// The file's `[[link]]` tables (the start's, then a reload's), patterns and all, and the
+    /// pattern links left out at the last look; held while the links are put in force, so that
+    /// a reload and the devices' news take turns.
+    wanted: tokio::sync::Mutex<WantedLinks>,
     /// What the links with a data budget carried in its period.
     pub(crate) budgets: Budgets,
+}
+
+/// The links a file asks for ([`LinkContext::wanted`]).
+#[derive(Debug)]
+struct WantedLinks {
+    file: Vec<LinkConfig>,
+    left_out: Vec<String>,
+}
+
+impl WantedLinks {
+    /// The links wanted with the devices there now; logs the pattern links left out when they
+    /// changed.
+    fn expand(&mut self, tun: Option<&str>) -> Vec<LinkConfig> {
+        let devices = if self.file.iter().any(LinkConfig::is_pattern) {
+            autolink::devices()
+        } else {
+            Vec::new()
+        };
+        let Expanded { links, left_out } = autolink::expand(&self.file, &devices, tun);
+        if left_out != self.left_out && !left_out.is_empty() {
+            warn!(
+                left_out = ?left_out,
+                "devices matching a link's interface pattern left out: {} links at most, and a \
+                 pattern link may not take the name of another link",
+                MAX_PATHS
+            );
+        }
+        self.left_out = left_out;
+        links
+    }
+}
+
+/// Why the links are put in force again, for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    /// A reload (SIGHUP).
+    Reload,
+    /// The kernel's news of the devices, for the links of a pattern.
+    Devices,
 }
 
 /// What the server answered the joins of one session, to tell when it lost the session: it
@@ -334,10 +380,14 @@ impl LinkContext {
             session: None,
             next_generation: 0,
         };
-        let mut slots: Vec<Option<LinkSlot>> = config
-            .links
-            .iter()
-            .map(|l| Some(table.new_slot(l.clone())))
+        let mut wanted = WantedLinks {
+            file: config.links.clone(),
+            left_out: Vec::new(),
+        };
+        let mut slots: Vec<Option<LinkSlot>> = wanted
+            .expand(tun_name(&config))
+            .into_iter()
+            .map(|l| Some(table.new_slot(l)))
             .collect();
         slots.resize_with(MAX_PATHS, || None);
         table.slots = slots;
@@ -350,6 +400,7 @@ impl LinkContext {
             crypto,
             interfaces: ifwatch::watch(),
             table: Mutex::new(table),
+            wanted: tokio::sync::Mutex::new(wanted),
             budgets,
         }
     }
@@ -450,13 +501,36 @@ impl LinkContext {
             .collect()
     }
 
-    /// Puts `links` (a reload's, validated: unique names, at most [`MAX_PATHS`]) in place of
-    /// the running ones, matched by name: a link no longer listed leaves the session, a link
-    /// whose settings changed reconnects with the new ones under its path id, and a new link
-    /// takes the lowest free path id and joins. The other links and their connections are
-    /// untouched.
-    pub(crate) async fn reload(self: &Arc<Self>, links: &[LinkConfig]) -> LinkChanges {
-        let (changes, updates) = self.reload_table(links);
+    /// Puts the links of `file` (a reload's `[[link]]` tables, validated: unique names, at most
+    /// [`MAX_PATHS`]; a pattern stands for a link per matching device) in place of the running
+    /// ones, matched by name: a link no longer wanted leaves the session, a link whose settings
+    /// changed reconnects with the new ones under its path id, and a new link takes the lowest
+    /// free path id and joins. The other links and their connections are untouched.
+    pub(crate) async fn reload(self: &Arc<Self>, file: &[LinkConfig]) -> LinkChanges {
+        let mut wanted = self.wanted.lock().await;
+        wanted.file = file.to_vec();
+        self.put_in_force(&mut wanted, Cause::Reload).await
+    }
+
+    /// Follows the devices for the links of the file's patterns: after each change the kernel
+    /// reports, a device that appeared or came up gets its link, and the link of one that went
+    /// away or down leaves. Runs until aborted.
+    pub(crate) async fn follow_devices(self: Arc<Self>) {
+        let mut interfaces = self.interfaces.clone();
+        loop {
+            ifwatch::changed(&mut interfaces).await;
+            let mut wanted = self.wanted.lock().await;
+            if wanted.file.iter().any(LinkConfig::is_pattern) {
+                self.put_in_force(&mut wanted, Cause::Devices).await;
+            }
+        }
+    }
+
+    /// Puts the links `wanted` stands for with the devices there now in place of the running
+    /// ones (see [`LinkContext::reload`]).
+    async fn put_in_force(self: &Arc<Self>, wanted: &mut WantedLinks, cause: Cause) -> LinkChanges {
+        let links = wanted.expand(tun_name(&self.config));
+        let (changes, updates) = self.reload_table(&links, cause);
         // Sent after the table's lock is released, in order; a path that joins meanwhile
         // compares its settings itself (`run_link`).
         for (session, update) in updates {
@@ -470,6 +544,7 @@ impl LinkContext {
     fn reload_table(
         self: &Arc<Self>,
         links: &[LinkConfig],
+        cause: Cause,
     ) -> (LinkChanges, Vec<(SessionHandle, Command)>) {
         let mut changes = LinkChanges::default();
         let mut updates = Vec::new();
@@ -484,7 +559,12 @@ impl LinkContext {
                 None => {
                     slot.stop(b"link removed", &self.budgets);
                     table.slots[path] = None;
-                    info!(link = %name, path, "reload: link removed");
+                    match cause {
+                        Cause::Reload => info!(link = %name, path, "reload: link removed"),
+                        Cause::Devices => {
+                            info!(link = %name, path, "link removed: its device went away or down");
+                        }
+                    }
                     changes.removed.push(name);
                 }
                 Some(new) if *new == *slot.config => {}
@@ -526,11 +606,21 @@ impl LinkContext {
             };
             table.slots[path] = Some(table.new_slot(new.clone()));
             self.start_link(&mut table, path);
-            info!(link = %new.name, path, "reload: link added");
+            match cause {
+                Cause::Reload => info!(link = %new.name, path, "reload: link added"),
+                Cause::Devices => {
+                    info!(link = %new.name, path, "link added: a device matching its pattern is up");
+                }
+            }
             changes.added.push(new.name.clone());
         }
         (changes, updates)
     }
+}
+
+/// The client's own TUN device, never a pattern's link.
+fn tun_name(config: &ClientConfig) -> Option<&str> {
+    config.tun.as_ref().map(|t| t.name.as_str())
 }
 
 fn hex(bytes: &[u8]) -> String {

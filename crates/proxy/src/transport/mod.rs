@@ -4,6 +4,7 @@
 //! ([`status`]).
 
 mod arena;
+mod autolink;
 pub mod budget;
 pub mod client;
 pub mod driver;

@@ -189,18 +189,47 @@ pub fn del_address(name: &str, net: IpNet) -> io::Result<()> {
 /// false for a Wi-Fi that lost its access point, an Ethernet without a cable, a modem that
 /// hung up, an interface taken down or removed.
 pub fn is_running(name: &str) -> io::Result<bool> {
+    let want = libc::IFF_UP | libc::IFF_RUNNING;
+    Ok(flags(name)?.is_some_and(|flags| flags & want == want))
+}
+
+/// The flags (`IFF_UP`, `IFF_RUNNING`, `IFF_LOOPBACK`, …) of the interface `name`; `None`
+/// when there is no interface of that name.
+pub fn flags(name: &str) -> io::Result<Option<libc::c_int>> {
     check_name(name)?;
     let socket = control_socket(libc::AF_INET)?;
     let mut req = IfReq::new(name, &[]);
     // SAFETY: `SIOCGIFFLAGS` reads the name and writes `ifr_flags` into a `struct ifreq`.
     match unsafe { ioctl(&socket, libc::SIOCGIFFLAGS, &mut req) } {
         Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(None),
         Err(e) => return Err(e),
     }
+    // `ifr_flags` is a `short`; its bits are those of the `IFF_*` constants.
     let flags = libc::c_short::from_ne_bytes([req.value[0], req.value[1]]);
-    let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-    Ok(flags & want == want)
+    Ok(Some(libc::c_int::from(flags as libc::c_ushort)))
+}
+
+/// The names of the host's network interfaces (`if_nameindex`).
+pub fn interface_names() -> io::Result<Vec<String>> {
+    // SAFETY: no arguments; the result is checked and freed below.
+    let list = unsafe { libc::if_nameindex() };
+    if list.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut names = Vec::new();
+    let mut entry = list;
+    // SAFETY: the list ends with an entry of index 0 and a null name; each name is a
+    // NUL-terminated string owned by the list, which lives until `if_freenameindex`.
+    unsafe {
+        while (*entry).if_index != 0 && !(*entry).if_name.is_null() {
+            let name = std::ffi::CStr::from_ptr((*entry).if_name);
+            names.push(name.to_string_lossy().into_owned());
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    Ok(names)
 }
 
 /// Sets the MTU of the interface `name`.
