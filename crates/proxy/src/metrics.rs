@@ -732,7 +732,7 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
     let joined = status
         .links
         .iter()
-        .map(|l| (link_labels(l), Value::Int(u64::from(l.state == "joined"))))
+        .map(|l| (link_labels(l), Value::Int(u64::from(l.joined()))))
         .collect();
     e.family(
         "braid_link_joined",

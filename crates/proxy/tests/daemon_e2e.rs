@@ -1692,6 +1692,112 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
     });
 }
 
+/// With `budget_spent = "backup"`, a link whose budget is spent stays in the session as a
+/// backup: it carries next to nothing while the other link is live, takes the traffic when that
+/// one goes, and is a primary again once its budget has room (a reload here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_budget_is_spent_stays_as_a_backup_when_asked() {
+    use braid_proxy::config::{BudgetPeriod, LinkBudget, WhenSpent};
+    use braid_proxy::transport::LinkStatus;
+    let name = "budgetbackup";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let origin = test_server().await;
+    let budget = 2 << 20;
+    let mut config = client_config(name, &server, 2, KEY);
+    config.links[1].budget = Some(LinkBudget {
+        bytes: budget,
+        period: BudgetPeriod::Day,
+        when_spent: WhenSpent::Backup,
+    });
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let link1 = async || -> LinkStatus {
+        let links = client.status().await.links;
+        links.into_iter().find(|l| l.name == "link1").unwrap()
+    };
+    let server_state = async |id: u8| -> String {
+        let status = server.status().await;
+        let path = status.sessions[0].paths.iter().find(|p| p.id == id);
+        path.map_or("gone".into(), |p| p.state.clone())
+    };
+    let whole = sha256(&pattern(8 * MB, 7));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while link1().await.state != "joined as backup: budget spent" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            link1().await
+        );
+        let got = download(client.socks_addr, origin, 8 * MB as u32).await;
+        assert_eq!(sha256(&got), whole, "a download broke");
+    }
+    // Still in the session on both ends, as a backup.
+    let start = tokio::time::Instant::now();
+    while server_state(1).await != "backup" {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{}",
+            server_state(1).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(client.status().await.sessions[0].paths.len(), 2);
+    // Next to nothing on it while link0 is live: 16 MiB more go by link0 (counted from when
+    // what was in flight on it as it became a backup has arrived).
+    let spent_at = link1().await.budget.unwrap().used_bytes;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let used = link1().await.budget.unwrap().used_bytes;
+    for _ in 0..2 {
+        let got = download(client.socks_addr, origin, 8 * MB as u32).await;
+        assert_eq!(sha256(&got), whole);
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let idle = link1().await.budget.unwrap().used_bytes - used;
+    assert!(
+        idle < 64 * 1024,
+        "the spent link carried {idle} B beside a live primary"
+    );
+    // link0 gone: the backup carries the download.
+    let mut only = config.clone();
+    only.links.remove(0);
+    assert_eq!(client.reload(only.clone()).await.links.removed, ["link0"]);
+    let got = download(client.socks_addr, origin, 8 * MB as u32).await;
+    assert_eq!(sha256(&got), whole, "the download over the backup broke");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let carried = link1().await.budget.unwrap().used_bytes - used - idle;
+    assert!(carried > 8 * MB as u64, "the backup carried {carried} B");
+    // A bigger budget: a primary again.
+    only.links[0].budget = Some(LinkBudget {
+        bytes: 1 << 30,
+        ..config.links[1].budget.unwrap()
+    });
+    assert_eq!(client.reload(only).await.links.updated, ["link1"]);
+    let start = tokio::time::Instant::now();
+    while link1().await.state != "joined" || server_state(1).await != "active" {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?} {}",
+            link1().await,
+            server_state(1).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "budget {budget} B: spent at {spent_at} B ({used} B a second later); {idle} B beside a \
+         live primary over 16 MiB, {carried} B as the only link over 8 MiB"
+    );
+    let state_dir = config.state_dir.clone();
+    drop(client);
+    std::fs::remove_dir_all(&state_dir).unwrap();
+}
+
 /// A listener on 127.0.0.1 whose connections get `first` and then `then_bytes` bytes of
 /// `x`, and are then reset (`SO_LINGER` 0: a TCP RST, no FIN).
 async fn resetting_origin(first: &'static [u8], then_bytes: usize) -> std::net::SocketAddr {
@@ -1995,7 +2101,7 @@ async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
 /// join again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_restart() {
-    use braid_proxy::config::{BudgetPeriod, LinkBudget};
+    use braid_proxy::config::{BudgetPeriod, LinkBudget, WhenSpent};
     use braid_proxy::transport::LinkStatus;
     let name = "budget";
     let server = braid_proxy::daemon::start_server(
@@ -2010,6 +2116,7 @@ async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_re
     config.links[1].budget = Some(LinkBudget {
         bytes: budget,
         period: BudgetPeriod::Day,
+        when_spent: WhenSpent::Leave,
     });
     let mut client = braid_proxy::daemon::start_client(config.clone())
         .await
@@ -2091,6 +2198,7 @@ async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_re
     config.links[1].budget = Some(LinkBudget {
         bytes: 1 << 30,
         period: BudgetPeriod::Day,
+        when_spent: WhenSpent::Leave,
     });
     let state_dir = config.state_dir.clone();
     assert_eq!(client.reload(config).await.links.updated, ["link1"]);

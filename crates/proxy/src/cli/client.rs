@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::notify;
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
-use crate::config::{BudgetPeriod, ClientConfig};
+use crate::config::{BudgetPeriod, ClientConfig, WhenSpent};
 
 /// Arguments of `braid client`.
 #[derive(Debug, clap::Args)]
@@ -45,7 +45,11 @@ fn summary(config: &ClientConfig) -> String {
                         format!("a month from day {reset_day}")
                     }
                 };
-                format!("{name} with {} MiB {per}", b.bytes >> 20)
+                let then = match b.when_spent {
+                    WhenSpent::Leave => "",
+                    WhenSpent::Backup => ", then backup",
+                };
+                format!("{name} with {} MiB {per}{then}", b.bytes >> 20)
             }
         })
         .collect();
@@ -135,7 +139,8 @@ mod tests {
              [[link]]\nname = \"wifi\"\ninterface = \"wlan0\"\nserver = \"h:1\"\n\
              [[link]]\nname = \"tether\"\ninterface = \"usb*\"\nserver = \"h:1\"\n\
              budget_mib = 1024\nbudget_reset_day = 15\n\
-             [[link]]\nname = \"lte\"\nserver = \"h:1\"\nbudget_mib = 50\nbudget_period = \"day\"\n",
+             [[link]]\nname = \"lte\"\nserver = \"h:1\"\nbudget_mib = 50\nbudget_period = \"day\"\n\
+             budget_spent = \"backup\"\n",
             "11".repeat(32),
             "22".repeat(32)
         );
@@ -143,7 +148,7 @@ mod tests {
         assert_eq!(
             summary(&config),
             "a valid client configuration: user a, 3 links (wifi, tether on each device usb* \
-             with 1024 MiB a month from day 15, lte with 50 MiB a day), scheduler minrtt, \
+             with 1024 MiB a month from day 15, lte with 50 MiB a day, then backup), scheduler minrtt, \
              inbounds SOCKS5 127.0.0.1:1080"
         );
     }

@@ -299,7 +299,7 @@ pub(crate) fn summary(status: &DaemonStatus) -> String {
     let joined: Vec<&str> = status
         .links
         .iter()
-        .filter(|l| l.state == "joined")
+        .filter(|l| l.joined())
         .map(|l| l.name.as_str())
         .collect();
     let mut line = format!(
@@ -310,7 +310,7 @@ pub(crate) fn summary(status: &DaemonStatus) -> String {
     if !joined.is_empty() {
         line += &format!(" ({})", joined.join(", "));
     }
-    for link in status.links.iter().filter(|l| l.state != "joined") {
+    for link in status.links.iter().filter(|l| !l.joined()) {
         line += &format!("; {} {}", link.name, link.state);
         if let Some(e) = &link.last_error {
             // `budget spent: data budget spent: …` says it twice.

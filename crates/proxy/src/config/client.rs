@@ -87,6 +87,19 @@ pub struct LinkBudget {
     pub bytes: u64,
     /// The period, in UTC.
     pub period: BudgetPeriod,
+    /// What the link does once the budget is spent (`budget_spent`).
+    pub when_spent: WhenSpent,
+}
+
+/// What a link does once its data budget for the period is spent (`budget_spent`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WhenSpent {
+    /// It leaves the session until the next period (`"leave"`).
+    #[default]
+    Leave,
+    /// It stays in the session as a backup link, carrying traffic only while no primary link is
+    /// live, until the next period (`"backup"`).
+    Backup,
 }
 
 /// The period a link's budget is for, in UTC.
@@ -297,6 +310,7 @@ struct RawLink {
     budget_mib: Option<i64>,
     budget_period: Option<String>,
     budget_reset_day: Option<i64>,
+    budget_spent: Option<String>,
 }
 
 fn one() -> i64 {
@@ -715,6 +729,14 @@ fn link_budget(
                 day,
             ));
         }
+        if let Some(then) = &raw.budget_spent {
+            return Err(invalid(
+                file,
+                field("budget_spent"),
+                "budget_mib beside it",
+                then,
+            ));
+        }
         return Ok(None);
     };
     if !(1..=MAX_BUDGET_MIB).contains(&mib) {
@@ -753,9 +775,22 @@ fn link_budget(
             ));
         }
     };
+    let when_spent = match raw.budget_spent.as_deref() {
+        None | Some("leave") => WhenSpent::Leave,
+        Some("backup") => WhenSpent::Backup,
+        Some(other) => {
+            return Err(invalid(
+                file,
+                field("budget_spent"),
+                "\"leave\" or \"backup\"",
+                other,
+            ));
+        }
+    };
     Ok(Some(LinkBudget {
         bytes: mib as u64 * 1024 * 1024,
         period,
+        when_spent,
     }))
 }
 
@@ -836,16 +871,21 @@ mod tests {
             Some(LinkBudget {
                 bytes: 2 << 30,
                 period: BudgetPeriod::Month { reset_day: 1 },
+                when_spent: WhenSpent::Leave,
             })
         );
         assert_eq!(
-            with("budget_mib = 1\nbudget_period = \"month\"\nbudget_reset_day = 28")
-                .unwrap()
-                .links[0]
+            with(
+                "budget_mib = 1\nbudget_period = \"month\"\nbudget_reset_day = 28\n\
+                 budget_spent = \"backup\""
+            )
+            .unwrap()
+            .links[0]
                 .budget,
             Some(LinkBudget {
                 bytes: 1 << 20,
                 period: BudgetPeriod::Month { reset_day: 28 },
+                when_spent: WhenSpent::Backup,
             })
         );
         assert_eq!(
@@ -878,6 +918,14 @@ mod tests {
             (
                 "budget_reset_day = 3",
                 "link[0].budget_reset_day: expected budget_mib beside it",
+            ),
+            (
+                "budget_spent = \"backup\"",
+                "link[0].budget_spent: expected budget_mib beside it, got \"backup\"",
+            ),
+            (
+                "budget_mib = 9\nbudget_spent = \"stop\"",
+                "link[0].budget_spent: expected \"leave\" or \"backup\", got \"stop\"",
             ),
             (
                 "budget_mib = 9\nbudget_period = \"week\"",

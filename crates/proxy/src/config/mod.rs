@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 pub use client::{
     BudgetPeriod, ClientConfig, DEFAULT_FAST_REJOIN, DEFAULT_TUN_MTU, LinkBudget, LinkConfig,
-    ServerTrust, SocksUser, TunConfig, parse_fingerprint,
+    ServerTrust, SocksUser, TunConfig, WhenSpent, parse_fingerprint,
 };
 pub use ipnet::IpNet;
 pub use server::{

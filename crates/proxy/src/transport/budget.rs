@@ -442,6 +442,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::config::WhenSpent;
 
     fn at(y: i64, m: u32, d: u32, h: u64) -> u64 {
         days_from_civil(y, m, d) as u64 * DAY + h * 3600
@@ -548,6 +549,7 @@ mod tests {
         let budget = LinkBudget {
             bytes: 1000,
             period: BudgetPeriod::Day,
+            when_spent: WhenSpent::Leave,
         };
         let day1 = at(2026, 11, 25, 10);
         assert!(!b.add("lte", &budget, 600, day1).spent());
@@ -589,6 +591,7 @@ mod tests {
         let budget = LinkBudget {
             bytes: 1 << 20,
             period: BudgetPeriod::Month { reset_day: 1 },
+            when_spent: WhenSpent::Leave,
         };
         let now = at(2026, 11, 25, 10);
         let b = Budgets::load(&dir);

@@ -37,8 +37,8 @@ use super::join::{
 };
 use super::quic::{BindError, bind_link_socket, datagram_size};
 use super::status::{LinkBudgetStatus, LinkStatus};
-use crate::config::{ClientConfig, LinkConfig};
-use crate::session::{PathConfig, Role};
+use crate::config::{ClientConfig, LinkConfig, WhenSpent};
+use crate::session::{PathConfig, Role, Tier};
 
 /// First retry delay of a link.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -226,7 +226,8 @@ struct LinkSlot {
     traffic: Arc<LinkTraffic>,
     /// Bytes of `traffic` already counted against the link's budget.
     counted: u64,
-    /// Waiting for its budget: spent in this period.
+    /// Its budget is spent in this period: it waits for the next (`budget_spent = "leave"`), or
+    /// its path is a backup until then (`"backup"`).
     spent: bool,
 }
 
@@ -257,6 +258,7 @@ impl LinkSlot {
             self.traffic.set_limit(u64::MAX);
             return None;
         };
+        let backup_once_spent = budget.when_spent == WhenSpent::Backup;
         let state = budgets.add(&self.config.name, &budget, delta, now);
         let share = |used: u64| used as f64 / state.budget_bytes as f64;
         if share(state.used_bytes - delta.min(state.used_bytes)) < BUDGET_WARNING
@@ -264,17 +266,40 @@ impl LinkSlot {
         {
             warn!(link = %self.config.name, budget = %state, "the link has used 80 % of its data budget");
         }
-        // The sockets wake the link's task when the rest of the budget is gone.
+        // The sockets wake the link's task when the rest of the budget is gone (a link that
+        // carries on as a backup once it is spent needs no wake then: its period's end is
+        // found on the timer).
         let left = state.budget_bytes.saturating_sub(state.used_bytes);
-        self.traffic.set_limit(total.saturating_add(left));
+        if backup_once_spent && left == 0 {
+            self.traffic.set_limit(u64::MAX);
+        } else {
+            self.traffic.set_limit(total.saturating_add(left));
+        }
         Some(state)
+    }
+
+    /// The tier its path has: the file's, or backup while its budget is spent and
+    /// `budget_spent = "backup"`.
+    fn tier(&self) -> Tier {
+        let demoted = self.spent
+            && self
+                .config
+                .budget
+                .is_some_and(|b| b.when_spent == WhenSpent::Backup);
+        if demoted {
+            Tier::Backup
+        } else {
+            self.config.tier
+        }
     }
 
     fn status(&self, path: usize, now: Instant, budgets: &Budgets) -> LinkStatus {
         let budget = budgets.of(&self.config);
-        let state = if self.joined {
+        let state = if self.joined && self.spent {
+            "joined as backup: budget spent".to_owned()
+        } else if self.joined {
             "joined".to_owned()
-        } else if self.spent {
+        } else if self.spent && when_spent(&self.config) == WhenSpent::Leave {
             "budget spent".to_owned()
         } else if self.task.is_none() {
             "no session".to_owned()
@@ -361,13 +386,13 @@ fn rate_cap(link: &LinkConfig) -> Option<u64> {
     link.rate_cap_mbps.map(|m| (m * 1e6 / 8.0) as u64)
 }
 
-/// The command that gives the path of `link` its tier, rate cap and congestion controller, on
-/// connection `conn`.
-fn update_command(id: PathId, conn: &quinn::Connection, link: &LinkConfig) -> Command {
+/// The command that gives the path of `link` its tier (`tier`: the link's, or backup for a
+/// spent budget), rate cap and congestion controller, on connection `conn`.
+fn update_command(id: PathId, conn: &quinn::Connection, link: &LinkConfig, tier: Tier) -> Command {
     Command::UpdatePath {
         id,
         conn: conn.stable_id(),
-        tier: link.tier,
+        tier,
         rate_cap: rate_cap(link),
         congestion: link.congestion,
     }
@@ -575,7 +600,7 @@ impl LinkContext {
                     {
                         updates.push((
                             session.clone(),
-                            update_command(PathId(path as u8), conn, new),
+                            update_command(PathId(path as u8), conn, new, slot.tier()),
                         ));
                     }
                     info!(link = %name, path, tier = ?new.tier, rate_cap_mbps = ?new.rate_cap_mbps, "reload: link updated in place");
@@ -711,13 +736,32 @@ async fn run_link(
         };
         // What the last attempt sent counts too (a dark link's handshakes).
         ctx.meter(id, generation);
-        if let Some(state) = ctx.budgets.of(&link).filter(LinkBudgetStatus::spent) {
+        let spent = ctx.budgets.of(&link).filter(LinkBudgetStatus::spent);
+        if let Some(state) = spent
+            && when_spent(&link) == WhenSpent::Leave
+        {
             if !wait_for_budget(id, generation, &ctx, &link, state).await {
                 return;
             }
             backoff = BACKOFF_MIN;
             continue;
         }
+        // Spent with `budget_spent = "backup"`: the path joins as a backup.
+        let Some(was_spent) = ctx.update(id, generation, |slot| {
+            std::mem::replace(&mut slot.spent, spent.is_some())
+        }) else {
+            return;
+        };
+        if let Some(state) = spent
+            && !was_spent
+        {
+            demoted_warning(&link, state);
+        }
+        let tier = if spent.is_some() {
+            Tier::Backup
+        } else {
+            link.tier
+        };
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let fast = rejoins_fast(dark_since, link.fast_rejoin);
@@ -766,7 +810,7 @@ async fn run_link(
                     return;
                 }
                 let config = PathConfig {
-                    tier: link.tier,
+                    tier,
                     weight: link.weight,
                     rate_cap: rate_cap(&link),
                     max_datagram_size: datagram_size(&conn),
@@ -789,13 +833,14 @@ async fn run_link(
                 let now = ctx.update(id, generation, |slot| {
                     slot.joined = true;
                     slot.joins += 1;
-                    slot.config.clone()
+                    (slot.config.clone(), slot.tier())
                 });
-                if let Some(now) = now
-                    && (now.tier, now.rate_cap_mbps, now.congestion)
-                        != (link.tier, link.rate_cap_mbps, link.congestion)
+                if let Some((now, now_tier)) = now
+                    && (now_tier, now.rate_cap_mbps, now.congestion)
+                        != (tier, link.rate_cap_mbps, link.congestion)
                 {
-                    let _ = session.commands.send(update_command(id, &conn, &now)).await;
+                    let update = update_command(id, &conn, &now, now_tier);
+                    let _ = session.commands.send(update).await;
                 }
                 // The path leaves at once when its interface goes down or its address goes away:
                 // the session sends what was in flight on it over the other paths now, not
@@ -803,11 +848,30 @@ async fn run_link(
                 let mut watch = interfaces.clone();
                 // An ended connection whose link is unusable now went for that reason (quinn
                 // may notice first, its socket failing).
-                // A spent data budget is such a reason too.
-                let gone = tokio::select! {
-                    reason = conn.closed() => unusable(&link).ok_or(reason),
-                    e = became_unusable(&link, &mut watch) => Ok(e),
-                    e = budget_spent(id, generation, &ctx, &traffic) => Ok(e),
+                // A spent data budget is such a reason too, unless the path stays as a backup:
+                // then its tier changes, and changes back in the next period.
+                let gone = loop {
+                    let turn = tokio::select! {
+                        reason = conn.closed() => break unusable(&link).ok_or(reason),
+                        e = became_unusable(&link, &mut watch) => break Ok(e),
+                        turn = budget_turn(id, generation, &ctx, &traffic) => turn,
+                    };
+                    let (now, tier) = match turn {
+                        BudgetTurn::Spent(state) => break Ok(LinkError::BudgetSpent(state)),
+                        BudgetTurn::Demoted(now, state) => {
+                            demoted_warning(&now, state);
+                            (now, Tier::Backup)
+                        }
+                        BudgetTurn::Restored(now) => {
+                            info!(link = %now.name, tier = ?now.tier, "the link's data budget has room again: its path takes its tier back");
+                            let tier = now.tier;
+                            (now, tier)
+                        }
+                    };
+                    let _ = session
+                        .commands
+                        .send(update_command(id, &conn, &now, tier))
+                        .await;
                 };
                 // Gone for good: the session tells the server (PATH_ABANDON over another
                 // path), which then stops waiting for this one.
@@ -890,32 +954,77 @@ async fn run_link(
     }
 }
 
+/// What happened to a joined link's budget ([`budget_turn`]).
+enum BudgetTurn {
+    /// Spent: the link leaves (`budget_spent = "leave"`).
+    Spent(LinkBudgetStatus),
+    /// Spent: its path becomes a backup (`"backup"`); the link's settings now.
+    Demoted(Arc<LinkConfig>, LinkBudgetStatus),
+    /// A demoted path's budget has room again (a new period, a reload): it takes its tier
+    /// back.
+    Restored(Arc<LinkConfig>),
+}
+
 /// Counts link `id`'s traffic against its budget every [`budget::METER_EVERY`], and at once
-/// when its sockets find the rest of the budget gone; returns once the budget is spent (never,
-/// once the link is removed or replaced).
-async fn budget_spent(
+/// when its sockets find the rest of the budget gone; returns when the budget is spent, and,
+/// for a path kept as a backup, when it has room again (never, once the link is removed or
+/// replaced).
+async fn budget_turn(
     id: PathId,
     generation: u64,
     ctx: &LinkContext,
     traffic: &LinkTraffic,
-) -> LinkError {
+) -> BudgetTurn {
     loop {
         tokio::select! {
             () = tokio::time::sleep(budget::METER_EVERY) => {}
             () = traffic.reached() => {}
         }
-        match ctx.meter(id, generation) {
+        let now = budget::now_unix();
+        let turn = ctx.update(id, generation, |slot| {
+            let spent = slot
+                .meter(&ctx.budgets, now)
+                .filter(LinkBudgetStatus::spent);
+            match spent {
+                Some(state) if when_spent(&slot.config) == WhenSpent::Leave => {
+                    Some(BudgetTurn::Spent(state))
+                }
+                Some(state) if !slot.spent => {
+                    slot.spent = true;
+                    Some(BudgetTurn::Demoted(slot.config.clone(), state))
+                }
+                None if slot.spent => {
+                    slot.spent = false;
+                    Some(BudgetTurn::Restored(slot.config.clone()))
+                }
+                _ => None,
+            }
+        });
+        match turn {
             None => std::future::pending::<()>().await,
-            Some(Some(state)) if state.spent() => return LinkError::BudgetSpent(state),
-            Some(_) => {}
+            Some(Some(turn)) => return turn,
+            Some(None) => {}
         }
     }
 }
 
+/// What `link` does once its budget is spent (leave when it has none: never asked then).
+fn when_spent(link: &LinkConfig) -> WhenSpent {
+    link.budget.map_or(WhenSpent::Leave, |b| b.when_spent)
+}
+
+fn demoted_warning(link: &LinkConfig, state: LinkBudgetStatus) {
+    warn!(
+        link = %link.name,
+        budget = %state,
+        "the link's data budget is spent: it carries traffic only as a backup until its next period"
+    );
+}
+
 /// Keeps link `id` (`link` its settings now, `state` its spent budget) out of the session until
 /// its budget has room again: the next period, or a reload that raised the budget or took it
-/// away (checked every [`budget::METER_EVERY`]). False when the link was removed or replaced
-/// meanwhile.
+/// away, or that keeps spent links as backups (checked every [`budget::METER_EVERY`]). False
+/// when the link was removed or replaced meanwhile.
 async fn wait_for_budget(
     id: PathId,
     generation: u64,
@@ -941,6 +1050,11 @@ async fn wait_for_budget(
         };
         if !ctx.budgets.of(&now).is_some_and(|s| s.spent()) {
             info!(link = %link.name, "the link's data budget has room again: joining");
+            ctx.update(id, generation, |slot| slot.spent = false);
+            return true;
+        }
+        // A reload set `budget_spent = "backup"`: it joins as a backup.
+        if when_spent(&now) == WhenSpent::Backup {
             ctx.update(id, generation, |slot| slot.spent = false);
             return true;
         }

@@ -315,7 +315,8 @@ pub struct LinkStatus {
     pub name: String,
     /// The server it connects to, as configured.
     pub server: String,
-    /// `joined`, `connecting`, `retry in N s` or `no session` (between two sessions).
+    /// `joined`, `joined as backup: budget spent`, `connecting`, `retry in N s`, `budget
+    /// spent` or `no session` (between two sessions).
     pub state: String,
     /// Times it joined the session.
     pub joins: u64,
@@ -324,6 +325,13 @@ pub struct LinkStatus {
     /// Its data budget, when it has one (`[[link]] budget_mib`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<LinkBudgetStatus>,
+}
+
+impl LinkStatus {
+    /// Whether its path is in the session (as a backup too, for a spent budget).
+    pub fn joined(&self) -> bool {
+        self.state.starts_with("joined")
+    }
 }
 
 /// Where a link's data budget stands.
