@@ -1692,6 +1692,55 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
     });
 }
 
+/// A link's `rate_cap_down_mbps` reaches the server (PATH_RATE_CAP), which keeps what it sends
+/// on the link's path to it; a reload lifts it in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_s_download_cap_holds_the_server_to_it() {
+    let name = "downcap";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let origin = test_server().await;
+    let mut config = client_config(name, &server, 1, KEY);
+    config.links[0].rate_cap_down_mbps = Some(16.0);
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(1, Duration::from_secs(10)).await);
+    let whole = sha256(&pattern(6 * MB, 7));
+    let timed = async || {
+        let start = std::time::Instant::now();
+        let got = download(client.socks_addr, origin, 6 * MB as u32).await;
+        assert_eq!(sha256(&got), whole, "a download broke");
+        start.elapsed().as_secs_f64()
+    };
+    // 6 MiB at 16 Mbit/s: 3.1 s (the cap counts packets, headers too; its first burst is
+    // a quarter second's worth).
+    let capped = timed().await;
+    // Lifted by a reload, in place.
+    config.links[0].rate_cap_down_mbps = None;
+    assert_eq!(client.reload(config.clone()).await.links.updated, ["link0"]);
+    let mut freed = timed().await;
+    // The news may cross the first download's start.
+    if freed > 1.0 {
+        freed = timed().await;
+    }
+    let mbps = |secs: f64| 6.0 * 8.0 * 1.048_576 / secs;
+    eprintln!(
+        "6 MiB down: {capped:.2} s ({:.1} Mbit/s) under a 16 Mbit/s cap, {freed:.2} s ({:.0} \
+         Mbit/s) without",
+        mbps(capped),
+        mbps(freed)
+    );
+    assert!(capped > 2.5, "{capped:.2} s under the cap");
+    assert!(freed < 1.0, "{freed:.2} s without the cap");
+    drop(client);
+    let _ = std::fs::remove_dir_all(&config.state_dir);
+}
+
 /// With `budget_spent = "backup"`, a link whose budget is spent stays in the session as a
 /// backup: it carries next to nothing while the other link is live, takes the traffic when that
 /// one goes, and is a primary again once its budget has room (a reload here).

@@ -91,10 +91,10 @@ async fn wrong_key_is_refused_and_nothing_leaks() {
     let started = raw_join_answer(&server, KEY, unasked, [3; 16]).await;
     assert_eq!(started, vec![unasked.bits()]);
     // A client that reads a second answer byte (flag bit 6) gets one: the server knows
-    // PATH_CONGESTION and OPEN's redundant mark.
+    // PATH_CONGESTION, OPEN's redundant mark and PATH_RATE_CAP.
     let second = raw_join_answer_2(&server, KEY, PeerKnows::ALL, [2; 16], true).await;
     assert_eq!(second, vec![all, ANSWER2_ALL]);
-    assert_eq!(ANSWER2_ALL, 0b11);
+    assert_eq!(ANSWER2_ALL, 0b111);
     // Through the proxy nothing gets out.
     let (code, _) = socks_connect(client.socks_addr, "127.0.0.1", 9).await;
     assert_ne!(code, 0);

@@ -412,6 +412,106 @@ fn a_rate_cap_set_on_a_running_path_holds_it_from_then_on_and_lifting_it_frees_i
     assert!(freed > 40.0, "{freed:.1} Mbit/s after the cap was lifted");
 }
 
+/// A client's link with a cap on what the server sends on it: the server keeps to it once
+/// PATH_RATE_CAP is in (only a server that said it knows the frame is sent one), a cap lifted
+/// frees the path again, the server keeps the cap by path id for the path's next join, an older
+/// frame (lower sequence number) is ignored, and a client ignores the frame.
+#[test]
+fn a_link_s_cap_on_what_the_server_sends_reaches_the_server() {
+    let links = [LinkConfig::new(50.0, 10.0)];
+    let mut h = harness(&links, session_common::bulk_config(), PathConfig::default());
+    let mut d = Driver::new(vec![Bulk::new(0, SERVER, 80_000_000)]);
+    // Bytes delivered at 1, 2, 3, 5 and 6 s: at 1 s the cap is announced to a server not known
+    // to know the frame (nothing changes), at 2 s to one that does (1 MB/s, 8 Mbit/s), at 5 s
+    // it is lifted.
+    let mut marks = Vec::new();
+    h.run_until(secs(8.0), |h| {
+        if !d.all_done() {
+            d.step(h);
+        }
+        let now = h.now().as_secs_f64();
+        if marks.len() < 5 && now >= [1.0, 2.0, 3.0, 5.0, 6.0][marks.len()] {
+            marks.push(d.transfers[0].received);
+            match marks.len() {
+                1 => {
+                    h.client()
+                        .set_path_rate_cap_down(PathId(0), Some(1_000_000));
+                    h.client().announce_path_rate_cap(PathId(0));
+                }
+                2 => {
+                    h.client().set_peer_knows_path_rate_cap(true);
+                    h.client().announce_path_rate_cap(PathId(0));
+                }
+                4 => {
+                    h.client().set_path_rate_cap_down(PathId(0), None);
+                    h.client().announce_path_rate_cap(PathId(0));
+                }
+                _ => {}
+            }
+        }
+    });
+    assert!(h.errors.is_empty(), "{:?}", h.errors);
+    let mbps = |a: usize, b: usize, secs: f64| (marks[b] - marks[a]) as f64 * 8.0 / secs / 1e6;
+    let (unknown, capped, freed) = (mbps(0, 1, 1.0), mbps(2, 3, 2.0), mbps(3, 4, 1.0));
+    println!(
+        "download {unknown:.1} Mbit/s (cap announced to a server not known to know it), \
+         {capped:.1} under an 8 Mbit/s cap, {freed:.1} after it"
+    );
+    assert!(unknown > 40.0, "{unknown:.1} Mbit/s");
+    assert!(
+        (6.5..=8.0).contains(&capped),
+        "{capped:.1} Mbit/s under the cap"
+    );
+    assert!(freed > 40.0, "{freed:.1} Mbit/s after the cap was lifted");
+    // Kept by path id: a later join of the path starts with it.
+    h.client().set_path_rate_cap_down(PathId(0), Some(500_000));
+    h.client().announce_path_rate_cap(PathId(0));
+    h.run_until(secs(8.5), |_| {});
+    assert_eq!(h.server().path_rate_cap_down(PathId(0)), Some(500_000));
+    let now = h.now();
+    h.server().remove_path(PathId(0), now).unwrap();
+    h.server()
+        .add_path(PathId(0), PathConfig::default(), now)
+        .unwrap();
+    assert_eq!(h.server().path_rate_cap_down(PathId(0)), Some(500_000));
+    // An older frame changes nothing, a newer one does; 0 lifts the cap.
+    let frame = |seq: u64| Frame::PathRateCap {
+        path: PathId(0),
+        rate: 0,
+        seq,
+    };
+    h.server()
+        .handle_datagram(PathId(0), &packet(&[frame(1)], 1 << 20), now)
+        .unwrap();
+    assert_eq!(h.server().path_rate_cap_down(PathId(0)), Some(500_000));
+    h.server()
+        .handle_datagram(PathId(0), &packet(&[frame(1 << 30)], (1 << 20) + 1), now)
+        .unwrap();
+    assert_eq!(h.server().path_rate_cap_down(PathId(0)), None);
+    let told: Vec<Event> = events(&mut h, SERVER)
+        .into_iter()
+        .filter(|e| matches!(e, Event::PeerPathRateCap(..)))
+        .collect();
+    // (Those the transfer driver did not take while it ran: the last two.)
+    assert_eq!(
+        told,
+        [
+            Event::PeerPathRateCap(PathId(0), Some(500_000)),
+            Event::PeerPathRateCap(PathId(0), None),
+        ]
+    );
+    // A client takes no orders.
+    let capped = Frame::PathRateCap {
+        path: PathId(0),
+        rate: 1000,
+        seq: 1 << 31,
+    };
+    h.client()
+        .handle_datagram(PathId(0), &packet(&[capped], 1 << 20), now)
+        .unwrap();
+    assert_eq!(h.client().path_rate_cap_down(PathId(0)), Some(500_000));
+}
+
 #[test]
 fn session_backup_path_is_used_only_when_the_primary_fails_and_checked_seldom_until_then() {
     let mut primary = LinkConfig::new(10.0, 10.0);

@@ -53,6 +53,9 @@ pub struct LinkConfig {
     pub tier: Tier,
     /// Optional upstream rate cap, Mbit/s.
     pub rate_cap_mbps: Option<f64>,
+    /// Optional downstream rate cap, Mbit/s: what the server may send on the link's path (told
+    /// by PATH_RATE_CAP).
+    pub rate_cap_down_mbps: Option<f64>,
     /// The link's own congestion controller, for both directions: the client's uploads on it,
     /// and (told by PATH_CONGESTION) the server's downloads (`None`: each end's
     /// `[session] congestion`).
@@ -304,6 +307,7 @@ struct RawLink {
     #[serde(default = "primary")]
     tier: String,
     rate_cap_mbps: Option<f64>,
+    rate_cap_down_mbps: Option<f64>,
     congestion: Option<String>,
     /// Wider than the range it must fall in, so an out-of-range value is refused by name.
     fast_rejoin_s: Option<i64>,
@@ -653,15 +657,20 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
             ));
         }
     };
-    if let Some(cap) = raw.rate_cap_mbps
-        && !(cap.is_finite() && cap > 0.0 && cap <= 100_000.0)
-    {
-        return Err(invalid(
-            file,
-            field("rate_cap_mbps"),
-            "a rate in (0, 100000] Mbit/s",
-            cap,
-        ));
+    for (name, cap) in [
+        ("rate_cap_mbps", raw.rate_cap_mbps),
+        ("rate_cap_down_mbps", raw.rate_cap_down_mbps),
+    ] {
+        if let Some(cap) = cap
+            && !(cap.is_finite() && cap > 0.0 && cap <= 100_000.0)
+        {
+            return Err(invalid(
+                file,
+                field(name),
+                "a rate in (0, 100000] Mbit/s",
+                cap,
+            ));
+        }
     }
     let congestion = match &raw.congestion {
         None => None,
@@ -699,6 +708,7 @@ fn link(file: &Path, i: usize, raw: &RawLink) -> Result<LinkConfig, ConfigFileEr
         weight,
         tier,
         rate_cap_mbps: raw.rate_cap_mbps,
+        rate_cap_down_mbps: raw.rate_cap_down_mbps,
         congestion,
         fast_rejoin,
         budget,

@@ -364,6 +364,7 @@ impl Context {
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                rate_cap_down_mbps: None,
                 congestion: None,
                 fast_rejoin: crate::config::DEFAULT_FAST_REJOIN,
                 budget: None,

@@ -1,5 +1,5 @@
 //! Control frames (OPEN, RESET, MAX_DATA, MAX_FLOW_DATA, PATH_STATUS, PATH_ABANDON, DATAGRAM_LIMIT,
-//! BACKUP_FLOOR, PATH_CONGESTION) that ride in packets after the data frame. They are queued once
+//! BACKUP_FLOOR, PATH_CONGESTION, PATH_RATE_CAP) that ride in packets after the data frame. They are queued once
 //! ([`super::Session::push_control`]), written with their value at the time of sending, and
 //! queued again when the packet carrying them is lost.
 
@@ -111,6 +111,14 @@ impl Session {
                     path: p,
                     algorithm: self.path_congestion[p.index()],
                     seq: self.path_congestion_seq,
+                }
+            }
+            Control::PathRateCap(p) => {
+                self.path_rate_cap_seq += 1;
+                Frame::PathRateCap {
+                    path: p,
+                    rate: self.path_rate_cap_down[p.index()].unwrap_or(0),
+                    seq: self.path_rate_cap_seq,
                 }
             }
         };

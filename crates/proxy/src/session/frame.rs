@@ -63,7 +63,13 @@ pub mod kind {
     pub const BACKUP_FLOOR: u64 = 0x13;
     /// PATH_CONGESTION (the congestion controller the client chose for one of its links).
     pub const PATH_CONGESTION: u64 = 0x14;
+    /// PATH_RATE_CAP (the rate the client's link takes from the server on one path).
+    pub const PATH_RATE_CAP: u64 = 0x15;
 }
+
+/// The largest PATH_RATE_CAP rate a decoder takes, bytes per second: 100,000 Mbit/s, the largest
+/// `[[link]] rate_cap_down_mbps`.
+pub const MAX_PATH_RATE_CAP: u64 = 12_500_000_000;
 
 /// The largest BACKUP_FLOOR rate a decoder takes, bytes per second: 100,000 Mbit/s, the largest
 /// `[session] backup_below_mbps`.
@@ -287,6 +293,18 @@ pub enum Frame<'a> {
         /// Sequence number; the highest wins.
         seq: u64,
     },
+    /// The most the receiver (a server) may send on `path`, bytes per second (0: no cap of the
+    /// sender's), for the sender's link there (`rate_cap_down_mbps`). The highest `seq` wins.
+    /// Sent by a client after each join of the path and when a reload changes the cap, only to
+    /// a server that said in the JOIN exchange that it knows the frame; a client ignores one.
+    PathRateCap {
+        /// The path.
+        path: PathId,
+        /// Bytes per second, at most [`MAX_PATH_RATE_CAP`]; 0: none.
+        rate: u64,
+        /// Sequence number; the highest wins.
+        seq: u64,
+    },
     /// Closes the session.
     Close {
         /// Error code (0: normal).
@@ -396,6 +414,19 @@ impl<'a> Frame<'a> {
                 },
                 seq: r.varint("path congestion seq")?,
             },
+            kind::PATH_RATE_CAP => Frame::PathRateCap {
+                path: decode_path(r, "path rate cap path")?,
+                rate: match r.varint("path rate cap")? {
+                    rate if rate <= MAX_PATH_RATE_CAP => rate,
+                    value => {
+                        return Err(FrameError::ValueTooLarge {
+                            field: "path rate cap",
+                            value,
+                        });
+                    }
+                },
+                seq: r.varint("path rate cap seq")?,
+            },
             kind::CLOSE => decode_close(r)?,
             other => return Err(FrameError::UnknownFrameType(other)),
         })
@@ -481,6 +512,12 @@ impl<'a> Frame<'a> {
                 w.varint(kind::PATH_CONGESTION)?;
                 w.u8(path.0)?;
                 w.u8(algorithm.map_or(0, congestion_code))?;
+                w.varint(seq)
+            }
+            Frame::PathRateCap { path, rate, seq } => {
+                w.varint(kind::PATH_RATE_CAP)?;
+                w.u8(path.0)?;
+                w.varint(rate)?;
                 w.varint(seq)
             }
             Frame::Close { code, reason } => {

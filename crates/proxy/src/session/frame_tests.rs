@@ -132,6 +132,16 @@ fn samples() -> Vec<Frame<'static>> {
             algorithm: Some(CongestionAlgorithm::Olia),
             seq: (1 << 62) - 1,
         },
+        Frame::PathRateCap {
+            path: PathId(0),
+            rate: 0,
+            seq: 1,
+        },
+        Frame::PathRateCap {
+            path: PathId(15),
+            rate: MAX_PATH_RATE_CAP,
+            seq: (1 << 62) - 1,
+        },
         Frame::Close {
             code: 0,
             reason: "bye",
@@ -423,6 +433,33 @@ fn malformed_frames_are_typed_errors() {
             FrameError::ValueTooLarge {
                 field: "backup floor",
                 value: MAX_BACKUP_FLOOR + 1,
+            },
+        ),
+        // 100,000 Mbit/s and a byte per second more.
+        (
+            &[
+                kind::PATH_RATE_CAP as u8,
+                3,
+                0xc0,
+                0x00,
+                0x00,
+                0x02,
+                0xe9,
+                0x0e,
+                0xdd,
+                0x01,
+                1,
+            ],
+            FrameError::ValueTooLarge {
+                field: "path rate cap",
+                value: MAX_PATH_RATE_CAP + 1,
+            },
+        ),
+        (
+            &[kind::PATH_RATE_CAP as u8, 16, 0, 1],
+            FrameError::ValueTooLarge {
+                field: "path rate cap path",
+                value: 16,
             },
         ),
         (

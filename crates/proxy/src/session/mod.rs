@@ -118,6 +118,9 @@ pub enum Event {
     /// The client chose the congestion controller of what this end (the server) sends on a
     /// path (PATH_CONGESTION; `None`: the server's own again).
     PeerPathCongestion(PathId, Option<congestion::CongestionAlgorithm>),
+    /// The client capped (or lifted the cap on) what this end (a server) sends on one of its
+    /// paths (PATH_RATE_CAP), bytes per second.
+    PeerPathRateCap(PathId, Option<u64>),
     /// The session is closed.
     Closed {
         /// The code (0: normal).
@@ -244,6 +247,17 @@ pub struct Session {
     path_congestion: [Option<congestion::CongestionAlgorithm>; MAX_PATHS],
     /// The peer knows PATH_CONGESTION ([`Session::set_peer_knows_path_congestion`]).
     peer_knows_path_congestion: bool,
+    /// Each path's cap on what the server sends on it, bytes per second, where its link has
+    /// one (`rate_cap_down_mbps`): a client's to tell the server
+    /// ([`Session::set_path_rate_cap_down`]), a server's as told by PATH_RATE_CAP and put on the
+    /// path. Kept by path id, for the path's later joins too.
+    path_rate_cap_down: [Option<u64>; MAX_PATHS],
+    /// The peer knows PATH_RATE_CAP ([`Session::set_peer_knows_path_rate_cap`]).
+    peer_knows_path_rate_cap: bool,
+    /// The last PATH_RATE_CAP sequence number written.
+    path_rate_cap_seq: u64,
+    /// The highest PATH_RATE_CAP sequence number taken, per path.
+    peer_path_rate_cap_seq: [u64; MAX_PATHS],
     /// The peer knows OPEN's redundant mark ([`Session::set_peer_knows_redundant_flows`]).
     peer_knows_redundant_flows: bool,
     /// Flows held that are sent redundantly ([`RedundantFlows::ports`], or the peer's mark):
@@ -336,6 +350,10 @@ impl Session {
             backup_floor_announced: false,
             path_congestion: [None; MAX_PATHS],
             peer_knows_path_congestion: false,
+            path_rate_cap_down: [None; MAX_PATHS],
+            peer_knows_path_rate_cap: false,
+            path_rate_cap_seq: 0,
+            peer_path_rate_cap_seq: [0; MAX_PATHS],
             peer_knows_redundant_flows: false,
             redundant_flows: 0,
             redundant_budget_at: Timestamp::ZERO,
@@ -419,6 +437,12 @@ impl Session {
         let mut path = Path::new(id, config, &self.config, now);
         if let Some(algorithm) = self.path_congestion[id.index()] {
             path.set_congestion(algorithm);
+        }
+        // What the client's link takes from a server: its cap in place of the server's own.
+        if self.role == Role::Server
+            && let Some(cap) = self.path_rate_cap_down[id.index()]
+        {
+            path.set_rate_cap(Some(cap));
         }
         let state = path.state;
         *slot = Some(path);
@@ -627,6 +651,35 @@ impl Session {
     pub fn announce_path_congestion(&mut self, id: PathId) {
         if self.role == Role::Client && self.peer_knows_path_congestion && id.index() < MAX_PATHS {
             self.push_control(Control::PathCongestion(id));
+        }
+    }
+
+    /// Whether the server knows PATH_RATE_CAP (the client learns it in each path's JOIN
+    /// exchange); [`Session::announce_path_rate_cap`] sends it only then.
+    pub fn set_peer_knows_path_rate_cap(&mut self, yes: bool) {
+        self.peer_knows_path_rate_cap = yes;
+    }
+
+    /// Sets the cap (bytes per second; `None`: none) a client asks the server to keep to on
+    /// path `id`, for its link's `rate_cap_down_mbps`; [`Session::announce_path_rate_cap`]
+    /// tells the server. On a server: what the client asked (PATH_RATE_CAP).
+    pub fn set_path_rate_cap_down(&mut self, id: PathId, rate: Option<u64>) {
+        if let Some(own) = self.path_rate_cap_down.get_mut(id.index()) {
+            *own = rate.filter(|&r| r > 0);
+        }
+    }
+
+    /// Path `id`'s cap on what the server sends on it ([`Session::set_path_rate_cap_down`]).
+    pub fn path_rate_cap_down(&self, id: PathId) -> Option<u64> {
+        self.path_rate_cap_down.get(id.index()).copied().flatten()
+    }
+
+    /// Tells the server the cap this client's link on path `id` takes (PATH_RATE_CAP; none
+    /// lifts it): call it after the path joined (each join) and when a reload changed it. Only
+    /// a client whose server knows the frame sends it; other calls do nothing.
+    pub fn announce_path_rate_cap(&mut self, id: PathId) {
+        if self.role == Role::Client && self.peer_knows_path_rate_cap && id.index() < MAX_PATHS {
+            self.push_control(Control::PathRateCap(id));
         }
     }
 

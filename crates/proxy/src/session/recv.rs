@@ -213,6 +213,22 @@ impl Session {
                     }
                 }
             }
+            // And the rate of what this end sends on one of the client's links.
+            Frame::PathRateCap { path, rate, seq } => {
+                let last = &mut self.peer_path_rate_cap_seq[path.index()];
+                if self.role == Role::Server && seq > *last {
+                    *last = seq;
+                    let cap = (rate > 0).then_some(rate);
+                    if self.path_rate_cap_down[path.index()] != cap {
+                        self.path_rate_cap_down[path.index()] = cap;
+                        if self.paths[path.index()].is_some() {
+                            // A cap of at least one byte a second is valid.
+                            let _ = self.set_path_rate_cap(path, cap);
+                        }
+                        self.push_event(Event::PeerPathRateCap(path, cap));
+                    }
+                }
+            }
             Frame::Close { code, .. } => self.finish_close(code, true),
         }
         Ok(())
@@ -346,6 +362,7 @@ impl Session {
                 | Control::DatagramLimit
                 | Control::BackupFloor
                 | Control::PathCongestion(_)
+                | Control::PathRateCap(_)
                 | Control::Redundant(_) => {}
             }
         }

@@ -33,6 +33,9 @@ pub(crate) enum Control {
     /// PATH_CONGESTION: the controller this end (a client) chose for a path's link
     /// (`Session::announce_path_congestion`).
     PathCongestion(PathId),
+    /// PATH_RATE_CAP: the cap this end (a client) asks for on what the server sends on a path
+    /// (`Session::announce_path_rate_cap`).
+    PathRateCap(PathId),
     /// The OPEN of a flow again, with the redundant mark: the flow was marked after its first
     /// OPEN (`Session::mark_redundant`).
     Redundant(FlowId),

@@ -367,13 +367,14 @@ impl LinkChanges {
     }
 }
 
-/// Whether `old` and `new` differ in nothing but the tier, the rate cap, the congestion
+/// Whether `old` and `new` differ in nothing but the tier, the rate caps, the congestion
 /// controller, how long the link rejoins fast and its data budget: the first three a joined
 /// path takes in place, the fourth the link's next attempt, the budget its next count.
 fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
     *old == LinkConfig {
         tier: old.tier,
         rate_cap_mbps: old.rate_cap_mbps,
+        rate_cap_down_mbps: old.rate_cap_down_mbps,
         congestion: old.congestion,
         fast_rejoin: old.fast_rejoin,
         budget: old.budget,
@@ -383,7 +384,17 @@ fn in_place(old: &LinkConfig, new: &LinkConfig) -> bool {
 
 /// A link's rate cap in bytes per second.
 fn rate_cap(link: &LinkConfig) -> Option<u64> {
-    link.rate_cap_mbps.map(|m| (m * 1e6 / 8.0) as u64)
+    bytes_per_second(link.rate_cap_mbps)
+}
+
+/// A link's cap on what the server sends on it, bytes per second.
+fn rate_cap_down(link: &LinkConfig) -> Option<u64> {
+    bytes_per_second(link.rate_cap_down_mbps)
+}
+
+/// `mbps` Mbit/s in bytes per second (at least one).
+fn bytes_per_second(mbps: Option<f64>) -> Option<u64> {
+    mbps.map(|m| ((m * 1e6 / 8.0) as u64).max(1))
 }
 
 /// The command that gives the path of `link` its tier (`tier`: the link's, or backup for a
@@ -394,6 +405,7 @@ fn update_command(id: PathId, conn: &quinn::Connection, link: &LinkConfig, tier:
         conn: conn.stable_id(),
         tier,
         rate_cap: rate_cap(link),
+        rate_cap_down: rate_cap_down(link),
         congestion: link.congestion,
     }
 }
@@ -822,6 +834,7 @@ async fn run_link(
                     name: link.name.clone(),
                     peer,
                     congestion: link.congestion,
+                    rate_cap_down: rate_cap_down(&link),
                     server_knows: answer.server,
                 };
                 if session.commands.send(attach).await.is_err() {
@@ -836,8 +849,17 @@ async fn run_link(
                     (slot.config.clone(), slot.tier())
                 });
                 if let Some((now, now_tier)) = now
-                    && (now_tier, now.rate_cap_mbps, now.congestion)
-                        != (tier, link.rate_cap_mbps, link.congestion)
+                    && (
+                        now_tier,
+                        now.rate_cap_mbps,
+                        now.rate_cap_down_mbps,
+                        now.congestion,
+                    ) != (
+                        tier,
+                        link.rate_cap_mbps,
+                        link.rate_cap_down_mbps,
+                        link.congestion,
+                    )
                 {
                     let update = update_command(id, &conn, &now, now_tier);
                     let _ = session.commands.send(update).await;

@@ -72,14 +72,18 @@ pub const JOIN_OK_BACKUP_FLOOR: u8 = 128;
 /// client reads the answer to the stream's end, so it tells the two apart.
 pub const FLAG_SECOND_ANSWER_BYTE: u8 = 64;
 /// The second answer byte's bit 0: the server knows the PATH_CONGESTION frame (it runs the
-/// controller the client chose for a link on what it sends on that link's path). Bits 2 to 7
+/// controller the client chose for a link on what it sends on that link's path). Bits 3 to 7
 /// are for later: a server sets none, a client ignores them.
 pub const ANSWER2_PATH_CONGESTION: u8 = 1;
 /// The second answer byte's bit 1: the server knows OPEN's redundant mark
 /// ([`crate::session::frame::OPEN_REDUNDANT`]: it sends such a flow's side redundantly too).
 pub const ANSWER2_REDUNDANT_FLOWS: u8 = 2;
+/// The second answer byte's bit 2: the server knows the PATH_RATE_CAP frame (it keeps what it
+/// sends on a link's path to the rate the client's link takes).
+pub const ANSWER2_PATH_RATE_CAP: u8 = 4;
 /// Every bit of the second answer byte this build sets.
-pub const ANSWER2_ALL: u8 = ANSWER2_PATH_CONGESTION | ANSWER2_REDUNDANT_FLOWS;
+pub const ANSWER2_ALL: u8 =
+    ANSWER2_PATH_CONGESTION | ANSWER2_REDUNDANT_FLOWS | ANSWER2_PATH_RATE_CAP;
 
 /// What the second byte of the server's answer says it knows (all false from an older server,
 /// which sends none).
@@ -89,6 +93,8 @@ pub struct ServerKnows {
     pub path_congestion: bool,
     /// OPEN's redundant mark ([`ANSWER2_REDUNDANT_FLOWS`]).
     pub redundant_flows: bool,
+    /// PATH_RATE_CAP ([`ANSWER2_PATH_RATE_CAP`]).
+    pub path_rate_cap: bool,
 }
 
 impl ServerKnows {
@@ -97,6 +103,7 @@ impl ServerKnows {
         ServerKnows {
             path_congestion: bits & ANSWER2_PATH_CONGESTION != 0,
             redundant_flows: bits & ANSWER2_REDUNDANT_FLOWS != 0,
+            path_rate_cap: bits & ANSWER2_PATH_RATE_CAP != 0,
         }
     }
 }
@@ -557,7 +564,7 @@ mod tests {
                     second_answer_byte: true,
                     ..join.clone()
                 };
-                assert_eq!(answer(&asked, created), vec![byte, 0b11]);
+                assert_eq!(answer(&asked, created), vec![byte, 0b111]);
                 assert_eq!(
                     parse_answer(&answer(&asked, created)),
                     Some(JoinAnswer {
@@ -565,7 +572,8 @@ mod tests {
                         created: told,
                         server: ServerKnows {
                             path_congestion: true,
-                            redundant_flows: true
+                            redundant_flows: true,
+                            path_rate_cap: true,
                         },
                     })
                 );
@@ -573,7 +581,7 @@ mod tests {
         }
         // A second byte's bits one by one; unknown ones are ignored.
         assert_eq!(
-            parse_answer(&[0, 0xfc]),
+            parse_answer(&[0, 0xf8]),
             Some(JoinAnswer::default()),
             "bits a later server may set"
         );
@@ -581,14 +589,23 @@ mod tests {
             parse_answer(&[0, 2]).map(|a| a.server),
             Some(ServerKnows {
                 path_congestion: false,
-                redundant_flows: true
+                redundant_flows: true,
+                path_rate_cap: false,
             })
         );
         assert_eq!(
             parse_answer(&[0, 1]).map(|a| a.server),
             Some(ServerKnows {
                 path_congestion: true,
-                redundant_flows: false
+                redundant_flows: false,
+                path_rate_cap: false,
+            })
+        );
+        assert_eq!(
+            parse_answer(&[0, 4]).map(|a| a.server),
+            Some(ServerKnows {
+                path_rate_cap: true,
+                ..ServerKnows::default()
             })
         );
         // What older servers answer, what a refusal is, and what no server sends.

@@ -401,8 +401,10 @@ async fn admit(incoming: quinn::Incoming, shared: &ServerShared) -> Result<(), &
             backup_floor: false,
             ..join.knows
         },
-        // The client says its link's controller by PATH_CONGESTION, which the server takes.
+        // The client says its link's controller by PATH_CONGESTION and its cap by
+        // PATH_RATE_CAP, which the server takes.
         congestion: None,
+        rate_cap_down: None,
         server_knows: super::join::ServerKnows::default(),
     };
     session

@@ -80,6 +80,7 @@ pub fn client_config(
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                rate_cap_down_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
                 budget: None,

@@ -84,6 +84,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
                 weight: 1,
                 tier: Tier::Primary,
                 rate_cap_mbps: None,
+                rate_cap_down_mbps: None,
                 congestion: None,
                 fast_rejoin: braid_proxy::config::DEFAULT_FAST_REJOIN,
                 budget: None,

@@ -54,6 +54,10 @@ pub(crate) enum Command {
         /// A client's link's own congestion controller (`None`: the session's); a server passes
         /// `None` and keeps what the client said by PATH_CONGESTION.
         congestion: Option<crate::session::congestion::CongestionAlgorithm>,
+        /// A client's link's cap on what the server sends on it, bytes per second
+        /// (`rate_cap_down_mbps`); a server passes `None` and keeps what the client said by
+        /// PATH_RATE_CAP.
+        rate_cap_down: Option<u64>,
         /// What else the server said it knows in the JOIN exchange (the answer's second byte;
         /// a server passes none).
         server_knows: super::join::ServerKnows,
@@ -65,15 +69,16 @@ pub(crate) enum Command {
         id: PathId,
         conn: usize,
     },
-    /// The client's link on path `id` changed its tier, rate cap or congestion controller (a
+    /// The client's link on path `id` changed its tier, rate caps or congestion controller (a
     /// reload): the path takes them in place, when `conn` (its `stable_id`) is still the path's
     /// connection. A tier change reaches the peer as PATH_STATUS, a controller's as
-    /// PATH_CONGESTION.
+    /// PATH_CONGESTION, the cap on what the server sends as PATH_RATE_CAP.
     UpdatePath {
         id: PathId,
         conn: usize,
         tier: crate::session::Tier,
         rate_cap: Option<u64>,
+        rate_cap_down: Option<u64>,
         congestion: Option<crate::session::congestion::CongestionAlgorithm>,
     },
     Open {
@@ -440,13 +445,18 @@ impl Driver {
                 name,
                 peer,
                 congestion,
+                rate_cap_down,
                 server_knows,
             } => {
                 if self.session.role() == Role::Client {
                     self.session.set_path_congestion(id, congestion);
+                    self.session.set_path_rate_cap_down(id, rate_cap_down);
                 }
                 if server_knows.path_congestion {
                     self.session.set_peer_knows_path_congestion(true);
+                }
+                if server_knows.path_rate_cap {
+                    self.session.set_peer_knows_path_rate_cap(true);
                 }
                 if server_knows.redundant_flows {
                     self.session.set_peer_knows_redundant_flows(true);
@@ -470,6 +480,8 @@ impl Driver {
                 // Say the link's controller at each join, its own or none: the server keeps what
                 // it was told by path id, and this join may follow a reload that changed it.
                 self.session.announce_path_congestion(id);
+                // And its cap on what the server sends, for the same reasons.
+                self.session.announce_path_rate_cap(id);
             }
             Command::AbandonPath { id, conn } => {
                 // Its connection may have ended first (the path is gone here already); a
@@ -492,6 +504,7 @@ impl Driver {
                 conn,
                 tier,
                 rate_cap,
+                rate_cap_down,
                 congestion,
             } => {
                 let current = self.paths.get(id.index()).and_then(Option::as_ref);
@@ -505,8 +518,12 @@ impl Driver {
                         self.session.set_path_congestion(id, congestion);
                         self.session.announce_path_congestion(id);
                     }
+                    if self.session.path_rate_cap_down(id) != rate_cap_down {
+                        self.session.set_path_rate_cap_down(id, rate_cap_down);
+                        self.session.announce_path_rate_cap(id);
+                    }
                     let congestion = congestion.map(|c| c.name());
-                    info!(session = %self.label, path = id.0, ?tier, ?rate_cap, ?congestion, "path updated");
+                    info!(session = %self.label, path = id.0, ?tier, ?rate_cap, ?rate_cap_down, ?congestion, "path updated");
                 }
             }
             Command::Open {
@@ -751,6 +768,14 @@ impl Driver {
                         path = path.0,
                         congestion = algorithm.map_or(own, |a| a.name()),
                         "the client's link chose the congestion controller of what this end sends on the path"
+                    );
+                }
+                Event::PeerPathRateCap(path, rate) => {
+                    info!(
+                        session = %self.label,
+                        path = path.0,
+                        rate_cap_mbps = rate.map(|r| r as f64 * 8.0 / 1e6),
+                        "the client's link set the cap on what this end sends on the path (none: no cap)"
                     );
                 }
                 Event::PeerBackupFloor(rate) => {
