@@ -2,8 +2,9 @@
 //! (`interface = "usb*"`) stands for one link per network device whose name matches while
 //! that device is there and up, so a phone tethered over USB or a second modem plugged in is
 //! used as soon as it appears, and its link leaves when it goes. Each such link has the
-//! table's settings, is bound to its device and is named `NAME@DEVICE` (`tether@usb0`), so
-//! its data budget, status and metrics are its own.
+//! table's settings, is bound to its device (`interface_required`: a link that could not be
+//! bound would take the same route as the others) and is named `NAME@DEVICE` (`tether@usb0`),
+//! so its data budget, status and metrics are its own.
 //!
 //! [`expand`] turns the file's tables into the links wanted now, given the devices; the
 //! client's [`super::client::LinkContext`] puts them in force at start, at a reload and after
@@ -123,9 +124,12 @@ pub(crate) fn expand(file: &[LinkConfig], devices: &[Device], tun: Option<&str>)
                 left_out.push(name);
                 continue;
             }
+            // Bound to its device or nothing: unbound, every device's link would take the same
+            // route.
             links.push(LinkConfig {
                 name,
                 interface: Some(device.name.clone()),
+                interface_required: true,
                 ..table.clone()
             });
         }
@@ -239,6 +243,7 @@ mod tests {
             LinkConfig {
                 name: "tether@usb0".into(),
                 interface: Some("usb0".into()),
+                interface_required: true,
                 ..file[0].clone()
             }
         );
