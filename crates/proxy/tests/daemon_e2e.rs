@@ -2143,6 +2143,51 @@ async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
     }
 }
 
+/// A link without a `local_addr` whose server addresses span both IP families (a dual-stack
+/// name, here a list) tries the other family 250 ms after the first (RFC 8305), racing or not:
+/// the server listens on IPv4 alone and the first address is IPv6. Until 25 Nov 2026 such a
+/// link tried only the first address's family, and joined only through the second entry of
+/// the list, after its first attempt timed out (10 s), or, for a name, never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_reaches_a_server_of_the_other_ip_family_a_quarter_second_later() {
+    let name = "families";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, true),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let target = test_server().await;
+    let port = server.addr.port();
+    for racing in [true, false] {
+        let mut config = client_config(&format!("{name}-{racing}"), &server, 1, KEY);
+        config.links[0].local_addr = None;
+        config.links[0].server = vec![format!("[::1]:{port}"), format!("127.0.0.1:{port}")];
+        if !racing {
+            config.links[0].fast_rejoin = Duration::ZERO;
+        }
+        let started = std::time::Instant::now();
+        let client = braid_proxy::daemon::start_client(config.clone())
+            .await
+            .unwrap();
+        assert!(client.wait_for_paths(1, Duration::from_secs(20)).await);
+        let took = started.elapsed().as_secs_f64();
+        assert!(took < 1.5, "racing {racing}: joined in {took:.2} s");
+        let status = client.status().await;
+        assert_eq!(
+            status.sessions[0].paths[0].remote,
+            format!("127.0.0.1:{port}")
+        );
+        assert_eq!(
+            download(client.socks_addr, target, 10_000).await,
+            pattern(10_000, 7)
+        );
+        println!("racing {racing}: joined over IPv4 after {took:.2} s");
+        drop(client);
+        let _ = std::fs::remove_dir_all(&config.state_dir);
+    }
+}
+
 /// A link with a data budget (`budget_mib`) leaves the session once what it carried reaches
 /// the budget: a download goes on over the other link and arrives whole, the link shows
 /// `budget spent` and its count, and stays out while more is downloaded. The count survives a

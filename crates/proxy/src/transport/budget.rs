@@ -96,28 +96,21 @@ impl LinkTraffic {
 #[derive(Debug)]
 pub(crate) struct CountingSocket {
     inner: Arc<dyn AsyncUdpSocket>,
-    header: u64,
     traffic: Arc<LinkTraffic>,
 }
 
 impl CountingSocket {
     /// `inner`, counted into `bytes`.
-    pub(crate) fn new(
-        inner: Arc<dyn AsyncUdpSocket>,
-        traffic: Arc<LinkTraffic>,
-    ) -> std::io::Result<CountingSocket> {
-        let header = header_bytes(inner.local_addr()?.is_ipv6());
-        Ok(CountingSocket {
-            inner,
-            header,
-            traffic,
-        })
+    pub(crate) fn new(inner: Arc<dyn AsyncUdpSocket>, traffic: Arc<LinkTraffic>) -> Self {
+        CountingSocket { inner, traffic }
     }
 
-    /// Adds `len` bytes of payload cut into datagrams of at most `segment` bytes.
-    fn count(&self, len: usize, segment: usize) {
+    /// Adds `len` bytes of payload cut into datagrams of at most `segment` bytes, exchanged
+    /// with `peer` (an IPv4-mapped address, on a dual-stack socket, travels as IPv4).
+    fn count(&self, len: usize, segment: usize, peer: SocketAddr) {
         let datagrams = len.div_ceil(segment.max(1)) as u64;
-        self.traffic.add(len as u64 + datagrams * self.header);
+        let header = header_bytes(peer.ip().to_canonical().is_ipv6());
+        self.traffic.add(len as u64 + datagrams * header);
     }
 }
 
@@ -129,7 +122,11 @@ impl AsyncUdpSocket for CountingSocket {
     fn try_send(&self, transmit: &Transmit<'_>) -> std::io::Result<()> {
         self.inner.try_send(transmit)?;
         let len = transmit.contents.len();
-        self.count(len, transmit.segment_size.unwrap_or(len));
+        self.count(
+            len,
+            transmit.segment_size.unwrap_or(len),
+            transmit.destination,
+        );
         Ok(())
     }
 
@@ -142,7 +139,7 @@ impl AsyncUdpSocket for CountingSocket {
         let polled = self.inner.poll_recv(cx, bufs, meta);
         if let Poll::Ready(Ok(n)) = &polled {
             for m in &meta[..*n] {
-                self.count(m.len, m.stride);
+                self.count(m.len, m.stride, m.addr);
             }
         }
         polled
@@ -457,7 +454,7 @@ mod tests {
         let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let inner = quinn::TokioRuntime.wrap_udp_socket(socket).unwrap();
         let traffic = Arc::new(LinkTraffic::default());
-        let counting = Arc::new(CountingSocket::new(inner, traffic.clone()).unwrap());
+        let counting = Arc::new(CountingSocket::new(inner, traffic.clone()));
         let mut poller = counting.clone().create_io_poller();
         let segments = counting.max_transmit_segments().min(3);
         let contents = vec![7u8; 1200 * segments - 100];

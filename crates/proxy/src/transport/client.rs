@@ -54,6 +54,10 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HANDSHAKE_RESTART: Duration = Duration::from_secs(2);
 /// Handshakes of one attempt in flight at once; a new one replaces the oldest.
 pub const MAX_HANDSHAKES: usize = 4;
+/// When a link's server addresses span both IP families, the first handshake to the other
+/// family starts this long after the first handshake, racing or not (RFC 8305's Connection
+/// Attempt Delay).
+pub const FAMILY_FALLBACK: Duration = Duration::from_millis(250);
 /// Longest retry delay after an attempt in which no handshake completed (the server silent: a
 /// link in an outage, which may end at any moment). Other failures back off to
 /// [`BACKOFF_MAX`].
@@ -840,7 +844,7 @@ async fn run_link(
                 if session.commands.send(attach).await.is_err() {
                     return;
                 }
-                info!(link = %link.name, remote = %conn.remote_address(), "link joined");
+                info!(link = %link.name, remote = %super::canonical(conn.remote_address()), "link joined");
                 // A reload that changed the tier, rate cap or controller since the attempt began saw the
                 // path not joined yet and left the news to this task.
                 let now = ctx.update(id, generation, |slot| {
@@ -1111,23 +1115,53 @@ async fn became_unusable(link: &LinkConfig, watch: &mut watch::Receiver<u64>) ->
     }
 }
 
-/// `server` (one of `link`'s) resolved to an address of the family of the link's local
-/// address.
-async fn resolve(link: &LinkConfig, server: &str) -> Result<SocketAddr, LinkError> {
+/// `server` (one of `link`'s) resolved: the first address of each IP family, in the
+/// resolver's order, or of the local address's family alone when the link has a `local_addr`.
+async fn resolve(link: &LinkConfig, server: &str) -> Result<Vec<SocketAddr>, LinkError> {
     let err = |reason: String| LinkError::Resolve {
         server: server.to_owned(),
         reason,
     };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(server)
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(server)
         .await
         .map_err(|e| err(e.to_string()))?
         .collect();
     let want_v4 = link.local_addr.map(|a| a.is_ipv4());
-    addrs
-        .iter()
-        .find(|a| want_v4.is_none_or(|v4| a.is_ipv4() == v4))
-        .copied()
-        .ok_or_else(|| err("no address of the local address's family".into()))
+    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(2);
+    for a in resolved {
+        if want_v4.is_none_or(|v4| a.is_ipv4() == v4)
+            && !addrs.iter().any(|b| b.is_ipv4() == a.is_ipv4())
+        {
+            addrs.push(a);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(err("no address of the local address's family".into()));
+    }
+    Ok(addrs)
+}
+
+/// The order in which a link tries the `servers` its `server` entries resolved to (entry index
+/// and address, entry by entry): as given, but with the first address of the other IP family,
+/// when there is one, second, so that it is tried [`FAMILY_FALLBACK`] after the first (a
+/// dual-stack name, or a list with both, on a link that reaches only one family).
+fn happy_eyeballs(mut servers: Vec<(usize, SocketAddr)>) -> Vec<(usize, SocketAddr)> {
+    if let Some(&(_, first)) = servers.first()
+        && let Some(other) = servers
+            .iter()
+            .position(|&(_, a)| a.is_ipv4() != first.is_ipv4())
+        && other > 1
+    {
+        let moved = servers.remove(other);
+        servers.insert(1, moved);
+    }
+    servers
+}
+
+/// Whether `a` and `b` are the same address, an IPv4 address and its IPv4-mapped IPv6 form
+/// alike (what a dual-stack socket's connection reports).
+fn same_address(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && a.ip().to_canonical() == b.ip().to_canonical()
 }
 
 /// A join over a link: its endpoint and connection, the server's answer, and which of the
@@ -1135,8 +1169,10 @@ async fn resolve(link: &LinkConfig, server: &str) -> Result<SocketAddr, LinkErro
 type Joined = (quinn::Endpoint, quinn::Connection, JoinAnswer, usize);
 
 /// Joins the session over `link`, trying its `server` addresses from the `first` on (see
-/// [`handshake`]; those that do not resolve are left out, and with no `local_addr` those of
-/// another family than the first that does); `fast`: racing handshakes.
+/// [`handshake`]; those that do not resolve are left out). With no `local_addr`, a name (or
+/// a list) with addresses of both IP families is tried over one dual-stack socket, the other
+/// family [`FAMILY_FALLBACK`] after the first (RFC 8305), so a link that reaches only IPv4 (or
+/// only IPv6) joins whichever the resolver put first; `fast`: racing handshakes.
 async fn connect_and_join(
     id: PathId,
     link: &LinkConfig,
@@ -1147,38 +1183,46 @@ async fn connect_and_join(
     traffic: &Arc<LinkTraffic>,
 ) -> Result<Joined, LinkError> {
     let n = link.server.len();
-    let mut servers: Vec<(usize, SocketAddr)> = Vec::with_capacity(n);
+    let mut servers: Vec<(usize, SocketAddr)> = Vec::with_capacity(2 * n);
     let mut unresolved = None;
     for i in (0..n).map(|k| (first + k) % n) {
         match resolve(link, &link.server[i]).await {
-            Ok(addr)
-                if servers
-                    .first()
-                    .is_none_or(|(_, a)| a.is_ipv4() == addr.is_ipv4()) =>
-            {
-                servers.push((i, addr));
-            }
-            Ok(_) => {}
+            Ok(addrs) => servers.extend(addrs.into_iter().map(|a| (i, a))),
             Err(e) => {
                 unresolved.get_or_insert(e);
             }
         }
     }
+    let mut servers = happy_eyeballs(servers);
     let Some(&(_, server)) = servers.first() else {
         return Err(unresolved.unwrap_or_else(|| LinkError::Connect("no server address".into())));
     };
-    let local = link.local_addr.unwrap_or(if server.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
+    let both = servers
+        .iter()
+        .any(|&(_, a)| a.is_ipv4() != server.is_ipv4());
+    let v4_any = SocketAddr::from(([0, 0, 0, 0], 0));
+    let v6_any = SocketAddr::from(([0u16; 8], 0));
+    let local = link.local_addr.unwrap_or(if server.is_ipv4() && !both {
+        v4_any
     } else {
-        SocketAddr::from(([0u16; 8], 0))
+        v6_any
     });
-    let socket = bind_link_socket(local, link.interface.as_deref(), link.interface_required)?;
+    let socket = match bind_link_socket(local, link.interface.as_deref(), link.interface_required) {
+        // A host without IPv6: IPv4 alone.
+        Err(BindError::Bind { source, .. })
+            if both && source.raw_os_error() == Some(libc::EAFNOSUPPORT) =>
+        {
+            servers.retain(|&(_, a)| a.is_ipv4());
+            bind_link_socket(v4_any, link.interface.as_deref(), link.interface_required)?
+        }
+        bound => bound?,
+    };
     let runtime =
         quinn::default_runtime().ok_or_else(|| LinkError::Connect("no async runtime".into()))?;
     // Counted for the link's data budget.
     let counted = runtime
         .wrap_udp_socket(socket)
-        .and_then(|inner| budget::CountingSocket::new(inner, traffic.clone()))
+        .map(|inner| budget::CountingSocket::new(inner, traffic.clone()))
         .map_err(|e| LinkError::Connect(e.to_string()))?;
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
         quinn::EndpointConfig::default(),
@@ -1194,7 +1238,7 @@ async fn connect_and_join(
         .map_err(|_| LinkError::NoAnswer(CONNECT_TIMEOUT))??;
     let took = servers
         .iter()
-        .find(|&&(_, a)| a == conn.remote_address())
+        .find(|&&(_, a)| same_address(a, conn.remote_address()))
         .map_or(first % n.max(1), |&(i, _)| i);
     let answer = tokio::time::timeout_at(deadline, join(&conn, id, link, ctx, session_id))
         .await
@@ -1234,7 +1278,9 @@ fn retry_delay(backoff: Duration, silent: bool) -> Duration {
 /// wins and the others are dropped (closed) before any of them joins, so the server never
 /// sees two joins of one attempt. A handshake refused or failed (a wrong certificate, a
 /// closed port) ends the attempt with its error; one that times out leaves the others racing.
-/// Without `race` (a link dark for longer than its `fast_rejoin_s`), one handshake only.
+/// Without `race` (a link dark for longer than its `fast_rejoin_s`), one handshake only. When
+/// `servers` span both IP families, `servers[1]` (of the other family, [`happy_eyeballs`])
+/// starts [`FAMILY_FALLBACK`] after the first, racing or not.
 async fn handshake(
     endpoint: &quinn::Endpoint,
     ctx: &LinkContext,
@@ -1247,6 +1293,9 @@ async fn handshake(
     let mut order = std::collections::VecDeque::with_capacity(MAX_HANDSHAKES);
     // When the next handshake starts; `None`: no more.
     let mut next = Some(tokio::time::Instant::now());
+    let both_families = servers
+        .first()
+        .is_some_and(|f| servers.iter().any(|a| a.is_ipv4() != f.is_ipv4()));
     loop {
         tokio::select! {
             // A result first: a handshake that completed wins over starting another.
@@ -1275,7 +1324,11 @@ async fn handshake(
                     .connect_with(ctx.crypto.clone(), server, &ctx.config.server_name)
                     .map_err(|e| LinkError::Connect(e.to_string()))?;
                 order.push_back(racing.spawn(connecting));
-                next = next.filter(|_| race).map(|at| at + HANDSHAKE_RESTART);
+                next = if started == 1 && both_families {
+                    next.map(|at| at + FAMILY_FALLBACK)
+                } else {
+                    next.filter(|_| race).map(|at| at + HANDSHAKE_RESTART)
+                };
             }
         }
     }
@@ -1367,6 +1420,30 @@ mod tests {
         // An older server never says: never lost.
         let h = JoinHistory::default();
         assert!(!h.lost(found, false) && !h.lost(found, true));
+    }
+
+    #[test]
+    fn the_other_ip_family_is_tried_second() {
+        let a = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        let (v6, v4, v4b) = (
+            a("[2001:db8::1]:443"),
+            a("192.0.2.1:443"),
+            a("192.0.2.2:4433"),
+        );
+        assert_eq!(
+            happy_eyeballs(vec![(0, v4), (1, v4b), (1, v6)]),
+            [(0, v4), (1, v6), (1, v4b)]
+        );
+        assert_eq!(
+            happy_eyeballs(vec![(0, v6), (0, v4), (1, v4b)]),
+            [(0, v6), (0, v4), (1, v4b)]
+        );
+        assert_eq!(happy_eyeballs(vec![(0, v4), (1, v4b)]), [(0, v4), (1, v4b)]);
+        assert_eq!(happy_eyeballs(Vec::new()), []);
+        // A dual-stack socket's connection reports IPv4 addresses mapped.
+        assert!(same_address(v4, a("[::ffff:192.0.2.1]:443")));
+        assert!(!same_address(v4, a("[::ffff:192.0.2.1]:444")));
+        assert!(!same_address(v4, v4b));
     }
 
     #[test]

@@ -38,6 +38,12 @@ pub const DEFAULT_FLOW_RECEIVE_WINDOW_MAX: u64 = 16 << 20;
 /// The smallest send buffer of a stream flow in the daemons.
 pub const MIN_FLOW_SEND_BUFFER: u64 = 2 << 20;
 
+/// `addr` with an IPv4-mapped IPv6 address (what a dual-stack socket reports) as the IPv4
+/// address it stands for, for logs and status.
+pub(crate) fn canonical(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
 /// The session limits both daemons use, with the configured per-flow receive windows, longest
 /// UDP payload and congestion controller.
 ///

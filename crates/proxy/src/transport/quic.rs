@@ -137,7 +137,7 @@ pub enum BindError {
 
 /// A UDP socket bound to `local` and, when given, to `device`. When binding to the device is
 /// refused and `device_required` is false, a warning is logged and the socket stays unbound to
-/// any device.
+/// any device. Bound to `[::]`, it is dual-stack (IPv4 through IPv4-mapped addresses).
 pub fn bind_link_socket(
     local: SocketAddr,
     device: Option<&str>,
@@ -150,6 +150,11 @@ pub fn bind_link_socket(
     };
     let socket = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))
         .map_err(bind_err)?;
+    // `[::]:0` takes IPv4 too (its addresses IPv4-mapped), whatever `net.ipv6.bindv6only` says:
+    // a link tries a server's addresses of both families over one socket.
+    if local.ip() == std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) {
+        socket.set_only_v6(false).map_err(bind_err)?;
+    }
     if let Some(dev) = device {
         match socket.bind_device(Some(dev.as_bytes())) {
             Ok(()) => {}

@@ -388,7 +388,7 @@ impl Driver {
             next: read_next(&conn),
             conn: conn.clone(),
         });
-        info!(session = %self.label, path = id.0, link = %name, remote = %conn.remote_address(), "path joined");
+        info!(session = %self.label, path = id.0, link = %name, remote = %crate::transport::canonical(conn.remote_address()), "path joined");
         self.counters.path_joins += 1;
         self.paths[id.index()] = Some(LivePath {
             conn,

@@ -42,7 +42,7 @@ impl Driver {
             paths.push(PathReport {
                 id: v.id.0,
                 name: p.name.clone(),
-                remote: p.conn.remote_address().to_string(),
+                remote: crate::transport::canonical(p.conn.remote_address()).to_string(),
                 state: state.to_owned(),
                 potentially_failed: v.potentially_failed,
                 degraded: v.degraded,
