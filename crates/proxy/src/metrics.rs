@@ -751,6 +751,25 @@ fn link_and_tun_families(e: &mut Exposition, status: &DaemonStatus) {
         "Times the link joined the session (client only).",
         joins,
     );
+    for (name, help, bytes) in [
+        (
+            "braid_link_sent_bytes_total",
+            "Bytes the link's sockets sent, datagrams with their IP and UDP headers, since the client started or a reload replaced the link (client only).",
+            (|l| l.sent_bytes) as fn(&crate::transport::status::LinkStatus) -> u64,
+        ),
+        (
+            "braid_link_received_bytes_total",
+            "Bytes the link's sockets received, counted alike (client only).",
+            |l| l.received_bytes,
+        ),
+    ] {
+        let samples = status
+            .links
+            .iter()
+            .map(|l| (link_labels(l), bytes(l).into()))
+            .collect();
+        e.family(name, Counter, help, samples);
+    }
     let budgets: Vec<_> = status
         .links
         .iter()
@@ -1195,6 +1214,8 @@ mod tests {
                     budget_bytes: 2 << 30,
                     period_end: 1_764_547_200,
                 }),
+                sent_bytes: 123_456,
+                received_bytes: 7 << 30,
             }],
             tun: Some(TunStatus {
                 device: "braid0".to_owned(),
@@ -1357,6 +1378,14 @@ mod tests {
         assert_eq!(
             value(&samples, "braid_link_budget_used_bytes", "link=\"wifi\""),
             "5242880"
+        );
+        assert_eq!(
+            value(&samples, "braid_link_sent_bytes_total", "link=\"wifi\""),
+            "123456"
+        );
+        assert_eq!(
+            value(&samples, "braid_link_received_bytes_total", "link=\"wifi\""),
+            "7516192768"
         );
         assert_eq!(
             value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),

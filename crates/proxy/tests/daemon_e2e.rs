@@ -1737,6 +1737,16 @@ async fn a_link_s_download_cap_holds_the_server_to_it() {
     );
     assert!(capped > 2.5, "{capped:.2} s under the cap");
     assert!(freed < 1.0, "{freed:.2} s without the cap");
+    // The link's own count: at least the downloads (with their headers) came in on it, and
+    // what went out (requests, acknowledgements) is far less.
+    let status = client.status().await;
+    let link = &status.links[0];
+    assert!(
+        link.received_bytes > 12 * MB as u64 && link.sent_bytes < link.received_bytes / 4,
+        "{link:?}"
+    );
+    let table = status.to_table();
+    assert!(table.contains("      traffic: "), "{table}");
     drop(client);
     let _ = std::fs::remove_dir_all(&config.state_dir);
 }

@@ -45,21 +45,23 @@ fn header_bytes(ipv6: bool) -> u64 {
 
 const DAY: u64 = 86_400;
 
-/// What a link's sockets carried, in bytes on the network, and the count at which its budget
-/// is spent.
+/// What a link's sockets carried, in bytes on the network, each way, and the count at which
+/// its budget is spent.
 #[derive(Debug)]
 pub(crate) struct LinkTraffic {
-    bytes: AtomicU64,
-    /// The value of `bytes` at which the budget is spent (`u64::MAX`: no budget).
+    sent: AtomicU64,
+    received: AtomicU64,
+    /// The total (sent and received) at which the budget is spent (`u64::MAX`: no budget).
     limit: AtomicU64,
-    /// Woken when `bytes` reaches `limit`.
+    /// Woken when the total reaches `limit`.
     reached: tokio::sync::Notify,
 }
 
 impl Default for LinkTraffic {
     fn default() -> Self {
         LinkTraffic {
-            bytes: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
             reached: tokio::sync::Notify::new(),
         }
@@ -67,16 +69,26 @@ impl Default for LinkTraffic {
 }
 
 impl LinkTraffic {
-    fn add(&self, bytes: u64) {
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if total >= self.limit.load(Ordering::Relaxed) {
+    fn add(&self, way: &AtomicU64, bytes: u64) {
+        way.fetch_add(bytes, Ordering::Relaxed);
+        if self.total() >= self.limit.load(Ordering::Relaxed) {
             self.reached.notify_one();
         }
     }
 
-    /// Bytes so far.
+    /// Bytes so far, both ways.
     pub(crate) fn total(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.sent().wrapping_add(self.received())
+    }
+
+    /// Bytes sent so far.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Bytes received so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
     }
 
     /// The budget is spent when the count reaches `at` (`u64::MAX`: never).
@@ -105,12 +117,13 @@ impl CountingSocket {
         CountingSocket { inner, traffic }
     }
 
-    /// Adds `len` bytes of payload cut into datagrams of at most `segment` bytes, exchanged
-    /// with `peer` (an IPv4-mapped address, on a dual-stack socket, travels as IPv4).
-    fn count(&self, len: usize, segment: usize, peer: SocketAddr) {
+    /// The bytes on the network of `len` bytes of payload cut into datagrams of at most
+    /// `segment` bytes, exchanged with `peer` (an IPv4-mapped address, on a dual-stack socket,
+    /// travels as IPv4).
+    fn on_network(len: usize, segment: usize, peer: SocketAddr) -> u64 {
         let datagrams = len.div_ceil(segment.max(1)) as u64;
         let header = header_bytes(peer.ip().to_canonical().is_ipv6());
-        self.traffic.add(len as u64 + datagrams * header);
+        len as u64 + datagrams * header
     }
 }
 
@@ -122,11 +135,9 @@ impl AsyncUdpSocket for CountingSocket {
     fn try_send(&self, transmit: &Transmit<'_>) -> std::io::Result<()> {
         self.inner.try_send(transmit)?;
         let len = transmit.contents.len();
-        self.count(
-            len,
-            transmit.segment_size.unwrap_or(len),
-            transmit.destination,
-        );
+        let segment = transmit.segment_size.unwrap_or(len);
+        let bytes = Self::on_network(len, segment, transmit.destination);
+        self.traffic.add(&self.traffic.sent, bytes);
         Ok(())
     }
 
@@ -139,7 +150,8 @@ impl AsyncUdpSocket for CountingSocket {
         let polled = self.inner.poll_recv(cx, bufs, meta);
         if let Poll::Ready(Ok(n)) = &polled {
             for m in &meta[..*n] {
-                self.count(m.len, m.stride, m.addr);
+                let bytes = Self::on_network(m.len, m.stride, m.addr);
+                self.traffic.add(&self.traffic.received, bytes);
             }
         }
         polled
@@ -210,7 +222,7 @@ impl std::fmt::Display for LinkBudgetStatus {
 }
 
 /// Bytes for people, in KiB, MiB or GiB.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     let kib = bytes as f64 / 1024.0;
     if kib < 1024.0 {
         format!("{kib:.1} KiB")
@@ -476,7 +488,7 @@ mod tests {
             }
         }
         let sent = contents.len() as u64 + 28 * segments as u64;
-        assert_eq!(traffic.total(), sent);
+        assert_eq!((traffic.sent(), traffic.received()), (sent, 0));
         // The limit reached wakes the waiter (at once: the wake is kept).
         traffic.set_limit(sent + 100);
         peer.send_to(&[1; 500], addr).unwrap();
@@ -488,6 +500,7 @@ mod tests {
         })
         .await
         .unwrap();
+        assert_eq!((traffic.sent(), traffic.received()), (sent, 528));
         assert_eq!(traffic.total(), sent + 528);
         tokio::time::timeout(Duration::from_secs(1), traffic.reached())
             .await

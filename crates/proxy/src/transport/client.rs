@@ -324,6 +324,8 @@ impl LinkSlot {
             joins: self.joins,
             last_error: self.last_error.clone(),
             budget,
+            sent_bytes: self.traffic.sent(),
+            received_bytes: self.traffic.received(),
         }
     }
 

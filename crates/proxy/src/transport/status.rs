@@ -325,6 +325,14 @@ pub struct LinkStatus {
     /// Its data budget, when it has one (`[[link]] budget_mib`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<LinkBudgetStatus>,
+    /// Bytes its sockets sent on the network (datagrams with their IP and UDP headers, failed
+    /// handshakes too) since the client started or the link was added or reconnected by a
+    /// reload.
+    #[serde(default)]
+    pub sent_bytes: u64,
+    /// Bytes its sockets received, counted so.
+    #[serde(default)]
+    pub received_bytes: u64,
 }
 
 impl LinkStatus {
@@ -535,6 +543,12 @@ impl DaemonStatus {
                     l.state,
                     l.joins,
                     l.last_error.as_deref().unwrap_or("-")
+                );
+                let _ = writeln!(
+                    out,
+                    "      traffic: {} sent, {} received",
+                    super::budget::size(l.sent_bytes),
+                    super::budget::size(l.received_bytes)
                 );
                 if let Some(b) = &l.budget {
                     let _ = writeln!(out, "      data budget: {b}");
