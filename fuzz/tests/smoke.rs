@@ -110,6 +110,11 @@ fn sample_frames() -> Vec<Frame<'static>> {
             seq: 1,
         },
         Frame::DatagramLimit { max: 1494 },
+        Frame::PathRateCap {
+            path: PathId(1),
+            rate: 625_000,
+            seq: 1,
+        },
         Frame::Close {
             code: 0,
             reason: "done",
@@ -259,7 +264,7 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
             code: rng.next() % 4,
             final_size: hostile_offset(rng),
         },
-        9 => match rng.below(5) {
+        9 => match rng.below(6) {
             0 => Frame::MaxData(hostile_offset(rng)),
             1 => Frame::MaxFlowData {
                 flow,
@@ -273,6 +278,16 @@ fn hostile_frame(rng: &mut Rng, w: &mut Writer<'_>) {
                 algorithm: braid_proxy::session::congestion::CongestionAlgorithm::ALL
                     .get(rng.below(6))
                     .copied(),
+                seq: rng.next() % 4,
+            },
+            4 => Frame::PathRateCap {
+                path: PathId((rng.next() % 5) as u8),
+                // Mostly small (a path paced to a trickle), sometimes none or the largest.
+                rate: match rng.below(4) {
+                    0 => 0,
+                    1 => braid_proxy::session::frame::MAX_PATH_RATE_CAP,
+                    _ => rng.next() % 100_000,
+                },
                 seq: rng.next() % 4,
             },
             _ => Frame::PathStatus {
