@@ -125,6 +125,10 @@ impl StatusSource {
                 StatusSource::Client(client) => client.links.status(),
                 StatusSource::Server(_) => Vec::new(),
             },
+            link_patterns: match self {
+                StatusSource::Client(client) => client.links.patterns(),
+                StatusSource::Server(_) => Vec::new(),
+            },
             inbounds: match self {
                 StatusSource::Client(client) => client
                     .inbounds

@@ -1599,6 +1599,16 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
                     }
                 };
                 wait_for("the first device", &[("auto@bra0", "joined")]).await;
+                let patterns = client.status().await.link_patterns;
+                assert_eq!(
+                    patterns,
+                    [braid_proxy::transport::LinkPatternStatus {
+                        name: "auto".into(),
+                        pattern: "bra*".into(),
+                        links: vec!["auto@bra0".into()],
+                        left_out: Vec::new(),
+                    }]
+                );
                 let (code, mut flow) =
                     socks_connect(client.socks_addr, &echo.ip().to_string(), echo.port()).await;
                 assert_eq!(code, 0);
@@ -1669,6 +1679,12 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
                 assert_eq!(reload.links.added, ["fixed"]);
                 assert_eq!(reload.links.removed, ["auto@bra2"]);
                 wait_for("a table naming the device", &[("fixed", "joined")]).await;
+                // The pattern is left with no device, and says so.
+                let table = client.status().await.to_table();
+                assert!(
+                    table.contains("link pattern auto (bra*): no device up"),
+                    "{table}"
+                );
                 echoed(b"3rd!").await;
                 assert_eq!(
                     client.status().await.sessions.len(),

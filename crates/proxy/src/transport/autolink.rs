@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use braid_sched_core::MAX_PATHS;
 
+use super::status::LinkPatternStatus;
 use crate::config::LinkConfig;
 use crate::inbound::tun::netconf;
 
@@ -93,6 +94,8 @@ pub(crate) struct Expanded {
     /// The names of the pattern links left out: beyond [`MAX_PATHS`], or named as a table
     /// without a pattern is.
     pub left_out: Vec<String>,
+    /// Each table with a pattern, and its links.
+    pub patterns: Vec<LinkPatternStatus>,
 }
 
 /// The links `file` (a configuration's `[[link]]` tables, validated) stands for, given the
@@ -108,8 +111,14 @@ pub(crate) fn expand(file: &[LinkConfig], devices: &[Device], tun: Option<&str>)
         .chain(tun.map(str::to_owned))
         .collect();
     let mut left_out = Vec::new();
+    let mut patterns = Vec::new();
     for table in file.iter().filter(|l| l.is_pattern()) {
         let pattern = table.interface.as_deref().unwrap_or_default();
+        let mut status = LinkPatternStatus {
+            name: table.name.clone(),
+            pattern: pattern.to_owned(),
+            ..LinkPatternStatus::default()
+        };
         for device in devices {
             if !device.up
                 || device.loopback
@@ -121,9 +130,11 @@ pub(crate) fn expand(file: &[LinkConfig], devices: &[Device], tun: Option<&str>)
             taken.insert(device.name.clone());
             let name = format!("{}@{}", table.name, device.name);
             if links.len() >= MAX_PATHS || links.iter().any(|l| l.name == name) {
+                status.left_out.push(name.clone());
                 left_out.push(name);
                 continue;
             }
+            status.links.push(name.clone());
             // Bound to its device or nothing: unbound, every device's link would take the same
             // route.
             links.push(LinkConfig {
@@ -133,8 +144,13 @@ pub(crate) fn expand(file: &[LinkConfig], devices: &[Device], tun: Option<&str>)
                 ..table.clone()
             });
         }
+        patterns.push(status);
     }
-    Expanded { links, left_out }
+    Expanded {
+        links,
+        left_out,
+        patterns,
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +253,19 @@ mod tests {
             ]
         );
         assert!(expanded.left_out.is_empty());
+        let pattern = |name: &str, pattern: &str, links: &[&str]| LinkPatternStatus {
+            name: name.into(),
+            pattern: pattern.into(),
+            links: links.iter().map(|&l| l.to_owned()).collect(),
+            left_out: Vec::new(),
+        };
+        assert_eq!(
+            expanded.patterns,
+            [
+                pattern("tether", "usb*", &["tether@usb0", "tether@usb2"]),
+                pattern("any", "*", &["any@eth0"]),
+            ]
+        );
         // Each has the table's settings but its own name and device.
         assert_eq!(
             expanded.links[2],
@@ -278,5 +307,7 @@ mod tests {
         assert_eq!(expanded.links.len(), MAX_PATHS);
         assert_eq!(expanded.links[MAX_PATHS - 1].name, "t@usb1");
         assert_eq!(expanded.left_out, ["t@usb0", "t@usb2", "t@usb3"]);
+        assert_eq!(expanded.patterns[0].links, ["t@usb1"]);
+        assert_eq!(expanded.patterns[0].left_out, expanded.left_out);
     }
 }

@@ -36,7 +36,7 @@ use super::join::{
     EXPORTER_LABEL, Join, JoinAnswer, PeerKnows, SessionId, compute_mac, parse_answer,
 };
 use super::quic::{BindError, bind_link_socket, datagram_size};
-use super::status::{LinkBudgetStatus, LinkStatus};
+use super::status::{LinkBudgetStatus, LinkPatternStatus, LinkStatus};
 use crate::config::{ClientConfig, LinkConfig, WhenSpent};
 use crate::session::{PathConfig, Role, Tier};
 
@@ -128,6 +128,8 @@ pub struct LinkContext {
     /// pattern links left out at the last look; held while the links are put in force, so that
     /// a reload and the devices' news take turns.
     wanted: tokio::sync::Mutex<WantedLinks>,
+    /// The file's tables with a pattern and their links, as last put in force (for status).
+    patterns: Mutex<Vec<LinkPatternStatus>>,
     /// What the links with a data budget carried in its period.
     pub(crate) budgets: Budgets,
 }
@@ -140,15 +142,19 @@ struct WantedLinks {
 }
 
 impl WantedLinks {
-    /// The links wanted with the devices there now; logs the pattern links left out when they
-    /// changed.
-    fn expand(&mut self, tun: Option<&str>) -> Vec<LinkConfig> {
+    /// The links wanted with the devices there now, and the tables with a pattern; logs the
+    /// pattern links left out when they changed.
+    fn expand(&mut self, tun: Option<&str>) -> (Vec<LinkConfig>, Vec<LinkPatternStatus>) {
         let devices = if self.file.iter().any(LinkConfig::is_pattern) {
             autolink::devices()
         } else {
             Vec::new()
         };
-        let Expanded { links, left_out } = autolink::expand(&self.file, &devices, tun);
+        let Expanded {
+            links,
+            left_out,
+            patterns,
+        } = autolink::expand(&self.file, &devices, tun);
         if left_out != self.left_out && !left_out.is_empty() {
             warn!(
                 left_out = ?left_out,
@@ -158,7 +164,7 @@ impl WantedLinks {
             );
         }
         self.left_out = left_out;
-        links
+        (links, patterns)
     }
 }
 
@@ -427,11 +433,9 @@ impl LinkContext {
             file: config.links.clone(),
             left_out: Vec::new(),
         };
-        let mut slots: Vec<Option<LinkSlot>> = wanted
-            .expand(tun_name(&config))
-            .into_iter()
-            .map(|l| Some(table.new_slot(l)))
-            .collect();
+        let (links, patterns) = wanted.expand(tun_name(&config));
+        let mut slots: Vec<Option<LinkSlot>> =
+            links.into_iter().map(|l| Some(table.new_slot(l))).collect();
         slots.resize_with(MAX_PATHS, || None);
         table.slots = slots;
         let budgets = Budgets::load(&config.state_dir);
@@ -444,6 +448,7 @@ impl LinkContext {
             interfaces: ifwatch::watch(),
             table: Mutex::new(table),
             wanted: tokio::sync::Mutex::new(wanted),
+            patterns: Mutex::new(patterns),
             budgets,
         }
     }
@@ -533,6 +538,14 @@ impl LinkContext {
         }
     }
 
+    /// The file's tables with a pattern and the links they stand for now.
+    pub fn patterns(&self) -> Vec<LinkPatternStatus> {
+        self.patterns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Each link now, by path id: joined, connecting or waiting to retry, and the last error.
     pub fn status(&self) -> Vec<LinkStatus> {
         let now = Instant::now();
@@ -572,7 +585,8 @@ impl LinkContext {
     /// Puts the links `wanted` stands for with the devices there now in place of the running
     /// ones (see [`LinkContext::reload`]).
     async fn put_in_force(self: &Arc<Self>, wanted: &mut WantedLinks, cause: Cause) -> LinkChanges {
-        let links = wanted.expand(tun_name(&self.config));
+        let (links, patterns) = wanted.expand(tun_name(&self.config));
+        *self.patterns.lock().unwrap_or_else(PoisonError::into_inner) = patterns;
         let (changes, updates) = self.reload_table(&links, cause);
         // Sent after the table's lock is released, in order; a path that joins meanwhile
         // compares its settings itself (`run_link`).

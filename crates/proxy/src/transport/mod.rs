@@ -20,8 +20,8 @@ pub use flow::{
     FlowHandle, FlowMsg, FlowReader, FlowWriter, OpenError, SessionGone, SessionHandle,
 };
 pub use status::{
-    DaemonStatus, InboundStatus, LinkBudgetStatus, LinkStatus, PathReport, QuicCounters,
-    SessionCounters, SessionStatus,
+    DaemonStatus, InboundStatus, LinkBudgetStatus, LinkPatternStatus, LinkStatus, PathReport,
+    QuicCounters, SessionCounters, SessionStatus,
 };
 
 /// The default per-flow receive window (`[session] flow_receive_window_kib` in both daemons'

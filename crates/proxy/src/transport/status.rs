@@ -297,6 +297,10 @@ pub struct DaemonStatus {
     /// The client's links, joined or not (a link that cannot join shows why here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStatus>,
+    /// The client's `[[link]]` tables whose `interface` is a pattern, and the links they stand
+    /// for now (a pattern no device matches shows here alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_patterns: Vec<LinkPatternStatus>,
     /// The client's SOCKS5 and HTTP CONNECT inbounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inbounds: Vec<InboundStatus>,
@@ -333,6 +337,20 @@ pub struct LinkStatus {
     /// Bytes its sockets received, counted so.
     #[serde(default)]
     pub received_bytes: u64,
+}
+
+/// A `[[link]]` table whose `interface` is a pattern of device names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkPatternStatus {
+    /// The table's `name`.
+    pub name: String,
+    /// Its `interface` pattern.
+    pub pattern: String,
+    /// The links it stands for now (`NAME@DEVICE`), by device name.
+    pub links: Vec<String>,
+    /// Those of its devices left out (beyond the 16 links, or named as another link).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 impl LinkStatus {
@@ -554,6 +572,18 @@ impl DaemonStatus {
                     let _ = writeln!(out, "      data budget: {b}");
                 }
             }
+        }
+        for p in &self.link_patterns {
+            let links = if p.links.is_empty() {
+                "no device up".to_owned()
+            } else {
+                p.links.join(", ")
+            };
+            let _ = write!(out, "link pattern {} ({}): {links}", p.name, p.pattern);
+            if !p.left_out.is_empty() {
+                let _ = write!(out, "; left out: {}", p.left_out.join(", "));
+            }
+            let _ = writeln!(out);
         }
         for s in &self.sessions {
             let c = &s.counters;
