@@ -872,12 +872,7 @@ async fn the_client_s_floor_for_backups_governs_the_server_s_session_too() {
 async fn a_link_s_own_congestion_controller_runs_on_both_ends_of_its_path() {
     use braid_proxy::session::congestion::CongestionAlgorithm;
     let name = "link-congestion";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+    let server = loopback_server(name).await;
     let mut config = client_config(name, &server, 2, KEY);
     config.links[1].congestion = Some(CongestionAlgorithm::Bbr);
     let client = braid_proxy::daemon::start_client(config.clone())
@@ -1713,12 +1708,7 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_s_download_cap_holds_the_server_to_it() {
     let name = "downcap";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+    let server = loopback_server(name).await;
     let origin = test_server().await;
     let mut config = client_config(name, &server, 1, KEY);
     config.links[0].rate_cap_down_mbps = Some(16.0);
@@ -1767,32 +1757,43 @@ async fn a_link_s_download_cap_holds_the_server_to_it() {
     let _ = std::fs::remove_dir_all(&config.state_dir);
 }
 
-/// With `budget_spent = "backup"`, a link whose budget is spent stays in the session as a
-/// backup: it carries next to nothing while the other link is live, takes the traffic when that
-/// one goes, and is a primary again once its budget has room (a reload here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_link_whose_budget_is_spent_stays_as_a_backup_when_asked() {
-    use braid_proxy::config::{BudgetPeriod, LinkBudget, WhenSpent};
-    use braid_proxy::transport::LinkStatus;
-    let name = "budgetbackup";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+/// A server, an origin, and a client of two joined links whose second (`link1`) has a daily
+/// budget of `budget` bytes and does `then` once it is spent; the client's file.
+async fn budget_pair(
+    name: &str,
+    budget: u64,
+    then: braid_proxy::config::WhenSpent,
+) -> (
+    braid_proxy::daemon::ServerHandle,
+    std::net::SocketAddr,
+    braid_proxy::config::ClientConfig,
+    braid_proxy::daemon::ClientHandle,
+) {
+    let server = loopback_server(name).await;
     let origin = test_server().await;
-    let budget = 2 << 20;
     let mut config = client_config(name, &server, 2, KEY);
-    config.links[1].budget = Some(LinkBudget {
+    config.links[1].budget = Some(braid_proxy::config::LinkBudget {
         bytes: budget,
-        period: BudgetPeriod::Day,
-        when_spent: WhenSpent::Backup,
+        period: braid_proxy::config::BudgetPeriod::Day,
+        when_spent: then,
     });
     let client = braid_proxy::daemon::start_client(config.clone())
         .await
         .unwrap();
     assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    (server, origin, config, client)
+}
+
+/// With `budget_spent = "backup"`, a link whose budget is spent stays in the session as a
+/// backup: it carries next to nothing while the other link is live, takes the traffic when that
+/// one goes, and is a primary again once its budget has room (a reload here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_whose_budget_is_spent_stays_as_a_backup_when_asked() {
+    use braid_proxy::config::{LinkBudget, WhenSpent};
+    use braid_proxy::transport::LinkStatus;
+    let budget = 2 << 20;
+    let (server, origin, config, client) =
+        budget_pair("budgetbackup", budget, WhenSpent::Backup).await;
     let link1 = async || -> LinkStatus {
         let links = client.status().await.links;
         links.into_iter().find(|l| l.name == "link1").unwrap()
@@ -2121,12 +2122,7 @@ async fn a_reload_moves_the_server_s_listen_and_the_paths_there_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
     let name = "link-servers";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+    let server = loopback_server(name).await;
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let target = test_server().await;
     for (racing, within) in [(true, 1.9..5.0), (false, 9.9..14.0)] {
@@ -2177,12 +2173,7 @@ async fn a_link_tries_the_server_s_next_address_when_one_is_silent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_reaches_a_server_of_the_other_ip_family_a_quarter_second_later() {
     let name = "families";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
+    let server = loopback_server(name).await;
     let target = test_server().await;
     let port = server.addr.port();
     for racing in [true, false] {
@@ -2223,25 +2214,9 @@ async fn a_link_reaches_a_server_of_the_other_ip_family_a_quarter_second_later()
 async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_restart() {
     use braid_proxy::config::{BudgetPeriod, LinkBudget, WhenSpent};
     use braid_proxy::transport::LinkStatus;
-    let name = "budget";
-    let server = braid_proxy::daemon::start_server(
-        server_config(name, true),
-        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-    )
-    .await
-    .unwrap();
-    let origin = test_server().await;
     let budget = 2 << 20;
-    let mut config = client_config(name, &server, 2, KEY);
-    config.links[1].budget = Some(LinkBudget {
-        bytes: budget,
-        period: BudgetPeriod::Day,
-        when_spent: WhenSpent::Leave,
-    });
-    let mut client = braid_proxy::daemon::start_client(config.clone())
-        .await
-        .unwrap();
-    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let (server, origin, mut config, mut client) =
+        budget_pair("budget", budget, WhenSpent::Leave).await;
     let link1 = |links: Vec<LinkStatus>| links.into_iter().find(|l| l.name == "link1").unwrap();
     // Until link1 has left: downloads (the first ones spread over both links).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -90,6 +90,16 @@ pub fn client_config(
     }
 }
 
+/// A server on 127.0.0.1 allowing loopback egress, with a new identity.
+pub async fn loopback_server(name: &str) -> ServerHandle {
+    start_server(
+        server_config(name, true),
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
 /// A server allowing loopback egress and a client with `links` links, all joined.
 pub async fn pair(name: &str, links: usize) -> (ServerHandle, ClientHandle) {
     pair_with(name, links, SessionLimits::default()).await
