@@ -1342,15 +1342,7 @@ fn a_link_leaves_when_its_interface_or_address_goes_and_joins_when_it_comes_back
             .unwrap();
         rt.block_on(async {
             let name = "ifdown";
-            let server = braid_proxy::daemon::start_server(
-                braid_proxy::config::ServerConfig {
-                    listen: vec!["0.0.0.0:0".parse().unwrap()],
-                    ..server_config(name, true)
-                },
-                braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-            )
-            .await
-            .unwrap();
+            let server = any_address_server(name).await;
             let mut config = client_config(name, &server, 3, KEY);
             let port = server.addr.port();
             config.links[0].server = vec![format!("127.0.0.1:{port}")];
@@ -1532,15 +1524,7 @@ fn a_link_pattern_gives_each_matching_device_a_link_while_it_is_up() {
                 .unwrap();
             rt.block_on(async move {
                 let name = "pattern";
-                let server = braid_proxy::daemon::start_server(
-                    braid_proxy::config::ServerConfig {
-                        listen: vec!["0.0.0.0:0".parse().unwrap()],
-                        ..server_config(name, true)
-                    },
-                    braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
-                )
-                .await
-                .unwrap();
+                let server = any_address_server(name).await;
                 let echo = test_server().await;
                 let mut config = client_config(name, &server, 1, KEY);
                 config.links[0].name = "auto".into();

@@ -100,6 +100,19 @@ pub async fn loopback_server(name: &str) -> ServerHandle {
     .unwrap()
 }
 
+/// [`loopback_server`] listening on every address of its network namespace (`0.0.0.0`).
+pub async fn any_address_server(name: &str) -> ServerHandle {
+    start_server(
+        ServerConfig {
+            listen: vec!["0.0.0.0:0".parse().unwrap()],
+            ..server_config(name, true)
+        },
+        ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
 /// A server allowing loopback egress and a client with `links` links, all joined.
 pub async fn pair(name: &str, links: usize) -> (ServerHandle, ClientHandle) {
     pair_with(name, links, SessionLimits::default()).await
