@@ -1710,10 +1710,18 @@ async fn a_link_s_download_cap_holds_the_server_to_it() {
     // 6 MiB at 16 Mbit/s: 3.1 s (the cap counts packets, headers too; its first burst is
     // a quarter second's worth).
     let capped = timed().await;
+    // The server's status shows the cap on its path, the client's none on its own.
+    let cap =
+        |status: braid_proxy::transport::DaemonStatus| status.sessions[0].paths[0].rate_cap_mbps;
+    assert_eq!(cap(server.status().await), Some(16.0));
+    assert_eq!(cap(client.status().await), None);
+    let table = server.status().await.to_table();
+    assert!(table.contains("sending capped at 16.0 Mbit/s"), "{table}");
     // Lifted by a reload, in place.
     config.links[0].rate_cap_down_mbps = None;
     assert_eq!(client.reload(config.clone()).await.links.updated, ["link0"]);
     let mut freed = timed().await;
+    assert_eq!(cap(server.status().await), None);
     // The news may cross the first download's start.
     if freed > 1.0 {
         freed = timed().await;

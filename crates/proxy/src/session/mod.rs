@@ -577,6 +577,13 @@ impl Session {
         Ok(())
     }
 
+    /// The rate cap of what this end sends on path `id`, bytes per second (for status
+    /// displays): a client's link's `rate_cap_mbps`, or on a server the client's
+    /// `rate_cap_down_mbps` (PATH_RATE_CAP).
+    pub fn path_rate_cap(&self, id: PathId) -> Option<u64> {
+        self.paths.get(id.index())?.as_ref()?.config.rate_cap
+    }
+
     /// The congestion controller of path `id` (for status displays).
     pub fn path_controller(&self, id: PathId) -> Option<&congestion::AnyController> {
         self.paths.get(id.index())?.as_ref().map(|p| &p.cc)

@@ -79,6 +79,10 @@ pub struct PathReport {
     /// link's own (a client's `[[link]] congestion`; on the server, what the client said of it).
     #[serde(default)]
     pub congestion: String,
+    /// The cap on what this end sends on the path, Mbit/s (the client's link's
+    /// `rate_cap_mbps`; on a server, its `rate_cap_down_mbps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_cap_mbps: Option<f64>,
     /// The BBR model of a path whose controller is BBR (`[session] congestion = "bbr"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bbr: Option<BbrReport>,
@@ -662,6 +666,9 @@ impl DaemonStatus {
                 }
                 if !p.congestion.is_empty() && p.congestion != s.congestion {
                     let _ = writeln!(out, "      congestion {} (the link's own)", p.congestion);
+                }
+                if let Some(cap) = p.rate_cap_mbps {
+                    let _ = writeln!(out, "      sending capped at {cap:.1} Mbit/s");
                 }
                 if p.spurious_losses > 0 {
                     let _ = writeln!(

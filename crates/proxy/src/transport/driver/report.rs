@@ -70,6 +70,10 @@ impl Driver {
                     .session
                     .path_controller(v.id)
                     .map_or_else(String::new, |cc| cc.algorithm().name().to_owned()),
+                rate_cap_mbps: self
+                    .session
+                    .path_rate_cap(v.id)
+                    .map(|r| r as f64 * 8.0 / 1e6),
                 bbr: self.session.path_controller(v.id).and_then(BbrReport::of),
                 coupled: self
                     .session
