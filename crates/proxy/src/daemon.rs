@@ -41,7 +41,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     /// A listener could not be bound.
-    #[error("binding {addr}: {source}")]
+    #[error("binding {addr}: {source}{hint}", hint = low_port_hint(*addr, source))]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -776,6 +776,20 @@ fn remove_control(control_path: &Path, created_dir: Option<PathBuf>) {
     let _ = std::fs::remove_file(control_path);
     if let Some(dir) = created_dir {
         let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// What to do about `error` binding `addr` when it is a port below 1024 refused for want of
+/// privilege; empty otherwise.
+fn low_port_hint(addr: SocketAddr, error: &std::io::Error) -> &'static str {
+    if addr.port() != 0
+        && addr.port() < 1024
+        && error.kind() == std::io::ErrorKind::PermissionDenied
+    {
+        " (a port below 1024 needs root or CAP_NET_BIND_SERVICE, which the shipped \
+         braid-server.service grants)"
+    } else {
+        ""
     }
 }
 
@@ -1570,6 +1584,36 @@ fn replace_if_changed<T: PartialEq + Copy>(slot: &std::sync::RwLock<T>, new: T) 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_low_port_refused_says_what_it_needs() {
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let error = |addr: &str, source| DaemonError::Bind {
+            addr: addr.parse().unwrap(),
+            source,
+        };
+        assert_eq!(
+            error("0.0.0.0:443", denied()).to_string(),
+            "binding 0.0.0.0:443: permission denied (a port below 1024 needs root or \
+             CAP_NET_BIND_SERVICE, which the shipped braid-server.service grants)"
+        );
+        assert_eq!(
+            error("0.0.0.0:4433", denied()).to_string(),
+            "binding 0.0.0.0:4433: permission denied"
+        );
+        let in_use = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        assert_eq!(
+            error("[::]:443", in_use).to_string(),
+            "binding [::]:443: address in use"
+        );
+        // For real, where this runs unprivileged (root may bind it: nothing to check then).
+        if let Err(e) = std::net::UdpSocket::bind("127.0.0.1:1")
+            && e.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            let message = error("127.0.0.1:1", e).to_string();
+            assert!(message.contains("CAP_NET_BIND_SERVICE"), "{message}");
+        }
+    }
 
     fn client(extra: &str) -> ClientConfig {
         let key = "ab".repeat(32);
