@@ -554,6 +554,25 @@ mod tests {
     }
 
     #[test]
+    fn headers_are_counted_by_the_family_a_datagram_travels_in() {
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        // Three segments of 1,200 bytes and one of 400.
+        assert_eq!(
+            CountingSocket::on_network(4000, 1200, at("192.0.2.1:443")),
+            4000 + 4 * 28
+        );
+        // An IPv4-mapped address (a dual-stack socket's) travels as IPv4.
+        assert_eq!(
+            CountingSocket::on_network(1200, 1200, at("[::ffff:192.0.2.1]:443")),
+            1200 + 28
+        );
+        assert_eq!(
+            CountingSocket::on_network(1200, 1200, at("[2001:db8::1]:443")),
+            1200 + 48
+        );
+    }
+
+    #[test]
     fn a_count_starts_again_in_a_new_period_but_not_when_the_clock_goes_back() {
         let b = Budgets::in_memory();
         let budget = LinkBudget {
