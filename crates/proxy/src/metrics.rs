@@ -1370,23 +1370,15 @@ mod tests {
         assert!(!text.contains("braid_session_model_version"));
         // A client has no join counters; its links and TUN device do show.
         assert!(!text.contains("braid_joins_accepted_total"));
-        assert_eq!(value(&samples, "braid_link_joined", "link=\"wifi\""), "1");
-        assert_eq!(
-            value(&samples, "braid_link_budget_bytes", "link=\"wifi\""),
-            "2147483648"
-        );
-        assert_eq!(
-            value(&samples, "braid_link_budget_used_bytes", "link=\"wifi\""),
-            "5242880"
-        );
-        assert_eq!(
-            value(&samples, "braid_link_sent_bytes_total", "link=\"wifi\""),
-            "123456"
-        );
-        assert_eq!(
-            value(&samples, "braid_link_received_bytes_total", "link=\"wifi\""),
-            "7516192768"
-        );
+        for (family, want) in [
+            ("braid_link_joined", "1"),
+            ("braid_link_budget_bytes", "2147483648"),
+            ("braid_link_budget_used_bytes", "5242880"),
+            ("braid_link_sent_bytes_total", "123456"),
+            ("braid_link_received_bytes_total", "7516192768"),
+        ] {
+            assert_eq!(value(&samples, family, "link=\"wifi\""), want, "{family}");
+        }
         assert_eq!(
             value(&samples, "braid_tun_udp_dropped_total", "device=\"braid0\""),
             "7"

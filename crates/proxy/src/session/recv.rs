@@ -221,10 +221,9 @@ impl Session {
                     let cap = (rate > 0).then_some(rate);
                     if self.path_rate_cap_down[path.index()] != cap {
                         self.path_rate_cap_down[path.index()] = cap;
-                        if self.paths[path.index()].is_some() {
-                            // A cap of at least one byte a second is valid.
-                            let _ = self.set_path_rate_cap(path, cap);
-                        }
+                        // A path not joined yet takes it at `add_path` (an error here); a cap
+                        // of at least one byte a second is valid.
+                        let _ = self.set_path_rate_cap(path, cap);
                         self.push_event(Event::PeerPathRateCap(path, cap));
                     }
                 }

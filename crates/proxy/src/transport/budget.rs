@@ -71,7 +71,9 @@ impl Default for LinkTraffic {
 impl LinkTraffic {
     fn add(&self, way: &AtomicU64, bytes: u64) {
         way.fetch_add(bytes, Ordering::Relaxed);
-        if self.total() >= self.limit.load(Ordering::Relaxed) {
+        // Most links have no budget: the total is read only against a limit.
+        let limit = self.limit.load(Ordering::Relaxed);
+        if limit != u64::MAX && self.total() >= limit {
             self.reached.notify_one();
         }
     }

@@ -779,8 +779,9 @@ async fn run_link(
             continue;
         }
         // Spent with `budget_spent = "backup"`: the path joins as a backup.
-        let Some(was_spent) = ctx.update(id, generation, |slot| {
-            std::mem::replace(&mut slot.spent, spent.is_some())
+        let Some((was_spent, tier)) = ctx.update(id, generation, |slot| {
+            let was = std::mem::replace(&mut slot.spent, spent.is_some());
+            (was, slot.tier())
         }) else {
             return;
         };
@@ -789,11 +790,6 @@ async fn run_link(
         {
             demoted_warning(&link, state);
         }
-        let tier = if spent.is_some() {
-            Tier::Backup
-        } else {
-            link.tier
-        };
         // A link whose interface is down or whose address is gone waits for it (no attempt
         // could succeed), and an attempt stops when that happens.
         let fast = rejoins_fast(dark_since, link.fast_rejoin);
@@ -900,13 +896,13 @@ async fn run_link(
                     };
                     let (now, tier) = match turn {
                         BudgetTurn::Spent(state) => break Ok(LinkError::BudgetSpent(state)),
-                        BudgetTurn::Demoted(now, state) => {
-                            demoted_warning(&now, state);
-                            (now, Tier::Backup)
-                        }
-                        BudgetTurn::Restored(now) => {
-                            info!(link = %now.name, tier = ?now.tier, "the link's data budget has room again: its path takes its tier back");
-                            let tier = now.tier;
+                        BudgetTurn::Retiered { now, tier, spent } => {
+                            match spent {
+                                Some(state) => demoted_warning(&now, state),
+                                None => {
+                                    info!(link = %now.name, ?tier, "the link's data budget has room again: its path takes its tier back");
+                                }
+                            }
                             (now, tier)
                         }
                     };
@@ -1000,11 +996,14 @@ async fn run_link(
 enum BudgetTurn {
     /// Spent: the link leaves (`budget_spent = "leave"`).
     Spent(LinkBudgetStatus),
-    /// Spent: its path becomes a backup (`"backup"`); the link's settings now.
-    Demoted(Arc<LinkConfig>, LinkBudgetStatus),
-    /// A demoted path's budget has room again (a new period, a reload): it takes its tier
-    /// back.
-    Restored(Arc<LinkConfig>),
+    /// Its path takes tier `tier` ([`LinkSlot::tier`]; `now`: the link's settings now): backup,
+    /// the budget being `spent` (`"backup"`), or its own again, a demoted path's budget having
+    /// room (a new period, a reload; `spent` is `None`).
+    Retiered {
+        now: Arc<LinkConfig>,
+        tier: Tier,
+        spent: Option<LinkBudgetStatus>,
+    },
 }
 
 /// Counts link `id`'s traffic against its budget every [`budget::METER_EVERY`], and at once
@@ -1027,20 +1026,20 @@ async fn budget_turn(
             let spent = slot
                 .meter(&ctx.budgets, now)
                 .filter(LinkBudgetStatus::spent);
-            match spent {
-                Some(state) if when_spent(&slot.config) == WhenSpent::Leave => {
-                    Some(BudgetTurn::Spent(state))
-                }
-                Some(state) if !slot.spent => {
-                    slot.spent = true;
-                    Some(BudgetTurn::Demoted(slot.config.clone(), state))
-                }
-                None if slot.spent => {
-                    slot.spent = false;
-                    Some(BudgetTurn::Restored(slot.config.clone()))
-                }
-                _ => None,
+            if let Some(state) = spent
+                && when_spent(&slot.config) == WhenSpent::Leave
+            {
+                return Some(BudgetTurn::Spent(state));
             }
+            // Spent and kept as a backup, or a kept path's budget has room again.
+            (slot.spent != spent.is_some()).then(|| {
+                slot.spent = spent.is_some();
+                BudgetTurn::Retiered {
+                    now: slot.config.clone(),
+                    tier: slot.tier(),
+                    spent,
+                }
+            })
         });
         match turn {
             None => std::future::pending::<()>().await,
@@ -1174,6 +1173,14 @@ fn happy_eyeballs(mut servers: Vec<(usize, SocketAddr)>) -> Vec<(usize, SocketAd
     servers
 }
 
+/// Whether `addrs` hold addresses of both IP families.
+fn both_families(mut addrs: impl Iterator<Item = SocketAddr>) -> bool {
+    let Some(first) = addrs.next() else {
+        return false;
+    };
+    addrs.any(|a| a.is_ipv4() != first.is_ipv4())
+}
+
 /// Whether `a` and `b` are the same address, an IPv4 address and its IPv4-mapped IPv6 form
 /// alike (what a dual-stack socket's connection reports).
 fn same_address(a: SocketAddr, b: SocketAddr) -> bool {
@@ -1213,9 +1220,7 @@ async fn connect_and_join(
     let Some(&(_, server)) = servers.first() else {
         return Err(unresolved.unwrap_or_else(|| LinkError::Connect("no server address".into())));
     };
-    let both = servers
-        .iter()
-        .any(|&(_, a)| a.is_ipv4() != server.is_ipv4());
+    let both = both_families(servers.iter().map(|&(_, a)| a));
     let v4_any = SocketAddr::from(([0, 0, 0, 0], 0));
     let v6_any = SocketAddr::from(([0u16; 8], 0));
     let local = link.local_addr.unwrap_or(if server.is_ipv4() && !both {
@@ -1309,9 +1314,7 @@ async fn handshake(
     let mut order = std::collections::VecDeque::with_capacity(MAX_HANDSHAKES);
     // When the next handshake starts; `None`: no more.
     let mut next = Some(tokio::time::Instant::now());
-    let both_families = servers
-        .first()
-        .is_some_and(|f| servers.iter().any(|a| a.is_ipv4() != f.is_ipv4()));
+    let both_families = both_families(servers.iter().copied());
     loop {
         tokio::select! {
             // A result first: a handshake that completed wins over starting another.
