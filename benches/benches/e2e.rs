@@ -158,6 +158,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
+        routes: Vec::new(),
     })
     .await
     .unwrap();
@@ -901,6 +902,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
+        routes: Vec::new(),
     })
     .await
     .unwrap();

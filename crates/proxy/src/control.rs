@@ -74,6 +74,8 @@ pub struct ClientSources {
     /// The SOCKS5 and HTTP CONNECT inbounds' counters (replaced when a reload moves, adds or
     /// removes a listener).
     pub inbounds: Arc<std::sync::RwLock<Vec<Arc<InboundCounters>>>>,
+    /// The routes in force and their counts.
+    pub routes: Arc<crate::inbound::route::Routes>,
 }
 
 impl StatusSource {
@@ -137,6 +139,10 @@ impl StatusSource {
                     .iter()
                     .map(|c| c.status())
                     .collect(),
+                StatusSource::Server(_) => Vec::new(),
+            },
+            routes: match self {
+                StatusSource::Client(client) => client.routes.current().status(),
                 StatusSource::Server(_) => Vec::new(),
             },
             process: crate::process::ProcessReport::now(),

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{ClientConfig, IpNet, LinkConfig, ServerConfig, SessionLimits, TunConfig};
 use crate::control::{self, ClientSources, ControlError, StatusSource};
+use crate::inbound::route::Routes;
 use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun_watching};
@@ -413,8 +414,12 @@ impl ClientHandle {
         changed.extend(self.reload_listeners(&new).await);
         if *new.socks_users != *self.inbound.socks_users.current() {
             warn_open_inbounds(&new);
-            self.inbound.socks_users.replace(new.socks_users);
+            self.inbound.socks_users.replace(new.socks_users.clone());
             changed.push("socks.users");
+        }
+        if self.inbound.routes.replace(new.routes.clone()) {
+            warn_direct_into_tun(&new);
+            changed.push("route");
         }
         let token = self.metrics_auth.replace(new.metrics_token.clone());
         let tls = self.metrics_auth.replace_tls(new.metrics_tls.clone());
@@ -966,6 +971,26 @@ fn warn_open_inbounds(config: &ClientConfig) {
     }
 }
 
+/// Warns of each `direct` route without an `interface` while `[tun] routes` send traffic into
+/// the TUN device: its connections to destinations inside those routes would go into the
+/// device, back to braid, and round again.
+fn warn_direct_into_tun(config: &ClientConfig) {
+    let Some(tun) = config.tun.as_ref().filter(|t| !t.routes.is_empty()) else {
+        return;
+    };
+    for (i, r) in config.routes.iter().enumerate() {
+        if r.action == crate::config::RouteAction::Direct && r.interface.is_none() {
+            tracing::warn!(
+                route = i,
+                device = %tun.name,
+                "a direct route without an interface while [tun] routes send traffic into the \
+                 TUN device: its connections to destinations inside those routes would come back \
+                 into braid (set the route's interface to the device they should leave by)"
+            );
+        }
+    }
+}
+
 /// Writes the links' data budget counts every [`crate::transport::budget::SAVE_EVERY`] while
 /// they change (also when the session ends and the client stops).
 async fn save_budgets(links: Arc<LinkContext>) {
@@ -979,6 +1004,7 @@ async fn save_budgets(links: Arc<LinkContext>) {
 /// Starts the client: its session and links, inbounds and control socket.
 pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
     warn_open_inbounds(&config);
+    warn_direct_into_tun(&config);
     let crypto = tls::client_crypto(&config.trust)?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
         .map_err(|e| DaemonError::Quic(e.to_string()))?;
@@ -1038,16 +1064,19 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let config = Arc::new(config);
     let links = Arc::new(LinkContext::new(config.clone(), client_config));
     let link_context = links.clone();
+    let routes = Arc::new(Routes::new(config.routes.clone()));
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
         socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
+        routes: routes.clone(),
     });
     let sources = ClientSources {
         session: session.clone(),
         links: link_context.clone(),
         tun: tun_status.clone(),
         inbounds: Arc::default(),
+        routes,
     };
     let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
     let serve = |kind, (listener, bound), configured| {

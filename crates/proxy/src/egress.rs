@@ -152,12 +152,62 @@ fn connect_reply(e: &std::io::Error) -> Reply {
     }
 }
 
-async fn connect(target: &Target, policy: &EgressPolicy) -> Result<TcpStream, Reply> {
+/// A TCP connection to `addr`, from a socket bound to `device` when one is named.
+async fn tcp_connect(addr: SocketAddr, device: Option<&str>) -> std::io::Result<TcpStream> {
+    let Some(device) = device else {
+        return TcpStream::connect(addr).await;
+    };
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    bind_device_logged(device, |d| socket.bind_device(d))?;
+    socket.connect(addr).await
+}
+
+/// When a device could last not be bound to, seconds since the Unix epoch (0: never).
+static DEVICE_WARNED_AT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Binds a socket to `device` with `bind`; a failure (no such device, or no `CAP_NET_RAW`) is
+/// logged at `warn`, at most once a minute, naming the device (each flow that meets it fails
+/// alike, and is counted by its inbound).
+fn bind_device_logged(
+    device: &str,
+    bind: impl FnOnce(Option<&[u8]>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let result = bind(Some(device.as_bytes()));
+    if let Err(e) = &result {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = DEVICE_WARNED_AT.load(Ordering::Relaxed);
+        if now >= last + 60
+            && DEVICE_WARNED_AT
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                device,
+                error = %e,
+                "a direct route's interface cannot be used: its flows fail (binding a socket \
+                 to a device needs the device up and CAP_NET_RAW; logged at most once a minute)"
+            );
+        }
+    }
+    result
+}
+
+async fn connect(
+    target: &Target,
+    policy: &EgressPolicy,
+    device: Option<&str>,
+) -> Result<TcpStream, Reply> {
     let work = async {
         let addrs = resolve(target, policy).await?;
         let mut last = Reply::HostUnreachable;
         for addr in addrs {
-            match TcpStream::connect(addr).await {
+            match tcp_connect(addr, device).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = connect_reply(&e),
             }
@@ -182,20 +232,78 @@ fn current(slot: &PolicySlot) -> Arc<EgressPolicy> {
 pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: PolicySlot) {
     tokio::spawn(async move {
         match kind {
-            FlowKind::Stream => stream_flow(flow, target, &current(&policy)).await,
-            FlowKind::Datagram => udp_flow(flow, policy).await,
+            FlowKind::Stream => stream_flow(flow, target, &current(&policy), Origin::Server).await,
+            FlowKind::Datagram => udp_flow(flow, policy, Origin::Server).await,
             FlowKind::Ping => ping_flow(flow, target, policy).await,
         }
     });
 }
 
-async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy) {
+/// The policy of a client's `direct` route: every destination (the client's own network
+/// included, which is what such routes are for), the server's default timeouts.
+fn direct_policy() -> EgressPolicy {
+    EgressPolicy {
+        allow_private: true,
+        allow_loopback: true,
+        ..EgressPolicy::default()
+    }
+}
+
+/// Serves, from this host, a flow a client's `direct` route took out of the session: a TCP
+/// connection or UDP relay as the server's egress makes them, to any destination, from sockets
+/// bound to `device` when one is named (spawns a task). The flow's other end is the inbound's
+/// (a [`crate::transport::pipe`]); a failure reaches it as the reset the server would send.
+pub(crate) fn spawn_direct(
+    flow: FlowHandle,
+    kind: FlowKind,
+    target: Target,
+    device: Option<String>,
+) {
+    tokio::spawn(async move {
+        let device = device.as_deref();
+        match kind {
+            FlowKind::Stream => {
+                stream_flow(flow, target, &direct_policy(), Origin::Direct(device)).await
+            }
+            FlowKind::Datagram => {
+                let policy = Arc::new(RwLock::new(Arc::new(direct_policy())));
+                udp_flow(flow, policy, Origin::Direct(device)).await
+            }
+            // The TUN inbound's pings always go through the session.
+            FlowKind::Ping => {
+                let (writer, _) = flow.split();
+                let _ = writer.reset(reset_code(Reply::CommandNotSupported)).await;
+            }
+        }
+    });
+}
+
+/// Where an egress flow is connected from.
+#[derive(Clone, Copy, Debug)]
+enum Origin<'a> {
+    /// The server, for a client's flow.
+    Server,
+    /// A client, for its own `direct` route, from sockets bound to this device when named.
+    Direct(Option<&'a str>),
+}
+
+async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy, origin: Origin<'_>) {
     let id = flow.id;
     let (writer, reader) = flow.split();
-    let stream = match connect(&target, policy).await {
+    let device = match origin {
+        Origin::Server => None,
+        Origin::Direct(device) => device,
+    };
+    let stream = match connect(&target, policy, device).await {
         Ok(s) => s,
         Err(reply) => {
-            info!(flow = id.0, %target, reason = reply.name(), "egress refused or failed");
+            match origin {
+                Origin::Server => {
+                    info!(flow = id.0, %target, reason = reply.name(), "egress refused or failed");
+                }
+                // Logged by the client's inbound, with the application's request.
+                Origin::Direct(_) => {}
+            }
             let _ = writer.reset(reset_code(reply)).await;
             return;
         }
@@ -277,18 +385,32 @@ async fn forward_back(writer: &FlowWriter, buf: &mut [u8], n: usize, from: Socke
     let _ = writer.send_datagram(Bytes::from(out)).await;
 }
 
-async fn udp_flow(flow: FlowHandle, slot: PolicySlot) {
+/// A UDP socket on `ip`'s any-port, bound to `device` when one is named.
+async fn udp_socket(ip: IpAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
+    let socket = UdpSocket::bind((ip, 0)).await?;
+    if let Some(device) = device {
+        bind_device_logged(device, |d| socket.bind_device(d))?;
+    }
+    Ok(socket)
+}
+
+async fn udp_flow(flow: FlowHandle, slot: PolicySlot, origin: Origin<'_>) {
     let (writer, mut reader) = flow.split();
-    let Ok(v4) = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).await else {
+    let device = match origin {
+        Origin::Server => None,
+        Origin::Direct(device) => device,
+    };
+    let Ok(v4) = udp_socket(Ipv4Addr::UNSPECIFIED.into(), device).await else {
         let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
         return;
     };
-    let v6 = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).await.ok();
+    let v6 = udp_socket(Ipv6Addr::UNSPECIFIED.into(), device).await.ok();
     let mut egress = UdpEgress {
         v4,
         v6,
         names: HashMap::new(),
-        refusal_logged: false,
+        // A client's direct relay leaves its refusals unlogged (the inbound counts them).
+        refusal_logged: matches!(origin, Origin::Direct(_)),
     };
     let mut buf4 = vec![0u8; MAX_UDP];
     let mut buf6 = vec![0u8; MAX_UDP];

@@ -223,7 +223,37 @@ pub fn render(status: &DaemonStatus) -> String {
     path_families(&mut e, status);
     link_and_tun_families(&mut e, status);
     inbound_families(&mut e, status);
+    route_families(&mut e, status);
     e.out
+}
+
+/// The client's `[[route]]` tables, labelled by place in the file and action.
+fn route_families(e: &mut Exposition, status: &DaemonStatus) {
+    type Field = fn(&crate::transport::RouteStatus) -> u64;
+    let families: [(&str, &str, Field); 2] = [
+        (
+            "braid_route_flows_total",
+            "Stream flows (TCP connections) the route decided, since the client started or a \
+             reload changed the routes (client only).",
+            |r| r.flows,
+        ),
+        (
+            "braid_route_datagrams_total",
+            "UDP datagrams the route decided, counted alike (client only).",
+            |r| r.datagrams,
+        ),
+    ];
+    for (name, help, field) in families {
+        let samples = status
+            .routes
+            .iter()
+            .map(|r| {
+                let labels = vec![("route", r.index.to_string()), ("action", r.action.clone())];
+                (labels, field(r).into())
+            })
+            .collect();
+        e.family(name, Kind::Counter, help, samples);
+    }
 }
 
 /// The client's SOCKS5 and HTTP CONNECT inbounds, labelled by inbound and address.
@@ -1232,6 +1262,13 @@ mod tests {
                 failed: 2,
                 ..InboundStatus::default()
             }],
+            routes: vec![crate::transport::RouteStatus {
+                index: 1,
+                action: "direct".to_owned(),
+                matches: "1 network".to_owned(),
+                flows: 9,
+                datagrams: 31,
+            }],
             process: Some(ProcessReport {
                 resident_bytes: 47 << 20,
                 cpu_seconds: 12.5,
@@ -1399,6 +1436,10 @@ mod tests {
         );
         assert_eq!(value(&samples, "braid_inbound_refused_total", socks), "5");
         assert_eq!(value(&samples, "braid_inbound_failed_total", socks), "2");
+        // The routes.
+        let route = "route=\"1\",action=\"direct\"";
+        assert_eq!(value(&samples, "braid_route_flows_total", route), "9");
+        assert_eq!(value(&samples, "braid_route_datagrams_total", route), "31");
         // The process, under the names Prometheus's client libraries use.
         assert_eq!(value(&samples, "process_cpu_seconds_total", ""), "12.5");
         assert_eq!(

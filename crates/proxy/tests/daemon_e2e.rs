@@ -2294,3 +2294,115 @@ async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_re
     drop(client);
     std::fs::remove_dir_all(&state_dir).unwrap();
 }
+
+/// `[[route]]`: a `direct` route's destinations are connected by the client itself (TCP by
+/// address and by name, over SOCKS5 and HTTP CONNECT, and a UDP association's datagrams), a
+/// `block` route's are refused, and neither reaches the server, whose egress policy here
+/// refuses loopback; a reload that takes the routes away sends the same destinations through
+/// the session again (and the server refuses them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_and_block_routes_keep_destinations_out_of_the_session() {
+    use braid_proxy::config::{DomainPattern, PortRange, Route, RouteAction};
+    let name = "routes";
+    let server = braid_proxy::daemon::start_server(
+        server_config(name, false),
+        braid_proxy::tls::ServerIdentity::generate("braid").unwrap(),
+    )
+    .await
+    .unwrap();
+    let (target, blocked, echo) = (test_server().await, test_server().await, udp_echo().await);
+    let mut config = client_config(name, &server, 2, KEY);
+    config.routes = vec![
+        Route {
+            action: RouteAction::Block,
+            networks: Vec::new(),
+            domains: Vec::new(),
+            ports: vec![PortRange {
+                first: blocked.port(),
+                last: blocked.port(),
+            }],
+            interface: None,
+        },
+        Route {
+            action: RouteAction::Direct,
+            networks: vec!["127.0.0.0/8".parse().unwrap()],
+            domains: vec![DomainPattern {
+                name: "localhost".into(),
+                below_only: false,
+            }],
+            ports: Vec::new(),
+            interface: None,
+        },
+    ];
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    let proxy = client.socks_addr;
+    // Direct, by address: whole both ways.
+    let got = download(proxy, target, (4 * MB) as u32).await;
+    assert_eq!(sha256(&got), sha256(&pattern(4 * MB, 7)));
+    let data = pattern(3 * MB, 5);
+    assert_eq!(upload(proxy, target, &data).await, sha256(&data));
+    // Direct, by name (resolved by the client).
+    let (code, mut s) = socks_connect(proxy, "localhost", target.port()).await;
+    assert_eq!(code, 0);
+    s.write_all(b"Ehello").await.unwrap();
+    let mut back = [0u8; 5];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"hello");
+    drop(s);
+    // Direct, refused by the destination: the reply says so (5), as the server's would.
+    let (code, _) = socks_connect(proxy, "127.0.0.1", 1).await;
+    assert_eq!(code, 5, "connection refused");
+    // Over HTTP CONNECT too.
+    let mut s = TcpStream::connect(client.http_addr.unwrap()).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 256];
+    let n = s.read(&mut head).await.unwrap();
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    drop(s);
+    // Blocked: "not allowed", whatever the address.
+    let (code, _) = socks_connect(proxy, "127.0.0.1", blocked.port()).await;
+    assert_eq!(code, 2);
+    // UDP: the association's datagrams go direct.
+    let association = UdpAssociation::open(proxy).await;
+    let answer = association.ask(echo, b"marco", 20).await;
+    assert_eq!(answer.as_deref(), Some(&b"marco"[..]));
+    let status = client.status().await;
+    let routes: Vec<_> = status
+        .routes
+        .iter()
+        .map(|r| (r.action.as_str(), r.flows, r.datagrams))
+        .collect();
+    assert_eq!(routes[0], ("block", 1, 0));
+    assert_eq!((routes[1].0, routes[1].1), ("direct", 5));
+    assert!(routes[1].2 >= 1, "{routes:?}");
+    assert!(
+        status
+            .to_table()
+            .contains("route 1 direct (1 network, 1 domain): 5 flows"),
+        "{}",
+        status.to_table()
+    );
+    // Nothing of it went through the session.
+    assert_eq!(status.sessions[0].counters.flows_total, 0);
+    assert_eq!(server.status().await.sessions[0].counters.flows_total, 0);
+    // Without the routes the same destination goes to the server, whose policy refuses it.
+    config.routes.clear();
+    let done = client.reload(config).await;
+    assert!(done.changed.contains(&"route"), "{done:?}");
+    assert!(done.needs_restart.is_empty(), "{done:?}");
+    let (code, _) = socks_connect(proxy, "127.0.0.1", target.port()).await;
+    assert_eq!(code, 2, "refused by the server's egress policy");
+    let (code, _) = socks_connect(proxy, "127.0.0.1", blocked.port()).await;
+    assert_eq!(code, 2);
+    assert_eq!(client.status().await.sessions[0].counters.flows_total, 2);
+    assert!(client.status().await.routes.is_empty());
+}

@@ -245,12 +245,24 @@ async fn setup_session(
     offloads: bool,
     session: SessionLimits,
 ) -> (App, Arc<TunCounters>, Keep) {
+    setup_routed(name, limits, offloads, session, Vec::new()).await
+}
+
+/// [`setup_session`] with the client's `[[route]]` tables.
+async fn setup_routed(
+    name: &str,
+    limits: TunLimits,
+    offloads: bool,
+    session: SessionLimits,
+    routes: Vec<braid_proxy::config::Route>,
+) -> (App, Arc<TunCounters>, Keep) {
     let (server, client) = pair_with(name, 2, session).await;
     let (_slot, session) = watch::channel(client.session());
     let ctx = Arc::new(InboundContext {
         session,
         socks_users: SocksUsers::default(),
         handshake_timeout: HANDSHAKE_TIMEOUT,
+        routes: Arc::new(braid_proxy::inbound::route::Routes::new(routes)),
     });
     let (app_tx, from_app) = mpsc::unbounded_channel();
     let (to_app, from_inbound) = mpsc::unbounded_channel();
@@ -377,6 +389,48 @@ async fn tcp_connections_through_the_tun_inbound_reach_their_destination() {
     let h = app.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 1)), 40_003);
     app.run_until(|app| app.socket(h).state() == tcp::State::Closed)
         .await;
+}
+
+/// A `direct` route takes the TUN inbound's TCP connections and UDP datagrams to its network
+/// out of the session: the client connects them itself, and the session opens no flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_route_takes_tun_connections_and_datagrams_out_of_the_session() {
+    use braid_proxy::config::{Route, RouteAction};
+    let direct = Route {
+        action: RouteAction::Direct,
+        networks: vec!["127.0.0.0/8".parse().unwrap()],
+        domains: Vec::new(),
+        ports: Vec::new(),
+        interface: None,
+    };
+    let limits = TunLimits::with_mtu(MTU);
+    let (mut app, counters, keep) = setup_routed(
+        "tun-direct",
+        limits,
+        false,
+        SessionLimits::default(),
+        vec![direct],
+    )
+    .await;
+    let target = test_server().await;
+    let h = app.connect(target, 40_011);
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&500_000u32.to_be_bytes());
+    let download = exchange(&mut app, h, &request, false).await;
+    assert!(
+        download == pattern(500_000, 7),
+        "the download arrived intact"
+    );
+    let echo = udp_echo().await;
+    let answers =
+        ask_until_answered(&mut app, |_| vec![udp_from_app(50_011, echo, b"direct")]).await;
+    assert_eq!(answers[0], b"direct");
+    assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 1);
+    let status = keep._peers.1.status().await;
+    assert_eq!(
+        status.sessions[0].counters.flows_total, 0,
+        "no flow on the session"
+    );
 }
 
 /// Whether an IPv4 TCP packet carries a FIN.

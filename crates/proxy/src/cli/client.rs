@@ -60,8 +60,17 @@ fn summary(config: &ClientConfig) -> String {
     if let Some(tun) = &config.tun {
         inbounds.push(format!("TUN {}", tun.name));
     }
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .map(|r| format!("{} {}", r.action.name(), r.summary()))
+        .collect();
+    let routes = match routes.is_empty() {
+        true => String::new(),
+        false => format!(", routes ({})", routes.join("; ")),
+    };
     format!(
-        "a valid client configuration: user {}, {} link{} ({}), scheduler {}, inbounds {}{}",
+        "a valid client configuration: user {}, {} link{} ({}), scheduler {}, inbounds {}{routes}{}",
         config.user,
         links.len(),
         if links.len() == 1 { "" } else { "s" },
@@ -140,7 +149,9 @@ mod tests {
              [[link]]\nname = \"tether\"\ninterface = \"usb*\"\nserver = \"h:1\"\n\
              budget_mib = 1024\nbudget_reset_day = 15\n\
              [[link]]\nname = \"lte\"\nserver = \"h:1\"\nbudget_mib = 50\nbudget_period = \"day\"\n\
-             budget_spent = \"backup\"\n",
+             budget_spent = \"backup\"\n\
+             [[route]]\naction = \"direct\"\nnetworks = [\"192.168.0.0/16\"]\ndomains = [\"lan\"]\n\
+             [[route]]\naction = \"block\"\nports = [25]\n",
             "11".repeat(32),
             "22".repeat(32)
         );
@@ -149,7 +160,8 @@ mod tests {
             summary(&config),
             "a valid client configuration: user a, 3 links (wifi, tether on each device usb* \
              with 1024 MiB a month from day 15, lte with 50 MiB a day, then backup), scheduler minrtt, \
-             inbounds SOCKS5 127.0.0.1:1080"
+             inbounds SOCKS5 127.0.0.1:1080, routes (direct 1 network, 1 domain; block every \
+             destination, ports 25)"
         );
     }
 }

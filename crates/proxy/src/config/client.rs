@@ -179,6 +179,8 @@ pub struct ClientConfig {
     pub links: Vec<LinkConfig>,
     /// The session limits (`[session]`).
     pub session: super::SessionLimits,
+    /// The `[[route]]` tables, in order: the first that matches a destination decides.
+    pub routes: Vec<super::Route>,
 }
 
 /// The TUN inbound's device.
@@ -275,6 +277,8 @@ struct RawClient {
     session: RawSession,
     #[serde(default)]
     link: Vec<RawLink>,
+    #[serde(default)]
+    route: Vec<super::route::RawRoute>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -446,6 +450,7 @@ impl ClientConfig {
             scheduler: super::scheduler(file, raw.scheduler.as_ref())?,
             links,
             session: super::session_limits(file, &raw.session)?,
+            routes: super::route::routes(file, &raw.route)?,
         })
     }
 }

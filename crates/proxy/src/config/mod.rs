@@ -5,6 +5,7 @@
 
 pub(crate) mod client;
 pub(crate) mod ipnet;
+pub(crate) mod route;
 mod server;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ pub use client::{
     ServerTrust, SocksUser, TunConfig, WhenSpent, parse_fingerprint,
 };
 pub use ipnet::IpNet;
+pub use route::{DomainPattern, Route, RouteAction, find_route};
 pub use server::{
     DEFAULT_MAX_SESSIONS_PER_USER, EgressPolicy, MAX_LISTEN, PortRange, ServerConfig, UserEntry,
 };
@@ -371,6 +373,45 @@ pub(crate) fn session_limits(
             max_rate: redundant_max,
         },
     })
+}
+
+/// A list of networks `NETWORK/PREFIX` with no host bits set, or single addresses (at most
+/// `max`); an error names the entry (`field[i]`).
+pub(crate) fn networks(
+    file: &Path,
+    field: &str,
+    max: usize,
+    raw: &[String],
+) -> Result<Vec<IpNet>, ConfigFileError> {
+    if raw.len() > max {
+        return Err(invalid(
+            file,
+            field,
+            format!("at most {max} networks"),
+            raw.len(),
+        ));
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let net = match text.parse::<std::net::IpAddr>() {
+                Ok(addr) => Some(IpNet {
+                    addr,
+                    prefix: if addr.is_ipv4() { 32 } else { 128 },
+                }),
+                Err(_) => text.parse::<IpNet>().ok().filter(IpNet::is_network),
+            };
+            net.ok_or_else(|| {
+                invalid(
+                    file,
+                    format!("{field}[{i}]"),
+                    "a network NETWORK/PREFIX with no host bits set (e.g. \"203.0.113.0/24\") \
+                     or an address",
+                    text,
+                )
+            })
+        })
+        .collect()
 }
 
 /// A list of ports 1..=65535 and ranges `"FIRST-LAST"` (at most `max` entries) as inclusive
@@ -1360,6 +1401,10 @@ mod example_tests {
             ),
             (format!("{client}[scheduler]\nbogus_field = 1\n"), false),
             (format!("{client}[session]\nbogus_field = 1\n"), false),
+            (
+                format!("{client}[[route]]\naction = \"direct\"\nbogus_field = 1\n"),
+                false,
+            ),
             (format!("bogus_field = 1\n{server}"), true),
             (format!("{server}bogus_field = 1\n"), true),
             (format!("{server}[egress]\nbogus_field = 1\n"), true),

@@ -191,40 +191,6 @@ struct RawEgress {
     icmp_echo: Option<bool>,
 }
 
-/// `[egress] allow_networks` or `deny_networks` (`field`): networks `NETWORK/PREFIX` with no
-/// host bits set, or single addresses.
-fn networks(file: &Path, field: &str, raw: &[String]) -> Result<Vec<IpNet>, ConfigFileError> {
-    if raw.len() > MAX_EGRESS_NETWORKS {
-        return Err(invalid(
-            file,
-            field,
-            format!("at most {MAX_EGRESS_NETWORKS} networks"),
-            raw.len(),
-        ));
-    }
-    raw.iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let net = match text.parse::<std::net::IpAddr>() {
-                Ok(addr) => Some(IpNet {
-                    addr,
-                    prefix: if addr.is_ipv4() { 32 } else { 128 },
-                }),
-                Err(_) => text.parse::<IpNet>().ok().filter(IpNet::is_network),
-            };
-            net.ok_or_else(|| {
-                invalid(
-                    file,
-                    format!("{field}[{i}]"),
-                    "a network NETWORK/PREFIX with no host bits set (e.g. \"203.0.113.0/24\") \
-                     or an address",
-                    text,
-                )
-            })
-        })
-        .collect()
-}
-
 /// `[egress] deny_ports`: ports 1..=65535 and ranges `"FIRST-LAST"`.
 fn port_ranges(file: &Path, raw: &[toml::Value]) -> Result<Vec<PortRange>, ConfigFileError> {
     let ranges = super::port_ranges(file, "egress.deny_ports", MAX_EGRESS_PORTS, raw)?;
@@ -327,8 +293,18 @@ impl ServerConfig {
         let egress = EgressPolicy {
             allow_private: raw.egress.allow_private,
             allow_loopback: raw.egress.allow_loopback,
-            allow_networks: networks(file, "egress.allow_networks", &raw.egress.allow_networks)?,
-            deny_networks: networks(file, "egress.deny_networks", &raw.egress.deny_networks)?,
+            allow_networks: super::networks(
+                file,
+                "egress.allow_networks",
+                MAX_EGRESS_NETWORKS,
+                &raw.egress.allow_networks,
+            )?,
+            deny_networks: super::networks(
+                file,
+                "egress.deny_networks",
+                MAX_EGRESS_NETWORKS,
+                &raw.egress.deny_networks,
+            )?,
             deny_ports: port_ranges(file, &raw.egress.deny_ports)?,
             connect_timeout: seconds(
                 file,

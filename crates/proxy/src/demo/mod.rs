@@ -388,6 +388,7 @@ impl Context {
             scheduler: SchedulerConfig::new(SchedulerKind::MinRtt),
             links,
             session: self.session,
+            routes: Vec::new(),
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod http_connect;
 pub(crate) mod http_forward;
 pub mod http_message;
 pub mod http_server;
+pub mod route;
 pub mod server;
 pub mod socks4;
 pub mod socks5;

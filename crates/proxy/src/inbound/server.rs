@@ -14,6 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::route::{Routes, Way};
 use super::socks5::Reply;
 use crate::config::SocksUser;
 use crate::egress::{CONNECTED, reply_for_reset};
@@ -116,6 +117,9 @@ pub struct InboundContext {
     pub socks_users: SocksUsers,
     /// How long a client has to complete its request ([`HANDSHAKE_TIMEOUT`] in the daemon).
     pub handshake_timeout: Duration,
+    /// The `[[route]]` tables in force: which destinations go through the session, which the
+    /// client connects itself and which it refuses.
+    pub routes: Arc<Routes>,
 }
 
 /// The users of the SOCKS5 and HTTP CONNECT inbounds, replaced as a whole when the client
@@ -162,8 +166,15 @@ impl InboundContext {
         ok
     }
 
-    /// Opens a flow on the current session.
+    /// Opens a datagram or ping flow. A UDP association's (`Datagram`) goes through a router
+    /// when a route takes some destinations out of the session (its datagrams then each go
+    /// their own route's way, [`super::route::spawn_udp_router`]); otherwise, and for pings, it
+    /// is a flow of the current session.
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
+        if kind == FlowKind::Datagram && self.routes.current().diverts() {
+            let session = self.session.clone();
+            return Ok(super::route::spawn_udp_router(session, self.routes.clone()));
+        }
         let handle = self.session.borrow().clone();
         match handle {
             Some(h) => h.open(kind, target).await,
@@ -178,8 +189,23 @@ impl InboundContext {
     /// verdict (the server restarted unheard, and the client learned it from this request's
     /// own packets) only carried the flow's OPEN, so the request is opened again on the next
     /// session ([`CONNECT_ATTEMPTS`] sessions at most, [`CONNECT_WAIT`] in all).
+    ///
+    /// A destination a `direct` route matches is connected by the client itself (the same
+    /// verdict, from this host), one a `block` route matches is refused ("not allowed").
     pub async fn connect(&self, target: Target) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
         let deadline = Instant::now() + CONNECT_WAIT;
+        match self.routes.current().way(&target, false) {
+            Way::Server => {}
+            Way::Block => return Err(Reply::NotAllowed),
+            Way::Direct(device) => {
+                let (writer, reader) = super::route::direct_stream(target, device).split();
+                return match verdict(writer, reader, deadline).await {
+                    Verdict::Connected(writer, reader, first) => Ok((writer, reader, first)),
+                    Verdict::Refused(reply) => Err(reply),
+                    Verdict::Ended => Err(Reply::GeneralFailure),
+                };
+            }
+        }
         let mut ended: Option<SessionHandle> = None;
         let mut attempts = 0;
         while attempts < CONNECT_ATTEMPTS {
@@ -209,25 +235,13 @@ impl InboundContext {
                 Err(OpenError::Flow(_)) => return Err(Reply::GeneralFailure),
             };
             attempts += 1;
-            let (writer, mut reader) = flow.split();
-            match tokio::time::timeout_at(deadline, reader.recv()).await {
-                Ok(Some(FlowMsg::Data(mut first))) if first.first() == Some(&CONNECTED) => {
-                    first.advance(1);
-                    return Ok((writer, reader, first));
-                }
-                Ok(Some(FlowMsg::Reset(code))) => return Err(reply_for_reset(code)),
-                // The driver let the flow go without an end: its session is over.
-                Ok(None) => {
+            let (writer, reader) = flow.split();
+            match verdict(writer, reader, deadline).await {
+                Verdict::Connected(writer, reader, first) => return Ok((writer, reader, first)),
+                Verdict::Refused(reply) => return Err(reply),
+                Verdict::Ended => {
                     debug!(%target, "the session ended before the server connected the flow; opening it again on the next");
                     ended = Some(session);
-                }
-                Ok(Some(_)) => {
-                    let _ = writer.reset(0).await;
-                    return Err(Reply::GeneralFailure);
-                }
-                Err(_) => {
-                    let _ = writer.reset(0).await;
-                    return Err(Reply::TtlExpired);
                 }
             }
         }
@@ -249,6 +263,38 @@ impl InboundContext {
         let wait = (Instant::now() + SESSION_WAIT).min(deadline);
         let found = tokio::time::timeout_at(wait, session.wait_for(usable)).await;
         found.ok()?.ok()?.clone()
+    }
+}
+
+/// What came back for a stream flow just opened.
+enum Verdict {
+    /// The destination is connected: the flow's halves and the first destination bytes.
+    Connected(FlowWriter, FlowReader, Bytes),
+    /// It could not be reached, for this reason.
+    Refused(Reply),
+    /// The flow ended with no verdict (its session is over).
+    Ended,
+}
+
+/// Waits until `deadline` for the verdict on a stream flow just opened: the [`CONNECTED`]
+/// byte before the destination's bytes, or a reset that says why not.
+async fn verdict(writer: FlowWriter, mut reader: FlowReader, deadline: Instant) -> Verdict {
+    match tokio::time::timeout_at(deadline, reader.recv()).await {
+        Ok(Some(FlowMsg::Data(mut first))) if first.first() == Some(&CONNECTED) => {
+            first.advance(1);
+            Verdict::Connected(writer, reader, first)
+        }
+        Ok(Some(FlowMsg::Reset(code))) => Verdict::Refused(reply_for_reset(code)),
+        // The driver let the flow go without an end: its session is over.
+        Ok(None) => Verdict::Ended,
+        Ok(Some(_)) => {
+            let _ = writer.reset(0).await;
+            Verdict::Refused(Reply::GeneralFailure)
+        }
+        Err(_) => {
+            let _ = writer.reset(0).await;
+            Verdict::Refused(Reply::TtlExpired)
+        }
     }
 }
 
@@ -485,6 +531,7 @@ mod tests {
             session,
             socks_users: SocksUsers::default(),
             handshake_timeout,
+            routes: Default::default(),
         })
     }
 

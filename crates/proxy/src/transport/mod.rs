@@ -11,6 +11,7 @@ pub mod driver;
 pub mod flow;
 mod ifwatch;
 pub mod join;
+pub(crate) mod pipe;
 pub mod quic;
 pub mod relay;
 pub mod server;
@@ -21,7 +22,7 @@ pub use flow::{
 };
 pub use status::{
     DaemonStatus, InboundStatus, LinkBudgetStatus, LinkPatternStatus, LinkStatus, PathReport,
-    QuicCounters, SessionCounters, SessionStatus,
+    QuicCounters, RouteStatus, SessionCounters, SessionStatus,
 };
 
 /// The default per-flow receive window (`[session] flow_receive_window_kib` in both daemons'

@@ -308,6 +308,10 @@ pub struct DaemonStatus {
     /// The client's SOCKS5 and HTTP CONNECT inbounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inbounds: Vec<InboundStatus>,
+    /// The client's `[[route]]` tables, with what each has matched since the client started
+    /// or a reload changed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteStatus>,
     /// The daemon's process: memory, CPU time, open files (absent where `/proc` is not
     /// readable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -355,6 +359,22 @@ pub struct LinkPatternStatus {
     /// Those of its devices left out (beyond the 16 links, or named as another link).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+}
+
+/// One of the client's `[[route]]` tables.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteStatus {
+    /// Its place in the file, from 0 (`route[0]`).
+    pub index: u32,
+    /// `server`, `direct` or `block`.
+    pub action: String,
+    /// What it matches, in short (`2 networks, 1 domain, ports 22`, `every destination`), and
+    /// its interface.
+    pub matches: String,
+    /// Stream flows (TCP connections) it decided.
+    pub flows: u64,
+    /// UDP datagrams it decided.
+    pub datagrams: u64,
 }
 
 impl LinkStatus {
@@ -588,6 +608,13 @@ impl DaemonStatus {
                 let _ = write!(out, "; left out: {}", p.left_out.join(", "));
             }
             let _ = writeln!(out);
+        }
+        for r in &self.routes {
+            let _ = writeln!(
+                out,
+                "route {} {} ({}): {} flows, {} datagrams",
+                r.index, r.action, r.matches, r.flows, r.datagrams
+            );
         }
         for s in &self.sessions {
             let c = &s.counters;

@@ -91,6 +91,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
             })
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
+        routes: Vec::new(),
     }
 }
 
