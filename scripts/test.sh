@@ -22,8 +22,9 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# --- fuzz (session frame decoder, a session fed a hostile peer, JOIN decoder) -----------------
-# The stable-Rust smoke pass of the three target bodies (200k seeded random and mutated inputs
+# --- fuzz (session frame decoder, a session fed a hostile peer, JOIN decoder, HTTP responses,
+# DNS answers) ---------------------------------------------------------------------------------
+# The stable-Rust smoke pass of the five target bodies (200k seeded random and mutated inputs
 # each) is a test of the `braid-fuzz` workspace member (fuzz/tests/smoke.rs): `cargo test` below
 # runs it. Real libFuzzer runs only where nightly and cargo-fuzz are installed.
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
@@ -31,6 +32,8 @@ if cargo +nightly fuzz --version >/dev/null 2>&1; then
     (cd fuzz && cargo +nightly fuzz run frame_decoder --features libfuzzer -- -max_total_time=30)
     (cd fuzz && cargo +nightly fuzz run session_peer --features libfuzzer -- -max_total_time=30)
     (cd fuzz && cargo +nightly fuzz run join_decoder --features libfuzzer -- -max_total_time=30)
+    (cd fuzz && cargo +nightly fuzz run http_response --features libfuzzer -- -max_total_time=30)
+    (cd fuzz && cargo +nightly fuzz run dns_answer --features libfuzzer -- -max_total_time=30)
 fi
 # --- end fuzz --------------------------------------------------------------------------------
 

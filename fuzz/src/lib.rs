@@ -2,8 +2,9 @@
 //! with `cargo +nightly fuzz run --features libfuzzer <target>` from `fuzz/`) and the
 //! stable-Rust smoke pass (`tests/smoke.rs`, run by `cargo test`), so that both exercise
 //! exactly the same code: `frame_decoder` (session packets), `session_peer` (a broken or
-//! hostile peer, packet after packet), `join_decoder` (the path join message) and
-//! `http_response` (an origin server's answer to a forwarded HTTP request).
+//! hostile peer, packet after packet), `join_decoder` (the path join message),
+//! `http_response` (an origin server's answer to a forwarded HTTP request) and `dns_answer`
+//! (a DNS answer the client learns names from).
 
 use std::time::Duration;
 
@@ -361,4 +362,25 @@ pub fn http_response(data: &[u8]) {
     }
     assert_eq!(at_once, Ok(used), "fed in pieces and at once differ");
     assert_eq!(framer.is_done(), whole.is_done());
+}
+
+/// The `dns_answer` target: a DNS answer as the client reads the names of its addresses from
+/// it (any bytes from a UDP source port 53). Never a panic; a name read is lower-case and at
+/// most 253 bytes; no more addresses than the answer count; a table fed it keeps at most
+/// [`braid_proxy::inbound::dns_names::MAX_NAMES`] addresses, each under the name read.
+pub fn dns_answer(data: &[u8]) {
+    use braid_proxy::inbound::dns_names::{LearnedNames, parse_answer};
+    let Some((name, records)) = parse_answer(data) else {
+        return;
+    };
+    assert!(!name.is_empty() && name.len() <= 253, "{name:?}");
+    assert_eq!(name, name.to_ascii_lowercase());
+    let answers = usize::from(u16::from_be_bytes([data[6], data[7]]));
+    assert!(records.len() <= answers);
+    let names = LearnedNames::default();
+    let now = tokio::time::Instant::now();
+    assert_eq!(names.learn(data, now), records.len());
+    for (ip, _) in records {
+        assert_eq!(names.name_of(ip, now).as_deref(), Some(name.as_str()));
+    }
 }

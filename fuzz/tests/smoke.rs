@@ -1,6 +1,7 @@
-//! Stable-Rust smoke pass of the fuzz targets `frame_decoder`, `session_peer`, `join_decoder`
-//! and `http_response`, run by `cargo test` (the workspace's test suite): each target body over
-//! valid inputs (packets, scripts of a hostile peer's packets, JOIN messages, HTTP responses),
+//! Stable-Rust smoke pass of the fuzz targets `frame_decoder`, `session_peer`, `join_decoder`,
+//! `http_response` and `dns_answer`, run by `cargo test` (the workspace's test suite): each
+//! target body over valid inputs (packets, scripts of a hostile peer's packets, JOIN messages,
+//! HTTP responses, DNS answers),
 //! random bytes and
 //! mutations of valid inputs (bit flips, truncations, insertions, splices), from a fixed seed. `BRAID_FUZZ_SMOKE_ITERATIONS` (default 200000) inputs per
 //! target; a target that panics fails its test. More at once: `BRAID_FUZZ_SMOKE_ITERATIONS=5000000
@@ -638,5 +639,58 @@ fn http_response_smoke_pass() {
         &mut rng,
         valid,
         braid_fuzz::http_response,
+    );
+}
+
+/// A DNS answer as a resolver sends it: one question, then CNAME, A and AAAA records whose
+/// owners are the question's name by a pointer, a name of their own, or a pointer to one.
+fn valid_dns_answer(rng: &mut Rng) -> Vec<u8> {
+    let records = rng.below(6);
+    let mut m = vec![
+        rng.next() as u8,
+        rng.next() as u8,
+        0x81,
+        0x80,
+        0,
+        1,
+        0,
+        records as u8,
+    ];
+    m.extend_from_slice(&[0, 0, 0, 0]);
+    let labels = 1 + rng.below(4);
+    for i in 0..labels {
+        let len = 1 + rng.below(12);
+        m.push(len as u8);
+        m.extend((0..len).map(|j| [b'a', b'Z', b'-', b'0'][(i + j + rng.below(4)) % 4]));
+    }
+    m.extend_from_slice(&[0, 0, 1, 0, 1]);
+    for _ in 0..records {
+        match rng.below(3) {
+            0 => m.extend_from_slice(&[0xc0, 12]),
+            1 => m.extend_from_slice(&[3, b'c', b'd', b'n', 0xc0, 12]),
+            _ => m.extend_from_slice(&[3, b'w', b'w', b'w', 0]),
+        }
+        let (kind, len) = [(1u16, 4usize), (28, 16), (5, 5)][rng.below(3)];
+        m.extend_from_slice(&kind.to_be_bytes());
+        m.extend_from_slice(&[0, 1]);
+        m.extend_from_slice(&(rng.next() as u32).to_be_bytes());
+        m.extend_from_slice(&(len as u16).to_be_bytes());
+        m.extend((0..len).map(|_| rng.next() as u8));
+    }
+    m
+}
+
+#[test]
+fn dns_answer_smoke_pass() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let answers: Vec<Vec<u8>> = (0..256).map(|_| valid_dns_answer(&mut rng)).collect();
+    let valid = |input: &[u8]| braid_proxy::inbound::dns_names::parse_answer(input).is_some();
+    smoke(
+        "dns_answer",
+        &answers,
+        400,
+        &mut rng,
+        valid,
+        braid_fuzz::dns_answer,
     );
 }

@@ -1070,6 +1070,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
         routes: routes.clone(),
+        names: Default::default(),
     });
     let sources = ClientSources {
         session: session.clone(),

@@ -220,6 +220,8 @@ struct Keep {
     inbound: AbortOnDrop,
     /// The inbound's limits, as a reload sends them.
     limits: watch::Sender<TunLimits>,
+    /// The inbound's routes, with their counts.
+    routes: Arc<braid_proxy::inbound::route::Routes>,
 }
 
 impl Keep {
@@ -258,11 +260,13 @@ async fn setup_routed(
 ) -> (App, Arc<TunCounters>, Keep) {
     let (server, client) = pair_with(name, 2, session).await;
     let (_slot, session) = watch::channel(client.session());
+    let routes = Arc::new(braid_proxy::inbound::route::Routes::new(routes));
     let ctx = Arc::new(InboundContext {
         session,
         socks_users: SocksUsers::default(),
         handshake_timeout: HANDSHAKE_TIMEOUT,
-        routes: Arc::new(braid_proxy::inbound::route::Routes::new(routes)),
+        routes: routes.clone(),
+        names: Default::default(),
     });
     let (app_tx, from_app) = mpsc::unbounded_channel();
     let (to_app, from_inbound) = mpsc::unbounded_channel();
@@ -313,6 +317,7 @@ async fn setup_routed(
         _peers: (server, client, _slot),
         inbound: AbortOnDrop(task),
         limits,
+        routes,
     };
     (app, counters, keep)
 }
@@ -430,6 +435,103 @@ async fn a_direct_route_takes_tun_connections_and_datagrams_out_of_the_session()
     assert_eq!(
         status.sessions[0].counters.flows_total, 0,
         "no flow on the session"
+    );
+}
+
+/// A DNS answer for `name`'s A record `ip`, to the query `query` (its id and question kept).
+fn dns_answer(query: &[u8], ip: [u8; 4]) -> Vec<u8> {
+    let mut m = query.to_vec();
+    m[2] = 0x81;
+    m[3] = 0x80;
+    m[7] = 1;
+    m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4]);
+    m.extend_from_slice(&ip);
+    m
+}
+
+/// A DNS query for `name`'s A record.
+fn dns_query(name: &str) -> Vec<u8> {
+    let mut m = vec![0xbe, 0xef, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        m.push(label.len() as u8);
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.extend_from_slice(&[0, 0, 1, 0, 1]);
+    m
+}
+
+/// A route's `domains` reach the TUN inbound's connections, which name only an address,
+/// through the DNS answers the inbound handed the application: after `video.example` was
+/// answered 127.0.0.1 (by a DNS server on 127.0.0.153:53, through the session), a connection
+/// to 127.0.0.1 goes the way of the route for `video.example`, direct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_s_domains_meet_tun_connections_by_the_names_dns_answers_gave() {
+    use braid_proxy::config::{DomainPattern, Route, RouteAction};
+    let dns_addr = SocketAddr::from(([127, 0, 0, 153], 53));
+    let Ok(dns) = tokio::net::UdpSocket::bind(dns_addr).await else {
+        eprintln!("skipped: port 53 cannot be bound here (not root)");
+        return;
+    };
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = dns.recv_from(&mut buf).await {
+            let _ = dns
+                .send_to(&dns_answer(&buf[..n], [127, 0, 0, 1]), from)
+                .await;
+        }
+    });
+    let video = Route {
+        action: RouteAction::Direct,
+        networks: Vec::new(),
+        domains: vec![DomainPattern {
+            name: "video.example".into(),
+            below_only: false,
+        }],
+        ports: Vec::new(),
+        interface: None,
+    };
+    let limits = TunLimits::with_mtu(MTU);
+    let (mut app, _counters, keep) = setup_routed(
+        "tun-learned",
+        limits,
+        false,
+        SessionLimits::default(),
+        vec![video],
+    )
+    .await;
+    let target = test_server().await;
+    // Before the name is known, 127.0.0.1 goes through the session.
+    let h = app.connect(target, 40_021);
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&1_000u32.to_be_bytes());
+    assert_eq!(exchange(&mut app, h, &request, false).await.len(), 1_000);
+    let client = &keep._peers.1;
+    let routed = || keep.routes.current().status()[0].flows;
+    assert_eq!(client.status().await.sessions[0].counters.flows_total, 1);
+    assert_eq!(routed(), 0);
+    // The application asks for the name; the answer comes back through the inbound.
+    let query = dns_query("www.video.example");
+    let mut sent_at: Option<Instant> = None;
+    app.run_until(|app| {
+        let answered = app
+            .udp
+            .iter()
+            .any(|p| udp_payload(p).starts_with(&[0xbe, 0xef]));
+        if !answered && sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            sent_at = Some(Instant::now());
+            let _ = app.device.tx.send(udp_from_app(50_021, dns_addr, &query));
+        }
+        answered
+    })
+    .await;
+    // Now the same address is the route's.
+    let h = app.connect(target, 40_022);
+    assert_eq!(exchange(&mut app, h, &request, false).await.len(), 1_000);
+    assert_eq!(routed(), 1, "the connection went the route's way");
+    assert_eq!(
+        client.status().await.sessions[0].counters.flows_total,
+        2,
+        "the first connection and the DNS association, not the second connection"
     );
 }
 

@@ -91,6 +91,12 @@ impl Route {
     /// A name that is an address literal counts as the address. IPv6 addresses that stand for
     /// an IPv4 one (`::ffff:a.b.c.d`) match its IPv4 networks too.
     pub fn matches(&self, target: &Target) -> bool {
+        self.matches_learned(target, None)
+    }
+
+    /// [`Route::matches`], an address target also matching `domains` by `learned`, the name a
+    /// DNS answer gave its address (see [`crate::inbound::dns_names`]).
+    pub fn matches_learned(&self, target: &Target, learned: Option<&str>) -> bool {
         if !self.ports.is_empty() && !self.ports.iter().any(|r| r.contains(target.port())) {
             return false;
         }
@@ -110,13 +116,17 @@ impl Route {
                 self.networks
                     .iter()
                     .any(|n| n.contains(ip) || v4.is_some_and(|v4| n.contains(v4)))
+                    || learned.is_some_and(|name| self.name_matches(name))
             }
-            (None, Target::Domain { name, .. }) => {
-                let host = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-                self.domains.iter().any(|d| d.matches(&host))
-            }
+            (None, Target::Domain { name, .. }) => self.name_matches(name),
             (None, Target::Addr(_)) => false,
         }
+    }
+
+    /// Whether `name` is under one of `domains`.
+    fn name_matches(&self, name: &str) -> bool {
+        let host = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        self.domains.iter().any(|d| d.matches(&host))
     }
 
     /// A short account of what the route matches: `2 networks, 1 domain, ports 22, 80-90`
@@ -148,9 +158,17 @@ impl Route {
     }
 }
 
-/// The first of `routes` that matches `target`, with its index.
-pub fn find_route<'a>(routes: &'a [Route], target: &Target) -> Option<(usize, &'a Route)> {
-    routes.iter().enumerate().find(|(_, r)| r.matches(target))
+/// The first of `routes` that matches `target` (an address also by `learned`, the name a DNS
+/// answer gave it), with its index.
+pub fn find_route<'a>(
+    routes: &'a [Route],
+    target: &Target,
+    learned: Option<&str>,
+) -> Option<(usize, &'a Route)> {
+    routes
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.matches_learned(target, learned))
 }
 
 #[derive(Debug, Deserialize)]
@@ -376,14 +394,15 @@ mod tests {
         server.domains = vec![domain_pattern("example.com").unwrap()];
         let direct = route(RouteAction::Direct);
         let routes = vec![server, direct];
-        assert_eq!(
-            find_route(&routes, &name("www.example.com", 443))
-                .unwrap()
-                .0,
-            0
-        );
-        assert_eq!(find_route(&routes, &name("other.org", 443)).unwrap().0, 1);
-        assert!(find_route(&routes[..1], &name("other.org", 443)).is_none());
+        let first = |target: &Target, learned| find_route(&routes, target, learned).map(|r| r.0);
+        assert_eq!(first(&name("www.example.com", 443), None), Some(0));
+        assert_eq!(first(&name("other.org", 443), None), Some(1));
+        assert!(find_route(&routes[..1], &name("other.org", 443), None).is_none());
+        // An address matches the domains by the name a DNS answer gave it.
+        let learned = addr("203.0.113.5:443");
+        assert_eq!(first(&learned, None), Some(1));
+        assert_eq!(first(&learned, Some("CDN.Example.com")), Some(0));
+        assert_eq!(first(&learned, Some("example.org")), Some(1));
         assert_eq!(routes[1].summary(), "every destination");
         assert_eq!(routes[0].summary(), "1 domain");
     }

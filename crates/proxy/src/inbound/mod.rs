@@ -7,6 +7,7 @@
 //! ([`socks5_server`], [`http_server`]) put them on sockets and hand flows to the session; the
 //! TUN inbound ([`tun`]) turns IP packets from a TUN device into flows.
 
+pub mod dns_names;
 pub mod http_connect;
 pub(crate) mod http_forward;
 pub mod http_message;

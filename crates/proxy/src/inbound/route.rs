@@ -13,6 +13,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use tokio::sync::watch;
 use tracing::debug;
 
+use super::dns_names::LearnedNames;
 use super::socks5;
 use super::socks5_server::unspecified;
 use crate::config::{Route, RouteAction, find_route};
@@ -50,15 +51,21 @@ impl RouteTable {
         }
     }
 
+    /// Whether some route lists `domains` (then the names DNS answers give addresses are worth
+    /// learning, see [`super::dns_names`]).
+    pub fn has_domains(&self) -> bool {
+        self.routes.iter().any(|r| !r.domains.is_empty())
+    }
+
     /// Whether some route takes destinations out of the session (`direct` or `block`).
     pub fn diverts(&self) -> bool {
         self.routes.iter().any(|r| r.action != RouteAction::Server)
     }
 
-    /// Where `target` goes, counted as a stream flow (`datagram` false) or a datagram of the
-    /// route that decided.
-    pub fn way(&self, target: &Target, datagram: bool) -> Way {
-        let Some((i, route)) = find_route(&self.routes, target) else {
+    /// Where `target` goes (an address also matched by `learned`, the name a DNS answer gave
+    /// it), counted as a stream flow (`datagram` false) or a datagram of the route that decided.
+    pub fn way(&self, target: &Target, learned: Option<&str>, datagram: bool) -> Way {
+        let Some((i, route)) = find_route(&self.routes, target, learned) else {
             return Way::Server;
         };
         let count = if datagram {
@@ -137,9 +144,10 @@ pub(crate) fn direct_stream(target: Target, device: Option<String>) -> FlowHandl
 pub(crate) fn spawn_udp_router(
     session: watch::Receiver<Option<SessionHandle>>,
     routes: Arc<Routes>,
+    names: Arc<LearnedNames>,
 ) -> FlowHandle {
     let (inbound, router) = pipe();
-    tokio::spawn(udp_router(router, session, routes));
+    tokio::spawn(udp_router(router, session, routes, names));
     inbound
 }
 
@@ -153,6 +161,7 @@ async fn udp_router(
     flow: FlowHandle,
     session: watch::Receiver<Option<SessionHandle>>,
     routes: Arc<Routes>,
+    names: Arc<LearnedNames>,
 ) {
     let (to_app, mut from_app) = flow.split();
     let mut exits: Vec<Exit> = Vec::new();
@@ -165,7 +174,11 @@ async fn udp_router(
         let Ok((target, _)) = socks5::parse_udp_datagram(&datagram) else {
             continue;
         };
-        let way = routes.current().way(&target, true);
+        let learned = match &target {
+            Target::Addr(a) => names.name_of(a.ip(), tokio::time::Instant::now()),
+            Target::Domain { .. } => None,
+        };
+        let way = routes.current().way(&target, learned.as_deref(), true);
         if way == Way::Block {
             continue;
         }
@@ -293,9 +306,12 @@ mod tests {
         let table = routes.current();
         assert!(table.diverts());
         let at = |s: &str| Target::Addr(s.parse::<SocketAddr>().unwrap());
-        assert_eq!(table.way(&at("192.168.1.2:80"), false), Way::Direct(None));
-        assert_eq!(table.way(&at("203.0.113.1:25"), true), Way::Block);
-        assert_eq!(table.way(&at("203.0.113.1:443"), false), Way::Server);
+        assert_eq!(
+            table.way(&at("192.168.1.2:80"), None, false),
+            Way::Direct(None)
+        );
+        assert_eq!(table.way(&at("203.0.113.1:25"), None, true), Way::Block);
+        assert_eq!(table.way(&at("203.0.113.1:443"), None, false), Way::Server);
         let status = table.status();
         assert_eq!((status[0].flows, status[0].datagrams), (1, 0));
         assert_eq!((status[1].flows, status[1].datagrams), (0, 1));
@@ -335,7 +351,8 @@ mod tests {
         ]));
         // No session at all: what goes direct does not need one.
         let (_slot, session) = watch::channel(None);
-        let (writer, mut reader) = spawn_udp_router(session, routes.clone()).split();
+        let (writer, mut reader) =
+            spawn_udp_router(session, routes.clone(), Default::default()).split();
         for (to, payload) in [(b, &b"blocked"[..]), (a, b"one"), (a, b"two")] {
             writer
                 .send_datagram(datagram(&Target::Addr(to), payload))

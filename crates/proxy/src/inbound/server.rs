@@ -14,6 +14,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::dns_names::LearnedNames;
 use super::route::{Routes, Way};
 use super::socks5::Reply;
 use crate::config::SocksUser;
@@ -120,6 +121,9 @@ pub struct InboundContext {
     /// The `[[route]]` tables in force: which destinations go through the session, which the
     /// client connects itself and which it refuses.
     pub routes: Arc<Routes>,
+    /// The names DNS answers gave addresses, so that routes' `domains` match connections made
+    /// to those addresses (the TUN inbound's).
+    pub names: Arc<LearnedNames>,
 }
 
 /// The users of the SOCKS5 and HTTP CONNECT inbounds, replaced as a whole when the client
@@ -166,6 +170,15 @@ impl InboundContext {
         ok
     }
 
+    /// Learns the names in `payload`, an answer from `from`, when it is a DNS answer (from port
+    /// 53) and some route lists `domains`, so that the application's next connections to those
+    /// addresses meet the routes' `domains` ([`super::dns_names`]).
+    pub fn learn_names(&self, from: SocketAddr, payload: &[u8]) {
+        if from.port() == 53 && self.routes.current().has_domains() {
+            self.names.learn(payload, Instant::now());
+        }
+    }
+
     /// Opens a datagram or ping flow. A UDP association's (`Datagram`) goes through a router
     /// when a route takes some destinations out of the session (its datagrams then each go
     /// their own route's way, [`super::route::spawn_udp_router`]); otherwise, and for pings, it
@@ -173,7 +186,8 @@ impl InboundContext {
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
         if kind == FlowKind::Datagram && self.routes.current().diverts() {
             let session = self.session.clone();
-            return Ok(super::route::spawn_udp_router(session, self.routes.clone()));
+            let (routes, names) = (self.routes.clone(), self.names.clone());
+            return Ok(super::route::spawn_udp_router(session, routes, names));
         }
         let handle = self.session.borrow().clone();
         match handle {
@@ -194,7 +208,15 @@ impl InboundContext {
     /// verdict, from this host), one a `block` route matches is refused ("not allowed").
     pub async fn connect(&self, target: Target) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
         let deadline = Instant::now() + CONNECT_WAIT;
-        match self.routes.current().way(&target, false) {
+        let learned = match &target {
+            Target::Addr(a) => self.names.name_of(a.ip(), Instant::now()),
+            Target::Domain { .. } => None,
+        };
+        match self
+            .routes
+            .current()
+            .way(&target, learned.as_deref(), false)
+        {
             Way::Server => {}
             Way::Block => return Err(Reply::NotAllowed),
             Way::Direct(device) => {
@@ -532,6 +554,7 @@ mod tests {
             socks_users: SocksUsers::default(),
             handshake_timeout,
             routes: Default::default(),
+            names: Default::default(),
         })
     }
 

@@ -261,6 +261,9 @@ async fn udp_associate(mut stream: TcpStream, ctx: &InboundContext) -> Result<()
             }
             msg = reader.recv() => match msg {
                 Some(FlowMsg::Datagram(d)) => {
+                    if let Ok((Target::Addr(from), n)) = socks5::parse_udp_datagram(&d) {
+                        ctx.learn_names(from, &d[n..]);
+                    }
                     if let Some(c) = client {
                         let _ = udp.send_to(&d, c).await;
                     }

@@ -130,6 +130,7 @@ async fn associate(
                     let Ok((Target::Addr(from), n)) = socks5::parse_udp_datagram(&d) else {
                         continue;
                     };
+                    ctx.learn_names(from, &d[n..]);
                     let packets = udp_packets(from, local, &d[n..], mtu.load(Ordering::Relaxed));
                     if packets.is_empty() || !replies.push(packets) {
                         counters.udp_dropped.fetch_add(1, Ordering::Relaxed);
