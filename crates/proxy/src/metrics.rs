@@ -1243,6 +1243,7 @@ mod tests {
                     used_bytes: 5 << 20,
                     budget_bytes: 2 << 30,
                     period_end: 1_764_547_200,
+                    period_end_offset_s: None,
                 }),
                 sent_bytes: 123_456,
                 received_bytes: 7 << 30,

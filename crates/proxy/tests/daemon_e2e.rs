@@ -1768,6 +1768,7 @@ async fn budget_pair(
         bytes: budget,
         period: braid_proxy::config::BudgetPeriod::Day,
         when_spent: then,
+        clock: Default::default(),
     });
     let client = braid_proxy::daemon::start_client(config.clone())
         .await
@@ -2286,6 +2287,7 @@ async fn a_link_leaves_when_its_data_budget_is_spent_and_its_count_survives_a_re
         bytes: 1 << 30,
         period: BudgetPeriod::Day,
         when_spent: WhenSpent::Leave,
+        clock: Default::default(),
     });
     let state_dir = config.state_dir.clone();
     assert_eq!(client.reload(config).await.links.updated, ["link1"]);

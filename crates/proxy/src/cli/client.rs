@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::notify;
 use super::process::{Signals, init_logging, log_reload, reread, runtime};
-use crate::config::{BudgetPeriod, ClientConfig, WhenSpent};
+use crate::config::{BudgetClock, BudgetPeriod, ClientConfig, WhenSpent};
 
 /// Arguments of `braid client`.
 #[derive(Debug, clap::Args)]
@@ -49,7 +49,11 @@ fn summary(config: &ClientConfig) -> String {
                     WhenSpent::Leave => "",
                     WhenSpent::Backup => ", then backup",
                 };
-                format!("{name} with {} MiB {per}{then}", b.bytes >> 20)
+                let utc = match b.clock {
+                    BudgetClock::Local => "",
+                    BudgetClock::Utc => " (UTC)",
+                };
+                format!("{name} with {} MiB {per}{utc}{then}", b.bytes >> 20)
             }
         })
         .collect();
@@ -149,7 +153,7 @@ mod tests {
              [[link]]\nname = \"tether\"\ninterface = \"usb*\"\nserver = \"h:1\"\n\
              budget_mib = 1024\nbudget_reset_day = 15\n\
              [[link]]\nname = \"lte\"\nserver = \"h:1\"\nbudget_mib = 50\nbudget_period = \"day\"\n\
-             budget_spent = \"backup\"\n\
+             budget_spent = \"backup\"\nbudget_timezone = \"UTC\"\n\
              [[route]]\naction = \"direct\"\nnetworks = [\"192.168.0.0/16\"]\ndomains = [\"lan\"]\n\
              [[route]]\naction = \"block\"\nports = [25]\n",
             "11".repeat(32),
@@ -159,7 +163,7 @@ mod tests {
         assert_eq!(
             summary(&config),
             "a valid client configuration: user a, 3 links (wifi, tether on each device usb* \
-             with 1024 MiB a month from day 15, lte with 50 MiB a day, then backup), scheduler minrtt, \
+             with 1024 MiB a month from day 15, lte with 50 MiB a day (UTC), then backup), scheduler minrtt, \
              inbounds SOCKS5 127.0.0.1:1080, routes (direct 1 network, 1 domain; block every \
              destination, ports 25)"
         );

@@ -88,10 +88,23 @@ fn is_device_pattern(interface: &str) -> bool {
 pub struct LinkBudget {
     /// Bytes per period.
     pub bytes: u64,
-    /// The period, in UTC.
+    /// The period.
     pub period: BudgetPeriod,
     /// What the link does once the budget is spent (`budget_spent`).
     pub when_spent: WhenSpent,
+    /// The clock whose midnights begin the periods (`budget_timezone`).
+    pub clock: BudgetClock,
+}
+
+/// The clock whose midnights begin a link's budget periods (`budget_timezone`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BudgetClock {
+    /// The host's local time, as its time zone says (`"local"`, the carriers' way: their
+    /// days and billing months begin at their customers' midnight), daylight saving included.
+    #[default]
+    Local,
+    /// UTC (`"UTC"`).
+    Utc,
 }
 
 /// What a link does once its data budget for the period is spent (`budget_spent`).
@@ -105,7 +118,7 @@ pub enum WhenSpent {
     Backup,
 }
 
-/// The period a link's budget is for, in UTC.
+/// The period a link's budget is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BudgetPeriod {
     /// From midnight to midnight.
@@ -319,6 +332,7 @@ struct RawLink {
     budget_period: Option<String>,
     budget_reset_day: Option<i64>,
     budget_spent: Option<String>,
+    budget_timezone: Option<String>,
 }
 
 fn one() -> i64 {
@@ -752,6 +766,14 @@ fn link_budget(
                 then,
             ));
         }
+        if let Some(zone) = &raw.budget_timezone {
+            return Err(invalid(
+                file,
+                field("budget_timezone"),
+                "budget_mib beside it",
+                zone,
+            ));
+        }
         return Ok(None);
     };
     if !(1..=MAX_BUDGET_MIB).contains(&mib) {
@@ -802,10 +824,23 @@ fn link_budget(
             ));
         }
     };
+    let clock = match raw.budget_timezone.as_deref() {
+        None | Some("local") => BudgetClock::Local,
+        Some("UTC") => BudgetClock::Utc,
+        Some(other) => {
+            return Err(invalid(
+                file,
+                field("budget_timezone"),
+                "\"local\" (the host's time zone) or \"UTC\"",
+                other,
+            ));
+        }
+    };
     Ok(Some(LinkBudget {
         bytes: mib as u64 * 1024 * 1024,
         period,
         when_spent,
+        clock,
     }))
 }
 
@@ -887,12 +922,13 @@ mod tests {
                 bytes: 2 << 30,
                 period: BudgetPeriod::Month { reset_day: 1 },
                 when_spent: WhenSpent::Leave,
+                clock: BudgetClock::Local,
             })
         );
         assert_eq!(
             with(
                 "budget_mib = 1\nbudget_period = \"month\"\nbudget_reset_day = 28\n\
-                 budget_spent = \"backup\""
+                 budget_spent = \"backup\"\nbudget_timezone = \"UTC\""
             )
             .unwrap()
             .links[0]
@@ -901,6 +937,7 @@ mod tests {
                 bytes: 1 << 20,
                 period: BudgetPeriod::Month { reset_day: 28 },
                 when_spent: WhenSpent::Backup,
+                clock: BudgetClock::Utc,
             })
         );
         assert_eq!(
@@ -937,6 +974,15 @@ mod tests {
             (
                 "budget_spent = \"backup\"",
                 "link[0].budget_spent: expected budget_mib beside it, got \"backup\"",
+            ),
+            (
+                "budget_timezone = \"UTC\"",
+                "link[0].budget_timezone: expected budget_mib beside it, got \"UTC\"",
+            ),
+            (
+                "budget_mib = 9\nbudget_timezone = \"Europe/Berlin\"",
+                "link[0].budget_timezone: expected \"local\" (the host's time zone) or \"UTC\", \
+                 got \"Europe/Berlin\"",
             ),
             (
                 "budget_mib = 9\nbudget_spent = \"stop\"",

@@ -16,8 +16,8 @@ use braid_sched_core::{ParamError, SchedulerConfig, SchedulerKind};
 use serde::Deserialize;
 
 pub use client::{
-    BudgetPeriod, ClientConfig, DEFAULT_FAST_REJOIN, DEFAULT_TUN_MTU, LinkBudget, LinkConfig,
-    ServerTrust, SocksUser, TunConfig, WhenSpent, parse_fingerprint,
+    BudgetClock, BudgetPeriod, ClientConfig, DEFAULT_FAST_REJOIN, DEFAULT_TUN_MTU, LinkBudget,
+    LinkConfig, ServerTrust, SocksUser, TunConfig, WhenSpent, parse_fingerprint,
 };
 pub use ipnet::IpNet;
 pub use route::{DomainPattern, Route, RouteAction, find_route};

@@ -1,6 +1,6 @@
-//! Links' data budgets (`[[link]] budget_mib`, `budget_period`, `budget_reset_day`): how many
-//! bytes a metered link (an LTE modem on a monthly plan) may put on the network per day or
-//! month, in UTC. What counts is what the carrier counts: every datagram the link's sockets
+//! Links' data budgets (`[[link]] budget_mib`, `budget_period`, `budget_reset_day`,
+//! `budget_timezone`): how many bytes a metered link (an LTE modem on a monthly plan) may put on
+//! the network per day or month, from midnight of the host's local time (or UTC). What counts is what the carrier counts: every datagram the link's sockets
 //! send and receive, with its IP and UDP headers, the handshakes of attempts that never join
 //! included ([`CountingSocket`]). A link whose budget is spent leaves the session as a link
 //! whose interface went down does (the server is told, and sends what was in flight on it
@@ -30,7 +30,7 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 use serde::{Deserialize, Serialize};
 
 use super::status::LinkBudgetStatus;
-use crate::config::{BudgetPeriod, LinkBudget, LinkConfig};
+use crate::config::{BudgetClock, BudgetPeriod, LinkBudget, LinkConfig};
 
 /// The ledger's file in the state directory.
 pub const FILE: &str = "link-budgets.json";
@@ -188,6 +188,12 @@ struct Entry {
     used_bytes: u64,
 }
 
+/// How far apart the starts of one period under two clocks may be for a count to carry over:
+/// UTC and a local time start one period at most 14 hours apart (offsets run from −12 to
+/// +14 h), two time zones up to 26; two periods of one clock start at least 23 hours apart (a
+/// day that daylight saving shortened).
+const CLOCK_CHANGE: u64 = 22 * 3600;
+
 /// How [`Entry::period`] names `period`.
 fn period_name(period: BudgetPeriod) -> String {
     match period {
@@ -211,16 +217,36 @@ impl LinkBudgetStatus {
 }
 
 impl std::fmt::Display for LinkBudgetStatus {
-    /// `1.2 GiB of 2.0 GiB used until 2026-12-01 00:00 UTC`.
+    /// `1.2 GiB of 2.0 GiB used until 2026-12-01 00:00 UTC`, or in local time
+    /// `… until 2026-12-01 00:00 +01:00`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let end = match self.period_end_offset_s {
+            None => utc(self.period_end),
+            Some(offset) => civil_with_offset(self.period_end, offset),
+        };
         write!(
             f,
-            "{} of {} used until {}",
+            "{} of {} used until {end}",
             size(self.used_bytes),
             size(self.budget_bytes),
-            utc(self.period_end)
         )
     }
+}
+
+/// `2026-12-01 00:00 +01:00`: the civil time `offset` seconds from UTC at `unix`.
+fn civil_with_offset(unix: u64, offset: i64) -> String {
+    let local = unix.saturating_add_signed(offset);
+    let (y, m, d) = civil_from_days((local / DAY) as i64);
+    let s = local % DAY;
+    let sign = if offset < 0 { '-' } else { '+' };
+    let minutes = offset.unsigned_abs() / 60;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} {sign}{:02}:{:02}",
+        s / 3600,
+        s % 3600 / 60,
+        minutes / 60,
+        minutes % 60
+    )
 }
 
 /// Bytes for people, in KiB, MiB or GiB.
@@ -246,24 +272,91 @@ pub fn utc(unix: u64) -> String {
     )
 }
 
-/// The bounds of the period that holds `now` (seconds since the Unix epoch): its start and
-/// end.
-pub fn period_bounds(period: BudgetPeriod, now: u64) -> (u64, u64) {
+/// The bounds of the period that holds `now` (seconds since the Unix epoch) under `clock`: its
+/// start and end. Local time comes from the host's time zone (`TZ`, else `/etc/localtime`), with
+/// its daylight saving (a day may last 23 or 25 hours); where the C library cannot say, UTC.
+pub fn period_bounds(period: BudgetPeriod, clock: BudgetClock, now: u64) -> (u64, u64) {
+    match clock {
+        BudgetClock::Utc => utc_bounds(period, now),
+        BudgetClock::Local => local_bounds(period, now).unwrap_or_else(|| utc_bounds(period, now)),
+    }
+}
+
+/// [`period_bounds`] in UTC.
+fn utc_bounds(period: BudgetPeriod, now: u64) -> (u64, u64) {
     let today = now / DAY;
     match period {
         BudgetPeriod::Day => (today * DAY, (today + 1) * DAY),
         BudgetPeriod::Month { reset_day } => {
             let (y, m, d) = civil_from_days(today as i64);
-            let (y, m) = match d >= u32::from(reset_day) {
-                true => (y, m),
-                false if m == 1 => (y - 1, 12),
-                false => (y, m - 1),
-            };
-            let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            let ((y, m), (ny, nm)) = month_from(y, m, d, reset_day);
             let day = |y, m| days_from_civil(y, m, u32::from(reset_day)) as u64 * DAY;
             (day(y, m), day(ny, nm))
         }
     }
+}
+
+/// The month (year, month) whose `reset_day` began the period holding day `d` of month `m`,
+/// and the next.
+fn month_from(y: i64, m: u32, d: u32, reset_day: u8) -> ((i64, u32), (i64, u32)) {
+    let (y, m) = match d >= u32::from(reset_day) {
+        true => (y, m),
+        false if m == 1 => (y - 1, 12),
+        false => (y, m - 1),
+    };
+    let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    ((y, m), next)
+}
+
+/// [`period_bounds`] in local time; `None` where the C library cannot convert, or its answer
+/// does not hold `now`.
+fn local_bounds(period: BudgetPeriod, now: u64) -> Option<(u64, u64)> {
+    let (y, m, d, _) = local_date(now)?;
+    let (start, end) = match period {
+        // mktime takes day d + 1 past the month's end into the next month.
+        BudgetPeriod::Day => (local_midnight(y, m, d)?, local_midnight(y, m, d + 1)?),
+        BudgetPeriod::Month { reset_day } => {
+            let ((y, m), (ny, nm)) = month_from(y, m, d, reset_day);
+            let day = u32::from(reset_day);
+            (local_midnight(y, m, day)?, local_midnight(ny, nm, day)?)
+        }
+    };
+    (start <= now && now < end).then_some((start, end))
+}
+
+/// The host's civil date at `unix` and its offset from UTC then, seconds.
+fn local_date(unix: u64) -> Option<(i64, u32, u32, i64)> {
+    let t = libc::time_t::try_from(unix).ok()?;
+    // SAFETY: `tm` is plain data, for which all zeros is a valid value.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: `localtime_r` reads `t` and writes `tm`, both alive through the call; it is the
+    // thread-safe form.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return None;
+    }
+    let month = u32::try_from(tm.tm_mon + 1).ok()?;
+    let day = u32::try_from(tm.tm_mday).ok()?;
+    Some((
+        i64::from(tm.tm_year) + 1900,
+        month,
+        day,
+        i64::from(tm.tm_gmtoff),
+    ))
+}
+
+/// The instant local midnight begins day `d` of month `m` of year `y` (a day or month past the
+/// end carries into the next, as `mktime` does; a midnight a daylight-saving change skips is
+/// the first instant of that day).
+fn local_midnight(y: i64, m: u32, d: u32) -> Option<u64> {
+    // SAFETY: as in `local_date`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = i32::try_from(y - 1900).ok()?;
+    tm.tm_mon = i32::try_from(m).ok()? - 1;
+    tm.tm_mday = i32::try_from(d).ok()?;
+    tm.tm_isdst = -1;
+    // SAFETY: `mktime` reads and normalises `tm`, alive through the call.
+    let t = unsafe { libc::mktime(&mut tm) };
+    u64::try_from(t).ok()
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
@@ -352,9 +445,18 @@ impl Budgets {
         budget: &LinkBudget,
         now: u64,
     ) -> (&'a mut Entry, u64) {
-        let (start, end) = period_bounds(budget.period, now);
+        let (start, end) = period_bounds(budget.period, budget.clock, now);
         let name = period_name(budget.period);
         let entry = ledger.links.entry(link.to_owned()).or_default();
+        // The same period under another clock (the file's `budget_timezone`, or the host's
+        // time zone, changed; or a count from before local time was the default): kept, from
+        // the new start (see CLOCK_CHANGE).
+        if entry.period == name
+            && entry.period_start != start
+            && entry.period_start.abs_diff(start) <= CLOCK_CHANGE
+        {
+            entry.period_start = start;
+        }
         // A clock set back finds a stored period later than its own: kept. A period of
         // another kind starts again.
         if entry.period_start < start || entry.period != name {
@@ -365,7 +467,7 @@ impl Budgets {
             };
         }
         let end = match entry.period_start > start {
-            true => period_bounds(budget.period, entry.period_start).1,
+            true => period_bounds(budget.period, budget.clock, entry.period_start).1,
             false => end,
         };
         (entry, end)
@@ -384,6 +486,10 @@ impl Budgets {
             used_bytes: entry.used_bytes,
             budget_bytes: budget.bytes,
             period_end,
+            period_end_offset_s: match budget.clock {
+                BudgetClock::Utc => None,
+                BudgetClock::Local => local_date(period_end).map(|(.., offset)| offset),
+            },
         }
     }
 
@@ -524,35 +630,35 @@ mod tests {
     fn periods_start_at_midnight_utc_of_the_day_or_the_reset_day() {
         let now = at(2026, 11, 25, 16);
         assert_eq!(
-            period_bounds(BudgetPeriod::Day, now),
+            utc_bounds(BudgetPeriod::Day, now),
             (at(2026, 11, 25, 0), at(2026, 11, 26, 0))
         );
         let month = |d| BudgetPeriod::Month { reset_day: d };
         assert_eq!(
-            period_bounds(month(1), now),
+            utc_bounds(month(1), now),
             (at(2026, 11, 1, 0), at(2026, 12, 1, 0))
         );
         assert_eq!(
-            period_bounds(month(25), now),
+            utc_bounds(month(25), now),
             (at(2026, 11, 25, 0), at(2026, 12, 25, 0))
         );
         assert_eq!(
-            period_bounds(month(26), now),
+            utc_bounds(month(26), now),
             (at(2026, 10, 26, 0), at(2026, 11, 26, 0))
         );
         // Across the year, both ways.
         assert_eq!(
-            period_bounds(month(15), at(2027, 1, 3, 5)),
+            utc_bounds(month(15), at(2027, 1, 3, 5)),
             (at(2026, 12, 15, 0), at(2027, 1, 15, 0))
         );
         assert_eq!(
-            period_bounds(month(15), at(2026, 12, 20, 5)),
+            utc_bounds(month(15), at(2026, 12, 20, 5)),
             (at(2026, 12, 15, 0), at(2027, 1, 15, 0))
         );
         // The last second of a period, and the first of the next.
         let end = at(2026, 12, 1, 0);
-        assert_eq!(period_bounds(month(1), end - 1).1, end);
-        assert_eq!(period_bounds(month(1), end).0, end);
+        assert_eq!(utc_bounds(month(1), end - 1).1, end);
+        assert_eq!(utc_bounds(month(1), end).0, end);
     }
 
     #[test]
@@ -581,6 +687,7 @@ mod tests {
             bytes: 1000,
             period: BudgetPeriod::Day,
             when_spent: WhenSpent::Leave,
+            clock: BudgetClock::Utc,
         };
         let day1 = at(2026, 11, 25, 10);
         assert!(!b.add("lte", &budget, 600, day1).spent());
@@ -623,6 +730,7 @@ mod tests {
             bytes: 1 << 20,
             period: BudgetPeriod::Month { reset_day: 1 },
             when_spent: WhenSpent::Leave,
+            clock: BudgetClock::Utc,
         };
         let now = at(2026, 11, 25, 10);
         let b = Budgets::load(&dir);
@@ -652,5 +760,135 @@ mod tests {
         fresh.save().unwrap();
         assert_eq!(Budgets::load(&dir).state("lte", &budget, now).used_bytes, 7);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_count_carries_over_to_the_same_period_under_another_clock() {
+        let b = Budgets::in_memory();
+        let utc = LinkBudget {
+            bytes: 1 << 30,
+            period: BudgetPeriod::Month { reset_day: 15 },
+            when_spent: WhenSpent::Leave,
+            clock: BudgetClock::Utc,
+        };
+        let now = at(2026, 11, 25, 10);
+        // Counted from a local midnight five hours behind UTC (New York's, in winter).
+        b.ledger.lock().unwrap().links.insert(
+            "lte".to_owned(),
+            Entry {
+                period: period_name(utc.period),
+                period_start: at(2026, 11, 15, 5),
+                used_bytes: 777,
+            },
+        );
+        let state = b.state("lte", &utc, now);
+        assert_eq!(
+            (state.used_bytes, state.period_end),
+            (777, at(2026, 12, 15, 0))
+        );
+        assert_eq!(
+            b.ledger.lock().unwrap().links["lte"].period_start,
+            at(2026, 11, 15, 0)
+        );
+        // A day apart is another period, not another clock: a new one starts from zero.
+        let daily = LinkBudget {
+            period: BudgetPeriod::Day,
+            ..utc
+        };
+        b.add("wifi", &daily, 5, at(2026, 11, 24, 23));
+        assert_eq!(b.state("wifi", &daily, at(2026, 11, 25, 1)).used_bytes, 0);
+    }
+
+    #[test]
+    fn a_local_period_end_is_shown_with_its_offset() {
+        assert_eq!(
+            civil_with_offset(at(2026, 11, 25, 5), -5 * 3600),
+            "2026-11-25 00:00 -05:00"
+        );
+        assert_eq!(
+            civil_with_offset(at(2026, 11, 30, 23), 3600 + 1800),
+            "2026-12-01 00:30 +01:30"
+        );
+        let status = LinkBudgetStatus {
+            used_bytes: 1 << 20,
+            budget_bytes: 1 << 30,
+            period_end: at(2026, 12, 1, 0) - 3600,
+            period_end_offset_s: Some(3600),
+        };
+        assert_eq!(
+            status.to_string(),
+            "1.0 MiB of 1.0 GiB used until 2026-12-01 00:00 +01:00"
+        );
+    }
+
+    /// The time zone [`local_periods_in_new_york`] runs under: US Eastern, as a POSIX rule
+    /// (no zone file needed): UTC−5, and UTC−4 from the second Sunday of March to the first
+    /// of November.
+    const NEW_YORK: &str = "EST5EDT,M3.2.0,M11.1.0";
+
+    /// Local periods follow the host's time zone: this test binary run again with `TZ` set
+    /// (the C library reads it at the first conversion of the process).
+    #[test]
+    fn local_periods_follow_the_host_s_time_zone() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "transport::budget::tests::local_periods_in_new_york",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("TZ", NEW_YORK)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "{text}");
+        assert!(text.contains("checked under EST5EDT"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "run by local_periods_follow_the_host_s_time_zone, under TZ"]
+    fn local_periods_in_new_york() {
+        if std::env::var("TZ").as_deref() != Ok(NEW_YORK) {
+            return;
+        }
+        let local = |p, now| period_bounds(p, BudgetClock::Local, now);
+        // 22:00 on 24 November in New York (EST): its day, midnight to midnight EST.
+        assert_eq!(
+            local(BudgetPeriod::Day, at(2026, 11, 25, 3)),
+            (at(2026, 11, 24, 5), at(2026, 11, 25, 5))
+        );
+        // The day daylight saving begins (8 March 2026) has 23 hours.
+        assert_eq!(
+            local(BudgetPeriod::Day, at(2026, 3, 8, 12)),
+            (at(2026, 3, 8, 5), at(2026, 3, 9, 4))
+        );
+        // A month from 1 March (EST) to 1 April (EDT).
+        let month = BudgetPeriod::Month { reset_day: 1 };
+        assert_eq!(
+            local(month, at(2026, 3, 15, 12)),
+            (at(2026, 3, 1, 5), at(2026, 4, 1, 4))
+        );
+        // 1 December 02:00 UTC is still 30 November in New York: November's period.
+        assert_eq!(
+            local(month, at(2026, 12, 1, 2)),
+            (at(2026, 11, 1, 4), at(2026, 12, 1, 5))
+        );
+        let b = Budgets::in_memory();
+        let budget = LinkBudget {
+            bytes: 1 << 30,
+            period: month,
+            when_spent: WhenSpent::Leave,
+            clock: BudgetClock::Local,
+        };
+        assert_eq!(
+            b.state("lte", &budget, at(2026, 11, 20, 0)).to_string(),
+            "0.0 KiB of 1.0 GiB used until 2026-12-01 00:00 -05:00"
+        );
+        println!("checked under EST5EDT");
     }
 }

@@ -393,6 +393,9 @@ pub struct LinkBudgetStatus {
     pub budget_bytes: u64,
     /// When the period ends, seconds since the Unix epoch (UTC).
     pub period_end: u64,
+    /// The host's offset from UTC then, seconds, for a budget in local time (shown so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_end_offset_s: Option<i64>,
 }
 
 /// One of the client's listening inbounds (SOCKS5, HTTP CONNECT): its connections since start.
