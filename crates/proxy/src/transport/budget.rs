@@ -336,12 +336,10 @@ fn local_date(unix: u64) -> Option<(i64, u32, u32, i64)> {
     }
     let month = u32::try_from(tm.tm_mon + 1).ok()?;
     let day = u32::try_from(tm.tm_mday).ok()?;
-    Some((
-        i64::from(tm.tm_year) + 1900,
-        month,
-        day,
-        i64::from(tm.tm_gmtoff),
-    ))
+    // `c_long`: 32 bits on the 32-bit routers (armv7, mipsel), 64 here.
+    #[allow(clippy::useless_conversion)]
+    let offset = i64::from(tm.tm_gmtoff);
+    Some((i64::from(tm.tm_year) + 1900, month, day, offset))
 }
 
 /// The instant local midnight begins day `d` of month `m` of year `y` (a day or month past the
