@@ -250,6 +250,30 @@ async fn setup_session(
     setup_routed(name, limits, offloads, session, Vec::new()).await
 }
 
+/// [`setup`] with one `direct` route, for `networks` and `domains`.
+async fn setup_direct(
+    name: &str,
+    networks: &[&str],
+    domains: &[&str],
+) -> (App, Arc<TunCounters>, Keep) {
+    use braid_proxy::config::{DomainPattern, Route, RouteAction};
+    let route = Route {
+        action: RouteAction::Direct,
+        networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+        domains: domains
+            .iter()
+            .map(|d| DomainPattern {
+                name: (*d).to_owned(),
+                below_only: false,
+            })
+            .collect(),
+        ports: Vec::new(),
+        interface: None,
+    };
+    let limits = TunLimits::with_mtu(MTU);
+    setup_routed(name, limits, false, SessionLimits::default(), vec![route]).await
+}
+
 /// [`setup_session`] with the client's `[[route]]` tables.
 async fn setup_routed(
     name: &str,
@@ -400,23 +424,7 @@ async fn tcp_connections_through_the_tun_inbound_reach_their_destination() {
 /// out of the session: the client connects them itself, and the session opens no flow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_route_takes_tun_connections_and_datagrams_out_of_the_session() {
-    use braid_proxy::config::{Route, RouteAction};
-    let direct = Route {
-        action: RouteAction::Direct,
-        networks: vec!["127.0.0.0/8".parse().unwrap()],
-        domains: Vec::new(),
-        ports: Vec::new(),
-        interface: None,
-    };
-    let limits = TunLimits::with_mtu(MTU);
-    let (mut app, counters, keep) = setup_routed(
-        "tun-direct",
-        limits,
-        false,
-        SessionLimits::default(),
-        vec![direct],
-    )
-    .await;
+    let (mut app, counters, keep) = setup_direct("tun-direct", &["127.0.0.0/8"], &[]).await;
     let target = test_server().await;
     let h = app.connect(target, 40_011);
     let mut request = vec![b'D'];
@@ -466,7 +474,6 @@ fn dns_query(name: &str) -> Vec<u8> {
 /// to 127.0.0.1 goes the way of the route for `video.example`, direct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_s_domains_meet_tun_connections_by_the_names_dns_answers_gave() {
-    use braid_proxy::config::{DomainPattern, Route, RouteAction};
     let dns_addr = SocketAddr::from(([127, 0, 0, 153], 53));
     let Ok(dns) = tokio::net::UdpSocket::bind(dns_addr).await else {
         eprintln!("skipped: port 53 cannot be bound here (not root)");
@@ -480,25 +487,7 @@ async fn a_route_s_domains_meet_tun_connections_by_the_names_dns_answers_gave() 
                 .await;
         }
     });
-    let video = Route {
-        action: RouteAction::Direct,
-        networks: Vec::new(),
-        domains: vec![DomainPattern {
-            name: "video.example".into(),
-            below_only: false,
-        }],
-        ports: Vec::new(),
-        interface: None,
-    };
-    let limits = TunLimits::with_mtu(MTU);
-    let (mut app, _counters, keep) = setup_routed(
-        "tun-learned",
-        limits,
-        false,
-        SessionLimits::default(),
-        vec![video],
-    )
-    .await;
+    let (mut app, _counters, keep) = setup_direct("tun-learned", &[], &["video.example"]).await;
     let target = test_server().await;
     // Before the name is known, 127.0.0.1 goes through the session.
     let h = app.connect(target, 40_021);
