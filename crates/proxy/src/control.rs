@@ -106,6 +106,10 @@ impl StatusSource {
                 sessions.push(s);
             }
         }
+        let users = match self {
+            StatusSource::Client(_) => Vec::new(),
+            StatusSource::Server(shared) => shared.users(&sessions),
+        };
         DaemonStatus {
             role: role.to_owned(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -145,6 +149,7 @@ impl StatusSource {
                 StatusSource::Client(client) => client.routes.current().status(),
                 StatusSource::Server(_) => Vec::new(),
             },
+            users,
             process: crate::process::ProcessReport::now(),
         }
     }

@@ -224,7 +224,49 @@ pub fn render(status: &DaemonStatus) -> String {
     link_and_tun_families(&mut e, status);
     inbound_families(&mut e, status);
     route_families(&mut e, status);
+    user_families(&mut e, status);
     e.out
+}
+
+/// The server's users, labelled by name.
+fn user_families(e: &mut Exposition, status: &DaemonStatus) {
+    use Kind::{Counter, Gauge};
+    type Field = fn(&crate::transport::status::UserStatus) -> u64;
+    let families: [(&str, Kind, &str, Field); 4] = [
+        (
+            "braid_user_sessions",
+            Gauge,
+            "The user's sessions running now (server only).",
+            |u| u.sessions,
+        ),
+        (
+            "braid_user_sessions_total",
+            Counter,
+            "The user's sessions started since the server started (server only).",
+            |u| u.sessions_started,
+        ),
+        (
+            "braid_user_download_bytes_total",
+            Counter,
+            "Application bytes the server sent the user, running and ended sessions, since \
+             the server started (server only).",
+            |u| u.download_bytes,
+        ),
+        (
+            "braid_user_upload_bytes_total",
+            Counter,
+            "Application bytes the user sent, counted alike (server only).",
+            |u| u.upload_bytes,
+        ),
+    ];
+    for (name, kind, help, field) in families {
+        let samples = status
+            .users
+            .iter()
+            .map(|u| (vec![("user", u.name.clone())], field(u).into()))
+            .collect();
+        e.family(name, kind, help, samples);
+    }
 }
 
 /// The client's `[[route]]` tables, labelled by place in the file and action.
@@ -1473,11 +1515,26 @@ mod tests {
             role: "server".to_owned(),
             version: "0.1.0".to_owned(),
             joins_accepted: 3,
+            users: vec![crate::transport::status::UserStatus {
+                name: "bob".to_owned(),
+                sessions: 0,
+                sessions_started: 4,
+                download_bytes: 9 << 20,
+                upload_bytes: 12_345,
+            }],
             ..DaemonStatus::default()
         };
         let samples = parse(&render(&status));
         assert_eq!(value(&samples, "braid_sessions", ""), "0");
         assert_eq!(value(&samples, "braid_joins_accepted_total", ""), "3");
+        for (family, want) in [
+            ("braid_user_sessions", "0"),
+            ("braid_user_sessions_total", "4"),
+            ("braid_user_download_bytes_total", "9437184"),
+            ("braid_user_upload_bytes_total", "12345"),
+        ] {
+            assert_eq!(value(&samples, family, "user=\"bob\""), want, "{family}");
+        }
         assert!(samples.iter().all(|(n, _, _)| !n.starts_with("braid_path")));
         // Without a process report (no /proc), no process families.
         assert!(samples.iter().all(|(n, _, _)| !n.starts_with("process_")));

@@ -2408,3 +2408,80 @@ async fn direct_and_block_routes_keep_destinations_out_of_the_session() {
     assert_eq!(client.status().await.sessions[0].counters.flows_total, 2);
     assert!(client.status().await.routes.is_empty());
 }
+
+/// The server counts each user's traffic: its running sessions' bytes, and once a session
+/// ends, what it moved stays with the user (a client restarted starts a second session whose
+/// bytes add to them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_counts_each_user_s_traffic_across_sessions() {
+    let name = "user-traffic";
+    let (server, mut client) = pair(name, 2).await;
+    let target = test_server().await;
+    let alice = |s: braid_proxy::transport::DaemonStatus| {
+        s.users.into_iter().find(|u| u.name == "alice").unwrap()
+    };
+    let fresh = alice(server.status().await);
+    assert_eq!((fresh.sessions, fresh.sessions_started), (1, 1));
+    assert_eq!(
+        download(client.socks_addr, target, (2 * MB) as u32)
+            .await
+            .len(),
+        2 * MB
+    );
+    let data = pattern(MB, 3);
+    assert_eq!(
+        upload(client.socks_addr, target, &data).await,
+        sha256(&data)
+    );
+    let live = alice(server.status().await);
+    assert!(live.download_bytes >= (2 * MB) as u64, "{live:?}");
+    assert!(live.upload_bytes >= MB as u64, "{live:?}");
+    // The session ends (the client stops): its bytes stay the user's.
+    client.shutdown_gracefully().await;
+    drop(client);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !server.status().await.sessions.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ended = alice(server.status().await);
+    assert_eq!(ended.sessions, 0);
+    assert!(
+        ended.download_bytes >= live.download_bytes,
+        "{ended:?} {live:?}"
+    );
+    assert!(
+        ended.download_bytes < live.download_bytes + 65_536,
+        "{ended:?} {live:?}"
+    );
+    assert!(
+        ended.upload_bytes >= live.upload_bytes,
+        "{ended:?} {live:?}"
+    );
+    // A second session adds to them.
+    let client = braid_proxy::daemon::start_client(client_config(name, &server, 2, KEY))
+        .await
+        .unwrap();
+    assert!(client.wait_for_paths(2, Duration::from_secs(10)).await);
+    assert_eq!(
+        download(client.socks_addr, target, MB as u32).await.len(),
+        MB
+    );
+    let status = server.status().await;
+    let again = alice(status.clone());
+    assert_eq!((again.sessions, again.sessions_started), (1, 2));
+    assert!(
+        again.download_bytes >= ended.download_bytes + MB as u64,
+        "{again:?}"
+    );
+    assert!(
+        status
+            .to_table()
+            .contains("user alice: 1 session now, 2 since start; "),
+        "{}",
+        status.to_table()
+    );
+}

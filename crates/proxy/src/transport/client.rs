@@ -712,6 +712,7 @@ pub(crate) async fn session_loop(
             label: hex(&session_id),
             user: ctx.config.user.clone(),
             acceptor: None,
+            on_end: None,
         });
         let began = handle.started;
         slot.send_replace(Some(handle.clone()));

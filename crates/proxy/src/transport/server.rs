@@ -58,6 +58,17 @@ pub struct ServerShared {
     listening: RwLock<Vec<SocketAddr>>,
     /// Joins refused since start, by reason (a fixed set of phrases).
     refusals: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Each user's sessions started and the bytes of those that ended, since start.
+    users: Arc<Mutex<std::collections::BTreeMap<String, UserTotals>>>,
+}
+
+/// A user's sessions started since the server started, and the application bytes of those
+/// that have ended (a running session's are in its own counters).
+#[derive(Clone, Copy, Debug, Default)]
+struct UserTotals {
+    sessions_started: u64,
+    download_bytes: u64,
+    upload_bytes: u64,
 }
 
 impl ServerShared {
@@ -74,6 +85,7 @@ impl ServerShared {
             joins_accepted: AtomicU64::new(0),
             listening: RwLock::new(Vec::new()),
             refusals: Mutex::new(std::collections::BTreeMap::new()),
+            users: Arc::default(),
         })
     }
 
@@ -286,6 +298,36 @@ impl ServerShared {
             .unwrap_or_else(PoisonError::into_inner)
             .entry(reason)
             .or_insert(0) += 1;
+    }
+
+    /// Each user's traffic since the server started: the users of the file in force, and any
+    /// other with sessions since; `sessions` the running sessions' statuses (their bytes are
+    /// added to those of the user's sessions that ended).
+    pub fn users(&self, sessions: &[super::SessionStatus]) -> Vec<super::status::UserStatus> {
+        let totals = self
+            .users
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut names: std::collections::BTreeSet<String> =
+            self.config().users.iter().map(|u| u.name.clone()).collect();
+        names.extend(totals.keys().cloned());
+        names
+            .into_iter()
+            .map(|name| {
+                let ended = totals.get(&name).copied().unwrap_or_default();
+                let live: Vec<_> = sessions.iter().filter(|s| s.user == name).collect();
+                super::status::UserStatus {
+                    sessions: live.len() as u64,
+                    sessions_started: ended.sessions_started,
+                    download_bytes: ended.download_bytes
+                        + live.iter().map(|s| s.counters.bytes_written).sum::<u64>(),
+                    upload_bytes: ended.upload_bytes
+                        + live.iter().map(|s| s.counters.bytes_read).sum::<u64>(),
+                    name,
+                }
+            })
+            .collect()
     }
 
     /// Joins refused since start, by reason.
@@ -502,6 +544,14 @@ fn session_for(
         return Err(USER_SESSION_LIMIT);
     }
     let policy = shared.egress.clone();
+    let users = shared.users.clone();
+    users
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(join.user.clone())
+        .or_default()
+        .sessions_started += 1;
+    let user = join.user.clone();
     let (handle, _task) = driver::spawn(DriverSetup {
         role: Role::Server,
         config: super::session_config(&config.session),
@@ -510,6 +560,13 @@ fn session_for(
         user: join.user.clone(),
         acceptor: Some(Box::new(move |flow, kind, target| {
             crate::egress::spawn_flow(flow, kind, target, policy.clone());
+        })),
+        // What the server wrote into the session went down to the user; what it read, up.
+        on_end: Some(Box::new(move |counters| {
+            let mut users = users.lock().unwrap_or_else(PoisonError::into_inner);
+            let totals = users.entry(user).or_default();
+            totals.download_bytes += counters.bytes_written;
+            totals.upload_bytes += counters.bytes_read;
         })),
     });
     map.insert(key, handle.clone());

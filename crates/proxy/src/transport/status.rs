@@ -308,6 +308,10 @@ pub struct DaemonStatus {
     /// The client's SOCKS5 and HTTP CONNECT inbounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inbounds: Vec<InboundStatus>,
+    /// The server's users: their sessions and what their applications moved since the server
+    /// started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<UserStatus>,
     /// The client's `[[route]]` tables, with what each has matched since the client started
     /// or a reload changed them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -359,6 +363,22 @@ pub struct LinkPatternStatus {
     /// Those of its devices left out (beyond the 16 links, or named as another link).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+}
+
+/// One of the server's users (`[[user]]`, or one a reload removed that had sessions).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserStatus {
+    /// The user's name.
+    pub name: String,
+    /// Sessions running now.
+    pub sessions: u64,
+    /// Sessions started since the server started.
+    pub sessions_started: u64,
+    /// Application bytes the server sent the user (written into the user's sessions: what its
+    /// destinations answered), running and ended sessions, since the server started.
+    pub download_bytes: u64,
+    /// Application bytes the user sent (read out of its sessions), counted alike.
+    pub upload_bytes: u64,
 }
 
 /// One of the client's `[[route]]` tables.
@@ -511,6 +531,18 @@ impl DaemonStatus {
                 .map(|(reason, n)| format!("{reason} {n}"))
                 .collect();
             let _ = writeln!(out, "joins refused by reason: {}", reasons.join(", "));
+        }
+        for u in &self.users {
+            let _ = writeln!(
+                out,
+                "user {}: {} session{} now, {} since start; {} down, {} up",
+                u.name,
+                u.sessions,
+                if u.sessions == 1 { "" } else { "s" },
+                u.sessions_started,
+                super::budget::size(u.download_bytes),
+                super::budget::size(u.upload_bytes)
+            );
         }
         if let Some(p) = &self.process {
             let mib = |b: u64| b as f64 / f64::from(1u32 << 20);

@@ -143,7 +143,12 @@ pub struct DriverSetup {
     pub user: String,
     /// Peer-opened flows go here; `None` refuses them.
     pub acceptor: Option<FlowAcceptor>,
+    /// Called with the session's last counters when it ends (the server's per-user totals).
+    pub on_end: Option<SessionEnd>,
 }
+
+/// Called with a session's last counters when it ends.
+pub type SessionEnd = Box<dyn FnOnce(&SessionCounters) + Send>;
 
 impl std::fmt::Debug for DriverSetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +207,7 @@ struct Driver {
     closed: bool,
     /// How many paths the session has, for the handles ([`SessionHandle::wait_for_path`]).
     path_count: tokio::sync::watch::Sender<usize>,
+    on_end: Option<SessionEnd>,
 }
 
 /// Starts a driver task; returns its handle and the task.
@@ -227,6 +233,7 @@ pub fn spawn(setup: DriverSetup) -> (SessionHandle, tokio::task::JoinHandle<()>)
         counters: SessionCounters::default(),
         closed: false,
         path_count,
+        on_end: setup.on_end,
     };
     let task = tokio::spawn(driver.run(commands_rx));
     (
@@ -313,6 +320,9 @@ impl Driver {
         }
         for (_, entry) in self.flows.drain() {
             entry.credit.close();
+        }
+        if let Some(on_end) = self.on_end.take() {
+            on_end(&self.counters);
         }
         info!(session = %self.label, "session ended");
     }
