@@ -159,6 +159,7 @@ async fn braid_pair_with(links: usize, tun: Option<TunConfig>) -> (ServerHandle,
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
         routes: Vec::new(),
+        fallback_direct: false,
     })
     .await
     .unwrap();
@@ -903,6 +904,7 @@ async fn shaped_pair() -> (ServerHandle, braid_testbed::emu::EmuHandle, ClientHa
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
         routes: Vec::new(),
+        fallback_direct: false,
     })
     .await
     .unwrap();

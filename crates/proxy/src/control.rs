@@ -76,6 +76,8 @@ pub struct ClientSources {
     pub inbounds: Arc<std::sync::RwLock<Vec<Arc<InboundCounters>>>>,
     /// The routes in force and their counts.
     pub routes: Arc<crate::inbound::route::Routes>,
+    /// `fallback` and its counts.
+    pub fallback: Arc<crate::inbound::route::Fallback>,
 }
 
 impl StatusSource {
@@ -150,6 +152,10 @@ impl StatusSource {
                 StatusSource::Server(_) => Vec::new(),
             },
             users,
+            fallback: match self {
+                StatusSource::Client(client) => client.fallback.status(),
+                StatusSource::Server(_) => None,
+            },
             process: crate::process::ProcessReport::now(),
         }
     }

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{ClientConfig, IpNet, LinkConfig, ServerConfig, SessionLimits, TunConfig};
 use crate::control::{self, ClientSources, ControlError, StatusSource};
-use crate::inbound::route::Routes;
+use crate::inbound::route::{Fallback, Routes};
 use crate::inbound::server::{InboundContext, InboundCounters, MAX_CONNECTIONS, SocksUsers};
 use crate::inbound::tun::device::TunDevice;
 use crate::inbound::tun::{PacketIo as _, TunCounters, serve_tun_watching};
@@ -420,6 +420,10 @@ impl ClientHandle {
         if self.inbound.routes.replace(new.routes.clone()) {
             warn_direct_into_tun(&new);
             changed.push("route");
+        }
+        if self.inbound.fallback.set(new.fallback_direct) {
+            warn_direct_into_tun(&new);
+            changed.push("fallback");
         }
         let token = self.metrics_auth.replace(new.metrics_token.clone());
         let tls = self.metrics_auth.replace_tls(new.metrics_tls.clone());
@@ -978,6 +982,14 @@ fn warn_direct_into_tun(config: &ClientConfig) {
     let Some(tun) = config.tun.as_ref().filter(|t| !t.routes.is_empty()) else {
         return;
     };
+    if config.fallback_direct {
+        tracing::warn!(
+            device = %tun.name,
+            "fallback = \"direct\" while [tun] routes send traffic into the TUN device: while \
+             there is no session, connections to destinations inside those routes would come \
+             back into braid"
+        );
+    }
     for (i, r) in config.routes.iter().enumerate() {
         if r.action == crate::config::RouteAction::Direct && r.interface.is_none() {
             tracing::warn!(
@@ -1065,12 +1077,14 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
     let links = Arc::new(LinkContext::new(config.clone(), client_config));
     let link_context = links.clone();
     let routes = Arc::new(Routes::new(config.routes.clone()));
+    let fallback = Arc::new(Fallback::new(config.fallback_direct));
     let ctx = Arc::new(InboundContext {
         session: session.clone(),
         socks_users: SocksUsers::new(config.socks_users.clone()),
         handshake_timeout: crate::inbound::server::HANDSHAKE_TIMEOUT,
         routes: routes.clone(),
         names: Default::default(),
+        fallback: fallback.clone(),
     });
     let sources = ClientSources {
         session: session.clone(),
@@ -1078,6 +1092,7 @@ pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonEr
         tun: tun_status.clone(),
         inbounds: Arc::default(),
         routes,
+        fallback,
     };
     let metrics_auth = MetricsAuth::new(config.metrics_token.clone(), config.metrics_tls.clone());
     let serve = |kind, (listener, bound), configured| {

@@ -2485,3 +2485,66 @@ async fn the_server_counts_each_user_s_traffic_across_sessions() {
         status.to_table()
     );
 }
+
+/// `fallback = "direct"`: with the server unreachable (stopped), destinations no route matches
+/// are connected directly once the session has had `SESSION_WAIT` to find a path, TCP and UDP
+/// alike; a `server` route's destination is still refused; a reload that takes the fallback
+/// away refuses the rest again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_server_unreachable_a_fallback_connects_directly() {
+    use braid_proxy::config::{PortRange, Route, RouteAction};
+    let name = "fallback";
+    let server = loopback_server(name).await;
+    let mut config = client_config(name, &server, 1, KEY);
+    drop(server);
+    let (target, kept, echo) = (test_server().await, test_server().await, udp_echo().await);
+    config.fallback_direct = true;
+    config.routes = vec![Route {
+        action: RouteAction::Server,
+        networks: Vec::new(),
+        domains: Vec::new(),
+        ports: vec![PortRange {
+            first: kept.port(),
+            last: kept.port(),
+        }],
+        interface: None,
+    }];
+    let client = braid_proxy::daemon::start_client(config.clone())
+        .await
+        .unwrap();
+    let proxy = client.socks_addr;
+    let started = std::time::Instant::now();
+    let got = download(proxy, target, MB as u32).await;
+    assert_eq!(sha256(&got), sha256(&pattern(MB, 7)));
+    let first = started.elapsed();
+    let started = std::time::Instant::now();
+    assert_eq!(download(proxy, target, MB as u32).await.len(), MB);
+    let second = started.elapsed();
+    println!("fallback: first connection after {first:?}, the next in {second:?}");
+    assert!(second < Duration::from_secs(2), "{second:?}");
+    // A `server` route's destination waits for the server.
+    let (code, _) = socks_connect(proxy, "127.0.0.1", kept.port()).await;
+    assert_eq!(code, 1, "general failure: no session");
+    let association = UdpAssociation::open(proxy).await;
+    assert_eq!(
+        association.ask(echo, b"polo", 20).await.as_deref(),
+        Some(&b"polo"[..])
+    );
+    let status = client.status().await;
+    let fallback = status.fallback.unwrap();
+    assert_eq!(fallback.flows, 2);
+    assert!(fallback.datagrams >= 1, "{fallback:?}");
+    assert!(
+        status
+            .to_table()
+            .contains("fallback direct (while no session): 2 flows"),
+        "{}",
+        status.to_table()
+    );
+    config.fallback_direct = false;
+    let done = client.reload(config).await;
+    assert!(done.changed.contains(&"fallback"), "{done:?}");
+    let (code, _) = socks_connect(proxy, "127.0.0.1", target.port()).await;
+    assert_eq!(code, 1, "no fallback: refused");
+    assert!(client.status().await.fallback.is_none());
+}

@@ -291,6 +291,7 @@ async fn setup_routed(
         handshake_timeout: HANDSHAKE_TIMEOUT,
         routes: routes.clone(),
         names: Default::default(),
+        fallback: Default::default(),
     });
     let (app_tx, from_app) = mpsc::unbounded_channel();
     let (to_app, from_inbound) = mpsc::unbounded_channel();

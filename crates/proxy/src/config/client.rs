@@ -194,6 +194,9 @@ pub struct ClientConfig {
     pub session: super::SessionLimits,
     /// The `[[route]]` tables, in order: the first that matches a destination decides.
     pub routes: Vec<super::Route>,
+    /// `fallback = "direct"`: destinations no route matches are connected directly while there
+    /// is no session to take them (`"none"`, the default: they are refused).
+    pub fallback_direct: bool,
 }
 
 /// The TUN inbound's device.
@@ -292,6 +295,7 @@ struct RawClient {
     link: Vec<RawLink>,
     #[serde(default)]
     route: Vec<super::route::RawRoute>,
+    fallback: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -465,6 +469,13 @@ impl ClientConfig {
             links,
             session: super::session_limits(file, &raw.session)?,
             routes: super::route::routes(file, &raw.route)?,
+            fallback_direct: match raw.fallback.as_deref() {
+                None | Some("none") => false,
+                Some("direct") => true,
+                Some(other) => {
+                    return Err(invalid(file, "fallback", "\"none\" or \"direct\"", other));
+                }
+            },
         })
     }
 }

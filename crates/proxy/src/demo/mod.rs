@@ -389,6 +389,7 @@ impl Context {
             links,
             session: self.session,
             routes: Vec::new(),
+            fallback_direct: false,
         }
     }
 }

@@ -33,8 +33,11 @@ pub struct RouteTable {
 /// Where a destination goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Way {
-    /// Through the session.
+    /// Through the session, as a `server` route says.
     Server,
+    /// Through the session, no route having matched (or directly, with `fallback = "direct"`,
+    /// while there is no session to take it).
+    Unrouted,
     /// From this host, bound to the device when one is named.
     Direct(Option<String>),
     /// Refused.
@@ -66,7 +69,7 @@ impl RouteTable {
     /// it), counted as a stream flow (`datagram` false) or a datagram of the route that decided.
     pub fn way(&self, target: &Target, learned: Option<&str>, datagram: bool) -> Way {
         let Some((i, route)) = find_route(&self.routes, target, learned) else {
-            return Way::Server;
+            return Way::Unrouted;
         };
         let count = if datagram {
             &self.datagrams
@@ -94,6 +97,44 @@ impl RouteTable {
                 datagrams: self.datagrams[i].load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// `fallback` (the client's file): whether destinations no route matches are connected
+/// directly while there is no session to take them, and how many were.
+#[derive(Debug, Default)]
+pub struct Fallback {
+    on: std::sync::atomic::AtomicBool,
+    /// Stream flows connected directly so.
+    pub flows: AtomicU64,
+    /// Datagrams sent directly so.
+    pub datagrams: AtomicU64,
+}
+
+impl Fallback {
+    /// Off, or `direct` when `on`.
+    pub fn new(on: bool) -> Fallback {
+        let fallback = Fallback::default();
+        fallback.set(on);
+        fallback
+    }
+
+    /// Whether it is `direct`.
+    pub fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Puts `direct` (`on`) or none in force (a reload); true when that changed it.
+    pub fn set(&self, on: bool) -> bool {
+        self.on.swap(on, Ordering::Relaxed) != on
+    }
+
+    /// For `braid status`: the counts, while it is `direct`.
+    pub fn status(&self) -> Option<crate::transport::status::FallbackStatus> {
+        self.on().then(|| crate::transport::status::FallbackStatus {
+            flows: self.flows.load(Ordering::Relaxed),
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+        })
     }
 }
 
@@ -145,9 +186,10 @@ pub(crate) fn spawn_udp_router(
     session: watch::Receiver<Option<SessionHandle>>,
     routes: Arc<Routes>,
     names: Arc<LearnedNames>,
+    fallback: Arc<Fallback>,
 ) -> FlowHandle {
     let (inbound, router) = pipe();
-    tokio::spawn(udp_router(router, session, routes, names));
+    tokio::spawn(udp_router(router, session, routes, names, fallback));
     inbound
 }
 
@@ -162,6 +204,7 @@ async fn udp_router(
     session: watch::Receiver<Option<SessionHandle>>,
     routes: Arc<Routes>,
     names: Arc<LearnedNames>,
+    fallback: Arc<Fallback>,
 ) {
     let (to_app, mut from_app) = flow.split();
     let mut exits: Vec<Exit> = Vec::new();
@@ -178,9 +221,22 @@ async fn udp_router(
             Target::Addr(a) => names.name_of(a.ip(), tokio::time::Instant::now()),
             Target::Domain { .. } => None,
         };
-        let way = routes.current().way(&target, learned.as_deref(), true);
+        let mut way = routes.current().way(&target, learned.as_deref(), true);
         if way == Way::Block {
             continue;
+        }
+        if way == Way::Unrouted {
+            // No session to take it (none, or one without a path past its first
+            // SESSION_WAIT, as a stream flow would find): directly, with `fallback = "direct"`.
+            let no_session = session.borrow().as_ref().is_none_or(|h| {
+                !h.has_path() && h.started.elapsed() >= super::server::SESSION_WAIT
+            });
+            if no_session && fallback.on() {
+                fallback.datagrams.fetch_add(1, Ordering::Relaxed);
+                way = Way::Direct(None);
+            } else {
+                way = Way::Server;
+            }
         }
         // An exit whose flow ended (the session's, or a relay idle too long) is opened again.
         for attempt in 0..2 {
@@ -224,7 +280,7 @@ async fn open_exit(
 ) -> Option<FlowWriter> {
     let flow = match way {
         Way::Block => return None,
-        Way::Server => {
+        Way::Server | Way::Unrouted => {
             let handle = session.borrow().clone()?;
             handle
                 .open(FlowKind::Datagram, Target::Addr(unspecified()))
@@ -311,7 +367,10 @@ mod tests {
             Way::Direct(None)
         );
         assert_eq!(table.way(&at("203.0.113.1:25"), None, true), Way::Block);
-        assert_eq!(table.way(&at("203.0.113.1:443"), None, false), Way::Server);
+        assert_eq!(
+            table.way(&at("203.0.113.1:443"), None, false),
+            Way::Unrouted
+        );
         let status = table.status();
         assert_eq!((status[0].flows, status[0].datagrams), (1, 0));
         assert_eq!((status[1].flows, status[1].datagrams), (0, 1));
@@ -351,8 +410,13 @@ mod tests {
         ]));
         // No session at all: what goes direct does not need one.
         let (_slot, session) = watch::channel(None);
-        let (writer, mut reader) =
-            spawn_udp_router(session, routes.clone(), Default::default()).split();
+        let (writer, mut reader) = spawn_udp_router(
+            session,
+            routes.clone(),
+            Default::default(),
+            Default::default(),
+        )
+        .split();
         for (to, payload) in [(b, &b"blocked"[..]), (a, b"one"), (a, b"two")] {
             writer
                 .send_datagram(datagram(&Target::Addr(to), payload))

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::dns_names::LearnedNames;
-use super::route::{Routes, Way};
+use super::route::{Fallback, Routes, Way};
 use super::socks5::Reply;
 use crate::config::SocksUser;
 use crate::egress::{CONNECTED, reply_for_reset};
@@ -124,6 +124,9 @@ pub struct InboundContext {
     /// The names DNS answers gave addresses, so that routes' `domains` match connections made
     /// to those addresses (the TUN inbound's).
     pub names: Arc<LearnedNames>,
+    /// `fallback`: whether destinations no route matches go directly while no session takes
+    /// them.
+    pub fallback: Arc<Fallback>,
 }
 
 /// The users of the SOCKS5 and HTTP CONNECT inbounds, replaced as a whole when the client
@@ -184,10 +187,13 @@ impl InboundContext {
     /// their own route's way, [`super::route::spawn_udp_router`]); otherwise, and for pings, it
     /// is a flow of the current session.
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
-        if kind == FlowKind::Datagram && self.routes.current().diverts() {
+        if kind == FlowKind::Datagram && (self.routes.current().diverts() || self.fallback.on()) {
             let session = self.session.clone();
             let (routes, names) = (self.routes.clone(), self.names.clone());
-            return Ok(super::route::spawn_udp_router(session, routes, names));
+            let fallback = self.fallback.clone();
+            return Ok(super::route::spawn_udp_router(
+                session, routes, names, fallback,
+            ));
         }
         let handle = self.session.borrow().clone();
         match handle {
@@ -197,37 +203,51 @@ impl InboundContext {
     }
 
     /// Opens a stream flow and waits until the server has connected it: the flow's halves and
-    /// the first destination bytes, or the SOCKS5 reply that says why not. With no session, it
-    /// waits up to [`SESSION_WAIT`] for one; a session without a path, until it is
-    /// [`SESSION_WAIT`] old. A session that ends before the server's
-    /// verdict (the server restarted unheard, and the client learned it from this request's
-    /// own packets) only carried the flow's OPEN, so the request is opened again on the next
-    /// session ([`CONNECT_ATTEMPTS`] sessions at most, [`CONNECT_WAIT`] in all).
+    /// the first destination bytes, or the SOCKS5 reply that says why not.
     ///
     /// A destination a `direct` route matches is connected by the client itself (the same
-    /// verdict, from this host), one a `block` route matches is refused ("not allowed").
+    /// verdict, from this host), one a `block` route matches is refused ("not allowed"). One
+    /// no route matches goes through the session, or, with `fallback = "direct"` while there is
+    /// no session with a path to take it, is connected directly too.
     pub async fn connect(&self, target: Target) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
         let deadline = Instant::now() + CONNECT_WAIT;
         let learned = match &target {
             Target::Addr(a) => self.names.name_of(a.ip(), Instant::now()),
             Target::Domain { .. } => None,
         };
-        match self
+        let way = self
             .routes
             .current()
-            .way(&target, learned.as_deref(), false)
-        {
-            Way::Server => {}
-            Way::Block => return Err(Reply::NotAllowed),
-            Way::Direct(device) => {
-                let (writer, reader) = super::route::direct_stream(target, device).split();
-                return match verdict(writer, reader, deadline).await {
-                    Verdict::Connected(writer, reader, first) => Ok((writer, reader, first)),
-                    Verdict::Refused(reply) => Err(reply),
-                    Verdict::Ended => Err(Reply::GeneralFailure),
-                };
+            .way(&target, learned.as_deref(), false);
+        match way {
+            Way::Block => Err(Reply::NotAllowed),
+            Way::Direct(device) => direct(target, device, deadline).await,
+            Way::Server | Way::Unrouted => {
+                match self.through_session(target.clone(), deadline).await {
+                    Ok(flow) => Ok(flow),
+                    Err(Unreached::Refused(reply)) => Err(reply),
+                    Err(Unreached::NoSession) if way == Way::Unrouted && self.fallback.on() => {
+                        self.fallback.flows.fetch_add(1, Ordering::Relaxed);
+                        debug!(%target, "no session to the server: connected directly (fallback)");
+                        direct(target, None, deadline).await
+                    }
+                    Err(Unreached::NoSession) => Err(Reply::GeneralFailure),
+                }
             }
         }
+    }
+
+    /// [`InboundContext::connect`] through the session. With no session, it waits up to
+    /// [`SESSION_WAIT`] for one; a session without a path, until it is [`SESSION_WAIT`] old. A
+    /// session that ends before the server's verdict (the server restarted unheard, and the
+    /// client learned it from this request's own packets) only carried the flow's OPEN, so the
+    /// request is opened again on the next session ([`CONNECT_ATTEMPTS`] sessions at most,
+    /// [`CONNECT_WAIT`] in all).
+    async fn through_session(
+        &self,
+        target: Target,
+        deadline: Instant,
+    ) -> Result<(FlowWriter, FlowReader, Bytes), Unreached> {
         let mut ended: Option<SessionHandle> = None;
         let mut attempts = 0;
         while attempts < CONNECT_ATTEMPTS {
@@ -254,20 +274,20 @@ impl InboundContext {
                     }
                     continue;
                 }
-                Err(OpenError::Flow(_)) => return Err(Reply::GeneralFailure),
+                Err(OpenError::Flow(_)) => return Err(Unreached::Refused(Reply::GeneralFailure)),
             };
             attempts += 1;
             let (writer, reader) = flow.split();
             match verdict(writer, reader, deadline).await {
                 Verdict::Connected(writer, reader, first) => return Ok((writer, reader, first)),
-                Verdict::Refused(reply) => return Err(reply),
+                Verdict::Refused(reply) => return Err(Unreached::Refused(reply)),
                 Verdict::Ended => {
                     debug!(%target, "the session ended before the server connected the flow; opening it again on the next");
                     ended = Some(session);
                 }
             }
         }
-        Err(Reply::GeneralFailure)
+        Err(Unreached::NoSession)
     }
 
     /// The current session if it is open and not `ended`, else the next one, waited for up to
@@ -285,6 +305,29 @@ impl InboundContext {
         let wait = (Instant::now() + SESSION_WAIT).min(deadline);
         let found = tokio::time::timeout_at(wait, session.wait_for(usable)).await;
         found.ok()?.ok()?.clone()
+    }
+}
+
+/// Why a stream flow did not go through the session.
+enum Unreached {
+    /// The server (or the session) answered no.
+    Refused(Reply),
+    /// No session with a path took it.
+    NoSession,
+}
+
+/// A stream flow to `target` connected from this host (bound to `device` when named), once
+/// connected.
+async fn direct(
+    target: Target,
+    device: Option<String>,
+    deadline: Instant,
+) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
+    let (writer, reader) = super::route::direct_stream(target, device).split();
+    match verdict(writer, reader, deadline).await {
+        Verdict::Connected(writer, reader, first) => Ok((writer, reader, first)),
+        Verdict::Refused(reply) => Err(reply),
+        Verdict::Ended => Err(Reply::GeneralFailure),
     }
 }
 
@@ -555,6 +598,7 @@ mod tests {
             handshake_timeout,
             routes: Default::default(),
             names: Default::default(),
+            fallback: Default::default(),
         })
     }
 

@@ -139,6 +139,11 @@ impl SessionHandle {
         )
     }
 
+    /// True while the session has a path (and its driver runs).
+    pub fn has_path(&self) -> bool {
+        *self.paths.borrow() > 0 && !self.is_closed()
+    }
+
     /// True once the driver has stopped.
     pub fn is_closed(&self) -> bool {
         self.commands.is_closed()

@@ -316,6 +316,10 @@ pub struct DaemonStatus {
     /// or a reload changed them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteStatus>,
+    /// The client's `fallback = "direct"`, while it is set, with what it connected directly
+    /// since the client started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackStatus>,
     /// The daemon's process: memory, CPU time, open files (absent where `/proc` is not
     /// readable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,6 +383,15 @@ pub struct UserStatus {
     pub download_bytes: u64,
     /// Application bytes the user sent (read out of its sessions), counted alike.
     pub upload_bytes: u64,
+}
+
+/// The client's `fallback = "direct"`: what it connected directly while no session took it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FallbackStatus {
+    /// Stream flows (TCP connections).
+    pub flows: u64,
+    /// UDP datagrams.
+    pub datagrams: u64,
 }
 
 /// One of the client's `[[route]]` tables.
@@ -649,6 +662,13 @@ impl DaemonStatus {
                 out,
                 "route {} {} ({}): {} flows, {} datagrams",
                 r.index, r.action, r.matches, r.flows, r.datagrams
+            );
+        }
+        if let Some(f) = &self.fallback {
+            let _ = writeln!(
+                out,
+                "fallback direct (while no session): {} flows, {} datagrams",
+                f.flows, f.datagrams
             );
         }
         for s in &self.sessions {

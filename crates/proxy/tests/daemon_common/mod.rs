@@ -88,6 +88,7 @@ pub fn client_config(
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
         routes: Vec::new(),
+        fallback_direct: false,
     }
 }
 

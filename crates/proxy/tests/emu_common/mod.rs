@@ -92,6 +92,7 @@ pub fn client_config(dir: &Path, fingerprint: &str, links: &[SocketAddr]) -> Cli
             .collect(),
         session: braid_proxy::config::SessionLimits::default(),
         routes: Vec::new(),
+        fallback_direct: false,
     }
 }
 
