@@ -480,4 +480,51 @@ mod tests {
             eprintln!("no CAP_NET_RAW: the bound connection was not tried");
         }
     }
+
+    /// Every task a router starts (its pipe, its exits' relays and answer tasks) ends with the
+    /// association.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_router_leaves_no_task_behind() {
+        let echo = echo(b"").await;
+        let routes = Arc::new(Routes::new(vec![route(
+            RouteAction::Direct,
+            &["127.0.0.0/8"],
+            &[],
+        )]));
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        for i in 0..20u8 {
+            let (_slot, session) = watch::channel(None);
+            let router = spawn_udp_router(
+                session,
+                routes.clone(),
+                Default::default(),
+                Default::default(),
+            );
+            let (writer, mut reader) = router.split();
+            writer
+                .send_datagram(datagram(&Target::Addr(echo), &[i]))
+                .await
+                .unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), reader.recv()).await;
+            assert!(
+                matches!(answer, Ok(Some(FlowMsg::Datagram(_)))),
+                "{answer:?}"
+            );
+            writer.reset(0).await.unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tasks() > before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} tasks left of {before}",
+                tasks()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
