@@ -417,12 +417,15 @@ impl ClientHandle {
             self.inbound.socks_users.replace(new.socks_users.clone());
             changed.push("socks.users");
         }
-        if self.inbound.routes.replace(new.routes.clone()) {
-            warn_direct_into_tun(&new);
+        let routes = self.inbound.routes.replace(new.routes.clone());
+        let fallback = self.inbound.fallback.set(new.fallback_direct);
+        if routes || fallback {
+            warn_routes(&new);
+        }
+        if routes {
             changed.push("route");
         }
-        if self.inbound.fallback.set(new.fallback_direct) {
-            warn_direct_into_tun(&new);
+        if fallback {
             changed.push("fallback");
         }
         let token = self.metrics_auth.replace(new.metrics_token.clone());
@@ -975,10 +978,19 @@ fn warn_open_inbounds(config: &ClientConfig) {
     }
 }
 
-/// Warns of each `direct` route without an `interface` while `[tun] routes` send traffic into
-/// the TUN device: its connections to destinations inside those routes would go into the
-/// device, back to braid, and round again.
-fn warn_direct_into_tun(config: &ClientConfig) {
+/// Warns of each route an earlier one leaves no destination to (see
+/// [`crate::config::shadowed`]), and of each `direct` route without an `interface` (and of
+/// `fallback = "direct"`) while `[tun] routes` send traffic into the TUN device: its
+/// connections to destinations inside those routes would go into the device, back to braid,
+/// and round again.
+fn warn_routes(config: &ClientConfig) {
+    for (route, by) in crate::config::shadowed(&config.routes) {
+        tracing::warn!(
+            route,
+            by,
+            "a route that never matches: an earlier one takes every destination it could"
+        );
+    }
     let Some(tun) = config.tun.as_ref().filter(|t| !t.routes.is_empty()) else {
         return;
     };
@@ -1016,7 +1028,7 @@ async fn save_budgets(links: Arc<LinkContext>) {
 /// Starts the client: its session and links, inbounds and control socket.
 pub async fn start_client(config: ClientConfig) -> Result<ClientHandle, DaemonError> {
     warn_open_inbounds(&config);
-    warn_direct_into_tun(&config);
+    warn_routes(&config);
     let crypto = tls::client_crypto(&config.trust)?;
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(crypto)
         .map_err(|e| DaemonError::Quic(e.to_string()))?;

@@ -109,6 +109,13 @@ pub fn run(args: &ClientArgs) -> ExitCode {
         }
     };
     if args.check {
+        for (route, by) in crate::config::shadowed(&config.routes) {
+            eprintln!(
+                "braid: warning: {}: route[{route}] never matches: route[{by}] takes every \
+                 destination it could",
+                args.config.display()
+            );
+        }
         outln!("{}: {}", args.config.display(), summary(&config));
         return ExitCode::SUCCESS;
     }

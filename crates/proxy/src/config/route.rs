@@ -171,6 +171,31 @@ pub fn find_route<'a>(
         .find(|(_, r)| r.matches_learned(target, learned))
 }
 
+/// The routes no destination can reach, each with the earlier route that takes every
+/// destination it could match (one listing no networks or domains, on every port or on all of
+/// its ports): `(shadowed, by)`, indices into `routes`.
+pub fn shadowed(routes: &[Route]) -> Vec<(usize, usize)> {
+    let covers = |earlier: &Route, later: &Route| {
+        earlier.networks.is_empty()
+            && earlier.domains.is_empty()
+            && (earlier.ports.is_empty()
+                || (!later.ports.is_empty()
+                    && later.ports.iter().all(|l| {
+                        earlier
+                            .ports
+                            .iter()
+                            .any(|e| e.first <= l.first && l.last <= e.last)
+                    })))
+    };
+    (0..routes.len())
+        .filter_map(|j| {
+            (0..j)
+                .find(|&i| covers(&routes[i], &routes[j]))
+                .map(|i| (j, i))
+        })
+        .collect()
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
@@ -464,5 +489,27 @@ mod tests {
         }
         let many = "[[route]]\naction = \"block\"\n".repeat(MAX_ROUTES + 1);
         assert!(parse(&many).unwrap_err().contains("at most 64"));
+    }
+
+    #[test]
+    fn a_route_after_one_that_takes_every_destination_is_found_shadowed() {
+        let ports = |p: &[(u16, u16)]| {
+            p.iter()
+                .map(|&(first, last)| PortRange { first, last })
+                .collect()
+        };
+        let mut lan = route(RouteAction::Direct);
+        lan.networks = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut mail = route(RouteAction::Block);
+        mail.ports = ports(&[(25, 25), (465, 587)]);
+        let mut smtp = route(RouteAction::Direct);
+        smtp.ports = ports(&[(587, 587)]);
+        let mut web = route(RouteAction::Direct);
+        web.ports = ports(&[(443, 443)]);
+        let all = route(RouteAction::Server);
+        let after_all = lan.clone();
+        let routes = vec![lan, mail, smtp, web, all, after_all];
+        assert_eq!(shadowed(&routes), [(2, 1), (5, 4)]);
+        assert!(shadowed(&routes[..2]).is_empty());
     }
 }
