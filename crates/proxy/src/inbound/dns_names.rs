@@ -21,6 +21,9 @@ pub const MAX_NAMES: usize = 4096;
 pub const KEEP_AT_LEAST: Duration = Duration::from_secs(300);
 /// How long at most.
 const KEEP_AT_MOST: Duration = Duration::from_secs(86_400);
+/// Addresses taken from one answer at most (an answer may hold thousands of records; a full
+/// table costs a pass over it per address learned).
+pub const MAX_RECORDS_PER_ANSWER: usize = 16;
 
 /// The addresses of recent DNS answers, with the names they answered.
 #[derive(Debug, Default)]
@@ -65,7 +68,8 @@ impl LearnedNames {
 }
 
 /// A DNS answer's question name (lower-case, no final dot) and its A and AAAA records'
-/// addresses with their TTLs; `None` for a query, an error answer, or anything malformed.
+/// addresses with their TTLs (the first [`MAX_RECORDS_PER_ANSWER`]); `None` for a query, an
+/// error answer, or anything malformed before the records taken.
 pub fn parse_answer(msg: &[u8]) -> Option<(String, Vec<(IpAddr, u32)>)> {
     let u16_at = |at: usize| Some(u16::from_be_bytes([*msg.get(at)?, *msg.get(at + 1)?]));
     let flags = u16_at(2)?;
@@ -78,6 +82,9 @@ pub fn parse_answer(msg: &[u8]) -> Option<(String, Vec<(IpAddr, u32)>)> {
     at += 4; // QTYPE, QCLASS
     let mut records = Vec::new();
     for _ in 0..answers {
+        if records.len() == MAX_RECORDS_PER_ANSWER {
+            break;
+        }
         at = skip_name(msg, at)?;
         let (kind, class) = (u16_at(at)?, u16_at(at + 2)?);
         let ttl = u32::from_be_bytes(msg.get(at + 4..at + 8)?.try_into().ok()?);
@@ -264,6 +271,15 @@ mod tests {
                 let _ = parse_answer(&m);
             }
         }
+    }
+
+    #[test]
+    fn an_answer_teaches_its_first_records_only() {
+        let ips: Vec<[u8; 4]> = (0..40u8).map(|i| [192, 0, 2, i]).collect();
+        let records: Vec<(u16, &[u8], u32)> = ips.iter().map(|ip| (1, &ip[..], 60)).collect();
+        let (_, got) = parse_answer(&answer("many.example", &records)).unwrap();
+        assert_eq!(got.len(), MAX_RECORDS_PER_ANSWER);
+        assert_eq!(got[15].0, IpAddr::from([192, 0, 2, 15]));
     }
 
     #[test]

@@ -16,7 +16,9 @@ use tracing::debug;
 use super::dns_names::LearnedNames;
 use super::socks5;
 use super::socks5_server::unspecified;
-use crate::config::{Route, RouteAction, find_route};
+mod index;
+
+use crate::config::{Route, RouteAction};
 use crate::session::{FlowKind, Target};
 use crate::transport::flow::{FlowHandle, FlowMsg, FlowReader, FlowWriter, SessionHandle};
 use crate::transport::pipe::pipe;
@@ -26,6 +28,7 @@ use crate::transport::status::RouteStatus;
 #[derive(Debug, Default)]
 pub struct RouteTable {
     routes: Vec<Route>,
+    index: index::Index,
     flows: Vec<AtomicU64>,
     datagrams: Vec<AtomicU64>,
 }
@@ -50,6 +53,7 @@ impl RouteTable {
         RouteTable {
             flows: zeros(),
             datagrams: zeros(),
+            index: index::Index::new(&routes),
             routes,
         }
     }
@@ -68,9 +72,10 @@ impl RouteTable {
     /// Where `target` goes (an address also matched by `learned`, the name a DNS answer gave
     /// it), counted as a stream flow (`datagram` false) or a datagram of the route that decided.
     pub fn way(&self, target: &Target, learned: Option<&str>, datagram: bool) -> Way {
-        let Some((i, route)) = find_route(&self.routes, target, learned) else {
+        let Some(i) = self.index.find(&self.routes, target, learned) else {
             return Way::Unrouted;
         };
+        let route = &self.routes[i];
         let count = if datagram {
             &self.datagrams
         } else {
