@@ -234,7 +234,7 @@ pub fn spawn_flow(flow: FlowHandle, kind: FlowKind, target: Target, policy: Poli
         match kind {
             FlowKind::Stream => stream_flow(flow, target, &current(&policy), Origin::Server).await,
             FlowKind::Datagram => udp_flow(flow, policy, Origin::Server).await,
-            FlowKind::Ping => ping_flow(flow, target, policy).await,
+            FlowKind::Ping => ping_flow(flow, target, policy, Origin::Server).await,
         }
     });
 }
@@ -269,10 +269,9 @@ pub(crate) fn spawn_direct(
                 let policy = Arc::new(RwLock::new(Arc::new(direct_policy())));
                 udp_flow(flow, policy, Origin::Direct(device)).await
             }
-            // The TUN inbound's pings always go through the session.
             FlowKind::Ping => {
-                let (writer, _) = flow.split();
-                let _ = writer.reset(reset_code(Reply::CommandNotSupported)).await;
+                let policy = Arc::new(RwLock::new(Arc::new(direct_policy())));
+                ping_flow(flow, target, policy, Origin::Direct(device)).await
             }
         }
     });
@@ -461,7 +460,7 @@ fn echo_allowed(policy: &EgressPolicy, to: IpAddr) -> bool {
 /// replies sent back, until the client ends the flow or nothing moves for the policy's
 /// `udp_idle_timeout`. A destination the policy refuses (or `icmp_echo = false`) resets the
 /// flow, and a reload that refuses it later stops its requests.
-async fn ping_flow(flow: FlowHandle, target: Target, slot: PolicySlot) {
+async fn ping_flow(flow: FlowHandle, target: Target, slot: PolicySlot, origin: Origin<'_>) {
     let id = flow.id;
     let (writer, mut reader) = flow.split();
     let to = match target {
@@ -481,15 +480,19 @@ async fn ping_flow(flow: FlowHandle, target: Target, slot: PolicySlot) {
         let _ = writer.reset(reset_code(Reply::NotAllowed)).await;
         return;
     }
-    let socket = match EchoSocket::open(to) {
+    let device = match origin {
+        Origin::Server => None,
+        Origin::Direct(device) => device,
+    };
+    let socket = match EchoSocket::open_on(to, device) {
         Ok(s) => s,
         Err(e) => {
             if !ECHO_SOCKET_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 tracing::warn!(
                     error = %e,
-                    "no ICMP socket can be opened, so clients' pings are dropped: allow this \
-                     user's group in net.ipv4.ping_group_range, or give the server CAP_NET_RAW \
-                     (logged once)"
+                    "no ICMP socket can be opened, so pings are dropped: allow this user's \
+                     group in net.ipv4.ping_group_range, or give the daemon CAP_NET_RAW (logged \
+                     once)"
                 );
             }
             let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;

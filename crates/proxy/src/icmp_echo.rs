@@ -127,6 +127,12 @@ impl EchoSocket {
     /// A socket connected to `to`: an ICMP socket, or a raw one where that is not allowed
     /// (`EACCES`, `EPERM`); the error of the raw socket's attempt when neither is.
     pub fn open(to: IpAddr) -> io::Result<EchoSocket> {
+        EchoSocket::open_on(to, None)
+    }
+
+    /// [`EchoSocket::open`], the socket bound to `device` when one is named (a client's
+    /// `direct` route's `interface`).
+    pub fn open_on(to: IpAddr, device: Option<&str>) -> io::Result<EchoSocket> {
         let (domain, protocol) = match to {
             IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
             IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
@@ -140,6 +146,9 @@ impl EchoSocket {
             Err(e) => return Err(e),
         };
         let ident = rand::random();
+        if let Some(device) = device {
+            socket.bind_device(Some(device.as_bytes()))?;
+        }
         if kind == EchoSocketKind::Raw {
             socket.attach_filter(&reply_filter(to.is_ipv6(), ident))?;
         }

@@ -275,8 +275,8 @@ fn route_families(e: &mut Exposition, status: &DaemonStatus) {
     let families: [(&str, &str, Field); 2] = [
         (
             "braid_route_flows_total",
-            "Stream flows (TCP connections) the route decided, since the client started or a \
-             reload changed the routes (client only).",
+            "Stream flows (TCP connections) and ping runs the route decided, since the client \
+             started or a reload changed the routes (client only).",
             |r| r.flows,
         ),
         (

@@ -1299,6 +1299,29 @@ async fn pings_through_the_tun_inbound_are_answered_by_their_destination() {
     app.run_until(|_| true).await;
     assert!(app.icmp.is_empty(), "{:?}", app.icmp);
     assert_eq!(counters.ping_replies.load(Ordering::Relaxed), replies);
+    // A `direct` route for the destination: a new ping is answered from the client's own
+    // ICMP socket, though the server still refuses echoes.
+    use braid_proxy::config::{Route, RouteAction};
+    keep.routes.replace(vec![Route {
+        action: RouteAction::Direct,
+        networks: vec!["127.0.0.0/8".parse().unwrap()],
+        domains: Vec::new(),
+        ports: Vec::new(),
+        interface: None,
+    }]);
+    let to = IpAddr::from([127, 0, 0, 1]);
+    let want = (0x7004, 1, b"direct".to_vec());
+    let mut sent_at: Option<Instant> = None;
+    app.run_until(|app| {
+        let got = echo_replies(&app.icmp, to).contains(&want);
+        if !got && sent_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(250)) {
+            sent_at = Some(Instant::now());
+            let _ = app.device.tx.send(echo_request(to, 0x7004, 1, b"direct"));
+        }
+        got
+    })
+    .await;
+    assert_eq!(keep.routes.current().status()[0].flows, 1, "the ping run");
 }
 
 /// A TCP SYN from `src` to `dst` (IPv6).

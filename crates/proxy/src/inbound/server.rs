@@ -184,9 +184,30 @@ impl InboundContext {
 
     /// Opens a datagram or ping flow. A UDP association's (`Datagram`) goes through a router
     /// when a route takes some destinations out of the session (its datagrams then each go
-    /// their own route's way, [`super::route::spawn_udp_router`]); otherwise, and for pings, it
-    /// is a flow of the current session.
+    /// their own route's way, [`super::route::spawn_udp_router`]); a ping flow goes its
+    /// destination's route's way (from this host's ICMP socket when `direct`; refused when
+    /// `block`); otherwise it is a flow of the current session.
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
+        if kind == FlowKind::Ping {
+            let learned = match &target {
+                Target::Addr(a) => self.names.name_of(a.ip(), Instant::now()),
+                Target::Domain { .. } => None,
+            };
+            // A `ping` run counts as a flow of the route.
+            match self
+                .routes
+                .current()
+                .way(&target, learned.as_deref(), false)
+            {
+                Way::Block => return Err(OpenError::Blocked),
+                Way::Direct(device) => {
+                    let (inbound, egress) = crate::transport::pipe::pipe();
+                    crate::egress::spawn_direct(egress, kind, target, device);
+                    return Ok(inbound);
+                }
+                Way::Server | Way::Unrouted => {}
+            }
+        }
         if kind == FlowKind::Datagram && (self.routes.current().diverts() || self.fallback.on()) {
             let session = self.session.clone();
             let (routes, names) = (self.routes.clone(), self.names.clone());
@@ -274,6 +295,7 @@ impl InboundContext {
                     }
                     continue;
                 }
+                Err(OpenError::Blocked) => return Err(Unreached::Refused(Reply::NotAllowed)),
                 Err(OpenError::Flow(_)) => return Err(Unreached::Refused(Reply::GeneralFailure)),
             };
             attempts += 1;

@@ -53,6 +53,9 @@ pub enum OpenError {
     /// The session refused the flow.
     #[error(transparent)]
     Flow(#[from] FlowError),
+    /// A `block` route refuses the destination (the client's `[[route]]`).
+    #[error("a block route refuses the destination")]
+    Blocked,
 }
 
 /// A cheap, cloneable handle on a running session driver.

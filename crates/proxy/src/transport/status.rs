@@ -404,7 +404,7 @@ pub struct RouteStatus {
     /// What it matches, in short (`2 networks, 1 domain, ports 22`, `every destination`), and
     /// its interface.
     pub matches: String,
-    /// Stream flows (TCP connections) it decided.
+    /// Stream flows (TCP connections) and the TUN inbound's ping runs it decided.
     pub flows: u64,
     /// UDP datagrams it decided.
     pub datagrams: u64,
