@@ -15,13 +15,7 @@ use braid_proxy::session::Target;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn route(action: RouteAction) -> Route {
-    Route {
-        action,
-        networks: Vec::new(),
-        domains: Vec::new(),
-        ports: Vec::new(),
-        interface: None,
-    }
+    Route::every(action)
 }
 
 fn domain(name: String) -> DomainPattern {

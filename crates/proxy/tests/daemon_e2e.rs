@@ -2316,24 +2316,19 @@ async fn direct_and_block_routes_keep_destinations_out_of_the_session() {
     let mut config = client_config(name, &server, 2, KEY);
     config.routes = vec![
         Route {
-            action: RouteAction::Block,
-            networks: Vec::new(),
-            domains: Vec::new(),
             ports: vec![PortRange {
                 first: blocked.port(),
                 last: blocked.port(),
             }],
-            interface: None,
+            ..Route::every(RouteAction::Block)
         },
         Route {
-            action: RouteAction::Direct,
             networks: vec!["127.0.0.0/8".parse().unwrap()],
             domains: vec![DomainPattern {
                 name: "localhost".into(),
                 below_only: false,
             }],
-            ports: Vec::new(),
-            interface: None,
+            ..Route::every(RouteAction::Direct)
         },
     ];
     let client = braid_proxy::daemon::start_client(config.clone())
@@ -2500,14 +2495,11 @@ async fn with_the_server_unreachable_a_fallback_connects_directly() {
     let (target, kept, echo) = (test_server().await, test_server().await, udp_echo().await);
     config.fallback_direct = true;
     config.routes = vec![Route {
-        action: RouteAction::Server,
-        networks: Vec::new(),
-        domains: Vec::new(),
         ports: vec![PortRange {
             first: kept.port(),
             last: kept.port(),
         }],
-        interface: None,
+        ..Route::every(RouteAction::Server)
     }];
     let client = braid_proxy::daemon::start_client(config.clone())
         .await

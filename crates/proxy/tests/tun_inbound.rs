@@ -256,10 +256,15 @@ async fn setup_direct(
     networks: &[&str],
     domains: &[&str],
 ) -> (App, Arc<TunCounters>, Keep) {
+    let route = direct_route(networks, domains);
+    let limits = TunLimits::with_mtu(MTU);
+    setup_routed(name, limits, false, SessionLimits::default(), vec![route]).await
+}
+
+/// A `direct` route for `networks` and `domains`.
+fn direct_route(networks: &[&str], domains: &[&str]) -> braid_proxy::config::Route {
     use braid_proxy::config::{DomainPattern, Route, RouteAction};
-    let route = Route {
-        action: RouteAction::Direct,
-        networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+    Route {
         domains: domains
             .iter()
             .map(|d| DomainPattern {
@@ -267,11 +272,9 @@ async fn setup_direct(
                 below_only: false,
             })
             .collect(),
-        ports: Vec::new(),
-        interface: None,
-    };
-    let limits = TunLimits::with_mtu(MTU);
-    setup_routed(name, limits, false, SessionLimits::default(), vec![route]).await
+        networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+        ..Route::every(RouteAction::Direct)
+    }
 }
 
 /// [`setup_session`] with the client's `[[route]]` tables.
@@ -355,6 +358,19 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Downloads `len` pattern bytes from the test server at `target` over a connection from the
+/// application's port `port`, and checks them.
+async fn download_checked(app: &mut App, target: SocketAddr, port: u16, len: u32) {
+    let h = app.connect(target, port);
+    let mut request = vec![b'D'];
+    request.extend_from_slice(&len.to_be_bytes());
+    let download = exchange(app, h, &request, false).await;
+    assert!(
+        download == pattern(len as usize, 7),
+        "the download arrived intact"
+    );
+}
+
 /// Sends `data` on `h` and reads until the peer closes; what came back.
 async fn exchange(app: &mut App, h: SocketHandle, data: &[u8], close_after: bool) -> Vec<u8> {
     let mut sent = 0;
@@ -427,14 +443,7 @@ async fn tcp_connections_through_the_tun_inbound_reach_their_destination() {
 async fn a_direct_route_takes_tun_connections_and_datagrams_out_of_the_session() {
     let (mut app, counters, keep) = setup_direct("tun-direct", &["127.0.0.0/8"], &[]).await;
     let target = test_server().await;
-    let h = app.connect(target, 40_011);
-    let mut request = vec![b'D'];
-    request.extend_from_slice(&500_000u32.to_be_bytes());
-    let download = exchange(&mut app, h, &request, false).await;
-    assert!(
-        download == pattern(500_000, 7),
-        "the download arrived intact"
-    );
+    download_checked(&mut app, target, 40_011, 500_000).await;
     let echo = udp_echo().await;
     let answers =
         ask_until_answered(&mut app, |_| vec![udp_from_app(50_011, echo, b"direct")]).await;
@@ -1301,14 +1310,8 @@ async fn pings_through_the_tun_inbound_are_answered_by_their_destination() {
     assert_eq!(counters.ping_replies.load(Ordering::Relaxed), replies);
     // A `direct` route for the destination: a new ping is answered from the client's own
     // ICMP socket, though the server still refuses echoes.
-    use braid_proxy::config::{Route, RouteAction};
-    keep.routes.replace(vec![Route {
-        action: RouteAction::Direct,
-        networks: vec!["127.0.0.0/8".parse().unwrap()],
-        domains: Vec::new(),
-        ports: Vec::new(),
-        interface: None,
-    }]);
+    keep.routes
+        .replace(vec![direct_route(&["127.0.0.0/8"], &[])]);
     let to = IpAddr::from([127, 0, 0, 1]);
     let want = (0x7004, 1, b"direct".to_vec());
     let mut sent_at: Option<Instant> = None;
@@ -1404,14 +1407,7 @@ async fn ipv6_connections_through_the_tun_inbound_carry_data_both_ways() {
     data.extend_from_slice(&upload);
     let answer = exchange(&mut app, h, &data, true).await;
     assert_eq!(answer, sha256(&upload), "the upload arrived whole");
-    let h = app.connect(target, 40_012);
-    let mut request = vec![b'D'];
-    request.extend_from_slice(&500_000u32.to_be_bytes());
-    let download = exchange(&mut app, h, &request, false).await;
-    assert!(
-        download == pattern(500_000, 7),
-        "the download arrived intact"
-    );
+    download_checked(&mut app, target, 40_012, 500_000).await;
     assert_eq!(counters.tcp_connections.load(Ordering::Relaxed), 2);
 }
 

@@ -86,6 +86,17 @@ pub struct Route {
 }
 
 impl Route {
+    /// A route with `action` for every destination (no networks, domains or ports listed yet).
+    pub fn every(action: RouteAction) -> Route {
+        Route {
+            action,
+            networks: Vec::new(),
+            domains: Vec::new(),
+            ports: Vec::new(),
+            interface: None,
+        }
+    }
+
     /// Whether `target` is matched: its port is one of `ports` (when listed), and it is an
     /// address in one of `networks` or a name under one of `domains` (when either is listed).
     /// A name that is an address literal counts as the address. IPv6 addresses that stand for
@@ -333,13 +344,7 @@ mod tests {
     }
 
     fn route(action: RouteAction) -> Route {
-        Route {
-            action,
-            networks: Vec::new(),
-            domains: Vec::new(),
-            ports: Vec::new(),
-            interface: None,
-        }
+        Route::every(action)
     }
 
     #[test]

@@ -345,14 +345,12 @@ mod tests {
 
     fn route(action: RouteAction, networks: &[&str], ports: &[u16]) -> Route {
         Route {
-            action,
             networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
-            domains: Vec::new(),
             ports: ports
                 .iter()
                 .map(|&p| PortRange { first: p, last: p })
                 .collect(),
-            interface: None,
+            ..Route::every(action)
         }
     }
 
