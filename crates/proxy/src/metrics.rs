@@ -269,7 +269,8 @@ fn user_families(e: &mut Exposition, status: &DaemonStatus) {
     }
 }
 
-/// The client's `[[route]]` tables, labelled by place in the file and action.
+/// The client's `[[route]]` tables, labelled by place in the file and action, and its
+/// `fallback`.
 fn route_families(e: &mut Exposition, status: &DaemonStatus) {
     type Field = fn(&crate::transport::RouteStatus) -> u64;
     let families: [(&str, &str, Field); 2] = [
@@ -295,6 +296,21 @@ fn route_families(e: &mut Exposition, status: &DaemonStatus) {
             })
             .collect();
         e.family(name, Kind::Counter, help, samples);
+    }
+    if let Some(f) = &status.fallback {
+        e.family(
+            "braid_fallback_flows_total",
+            Kind::Counter,
+            "Stream flows connected directly by fallback = \"direct\" while no session could \
+             take them (client only, while it is set).",
+            vec![(Vec::new(), f.flows.into())],
+        );
+        e.family(
+            "braid_fallback_datagrams_total",
+            Kind::Counter,
+            "UDP datagrams sent directly so (client only, while it is set).",
+            vec![(Vec::new(), f.datagrams.into())],
+        );
     }
 }
 
@@ -1312,6 +1328,10 @@ mod tests {
                 flows: 9,
                 datagrams: 31,
             }],
+            fallback: Some(crate::transport::status::FallbackStatus {
+                flows: 4,
+                datagrams: 17,
+            }),
             process: Some(ProcessReport {
                 resident_bytes: 47 << 20,
                 cpu_seconds: 12.5,
@@ -1483,6 +1503,8 @@ mod tests {
         let route = "route=\"1\",action=\"direct\"";
         assert_eq!(value(&samples, "braid_route_flows_total", route), "9");
         assert_eq!(value(&samples, "braid_route_datagrams_total", route), "31");
+        assert_eq!(value(&samples, "braid_fallback_flows_total", ""), "4");
+        assert_eq!(value(&samples, "braid_fallback_datagrams_total", ""), "17");
         // The process, under the names Prometheus's client libraries use.
         assert_eq!(value(&samples, "process_cpu_seconds_total", ""), "12.5");
         assert_eq!(
