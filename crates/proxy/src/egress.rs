@@ -249,6 +249,12 @@ fn direct_policy() -> EgressPolicy {
     }
 }
 
+/// [`direct_policy`] in a slot of its own (a direct UDP relay or ping reads it as the server's
+/// read theirs).
+fn direct_slot() -> PolicySlot {
+    Arc::new(RwLock::new(Arc::new(direct_policy())))
+}
+
 /// Serves, from this host, a flow a client's `direct` route took out of the session: a TCP
 /// connection or UDP relay as the server's egress makes them, to any destination, from sockets
 /// bound to `device` when one is named (spawns a task). The flow's other end is the inbound's
@@ -265,14 +271,8 @@ pub(crate) fn spawn_direct(
             FlowKind::Stream => {
                 stream_flow(flow, target, &direct_policy(), Origin::Direct(device)).await
             }
-            FlowKind::Datagram => {
-                let policy = Arc::new(RwLock::new(Arc::new(direct_policy())));
-                udp_flow(flow, policy, Origin::Direct(device)).await
-            }
-            FlowKind::Ping => {
-                let policy = Arc::new(RwLock::new(Arc::new(direct_policy())));
-                ping_flow(flow, target, policy, Origin::Direct(device)).await
-            }
+            FlowKind::Datagram => udp_flow(flow, direct_slot(), Origin::Direct(device)).await,
+            FlowKind::Ping => ping_flow(flow, target, direct_slot(), Origin::Direct(device)).await,
         }
     });
 }
@@ -286,13 +286,20 @@ enum Origin<'a> {
     Direct(Option<&'a str>),
 }
 
+impl<'a> Origin<'a> {
+    /// The device its sockets are bound to, if any.
+    fn device(self) -> Option<&'a str> {
+        match self {
+            Origin::Server => None,
+            Origin::Direct(device) => device,
+        }
+    }
+}
+
 async fn stream_flow(flow: FlowHandle, target: Target, policy: &EgressPolicy, origin: Origin<'_>) {
     let id = flow.id;
     let (writer, reader) = flow.split();
-    let device = match origin {
-        Origin::Server => None,
-        Origin::Direct(device) => device,
-    };
+    let device = origin.device();
     let stream = match connect(&target, policy, device).await {
         Ok(s) => s,
         Err(reply) => {
@@ -395,10 +402,7 @@ async fn udp_socket(ip: IpAddr, device: Option<&str>) -> std::io::Result<UdpSock
 
 async fn udp_flow(flow: FlowHandle, slot: PolicySlot, origin: Origin<'_>) {
     let (writer, mut reader) = flow.split();
-    let device = match origin {
-        Origin::Server => None,
-        Origin::Direct(device) => device,
-    };
+    let device = origin.device();
     let Ok(v4) = udp_socket(Ipv4Addr::UNSPECIFIED.into(), device).await else {
         let _ = writer.reset(reset_code(Reply::GeneralFailure)).await;
         return;
@@ -480,10 +484,7 @@ async fn ping_flow(flow: FlowHandle, target: Target, slot: PolicySlot, origin: O
         let _ = writer.reset(reset_code(Reply::NotAllowed)).await;
         return;
     }
-    let device = match origin {
-        Origin::Server => None,
-        Origin::Direct(device) => device,
-    };
+    let device = origin.device();
     let socket = match EchoSocket::open_on(to, device) {
         Ok(s) => s,
         Err(e) => {

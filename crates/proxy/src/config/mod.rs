@@ -20,7 +20,7 @@ pub use client::{
     LinkConfig, ServerTrust, SocksUser, TunConfig, WhenSpent, parse_fingerprint,
 };
 pub use ipnet::IpNet;
-pub use route::{DomainPattern, Route, RouteAction, find_route, shadowed};
+pub use route::{DomainPattern, Route, RouteAction, shadowed};
 pub use server::{
     DEFAULT_MAX_SESSIONS_PER_USER, EgressPolicy, MAX_LISTEN, PortRange, ServerConfig, UserEntry,
 };

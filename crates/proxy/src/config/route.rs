@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{ConfigFileError, IpNet, PortRange, invalid};
+#[cfg(test)]
 use crate::session::Target;
 
 /// Most `[[route]]` tables.
@@ -52,6 +53,7 @@ pub struct DomainPattern {
 
 impl DomainPattern {
     /// Whether `host` (lower-case, no final dot) is matched.
+    #[cfg(test)]
     fn matches(&self, host: &str) -> bool {
         match host.strip_suffix(self.name.as_str()) {
             Some("") => !self.below_only,
@@ -100,13 +102,16 @@ impl Route {
     /// Whether `target` is matched: its port is one of `ports` (when listed), and it is an
     /// address in one of `networks` or a name under one of `domains` (when either is listed).
     /// A name that is an address literal counts as the address. IPv6 addresses that stand for
-    /// an IPv4 one (`::ffff:a.b.c.d`) match its IPv4 networks too.
+    /// an IPv4 one (`::ffff:a.b.c.d`) match its IPv4 networks too. The rule read entry by
+    /// entry: the reference the daemon's index (`inbound::route`) is tested against.
+    #[cfg(test)]
     pub fn matches(&self, target: &Target) -> bool {
         self.matches_learned(target, None)
     }
 
     /// [`Route::matches`], an address target also matching `domains` by `learned`, the name a
     /// DNS answer gave its address (see [`crate::inbound::dns_names`]).
+    #[cfg(test)]
     pub fn matches_learned(&self, target: &Target, learned: Option<&str>) -> bool {
         if !self.ports.is_empty() && !self.ports.iter().any(|r| r.contains(target.port())) {
             return false;
@@ -135,6 +140,7 @@ impl Route {
     }
 
     /// Whether `name` is under one of `domains`.
+    #[cfg(test)]
     fn name_matches(&self, name: &str) -> bool {
         let host = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
         self.domains.iter().any(|d| d.matches(&host))
@@ -170,7 +176,8 @@ impl Route {
 }
 
 /// The first of `routes` that matches `target` (an address also by `learned`, the name a DNS
-/// answer gave it), with its index.
+/// answer gave it), with its index, read route by route: the reference of the daemon's index.
+#[cfg(test)]
 pub fn find_route<'a>(
     routes: &'a [Route],
     target: &Target,

@@ -29,6 +29,10 @@ use crate::transport::status::RouteStatus;
 pub struct RouteTable {
     routes: Vec<Route>,
     index: index::Index,
+    /// Some route lists `domains`.
+    has_domains: bool,
+    /// Some route is `direct` or `block`.
+    diverts: bool,
     flows: Vec<AtomicU64>,
     datagrams: Vec<AtomicU64>,
 }
@@ -54,6 +58,8 @@ impl RouteTable {
             flows: zeros(),
             datagrams: zeros(),
             index: index::Index::new(&routes),
+            has_domains: routes.iter().any(|r| !r.domains.is_empty()),
+            diverts: routes.iter().any(|r| r.action != RouteAction::Server),
             routes,
         }
     }
@@ -61,12 +67,12 @@ impl RouteTable {
     /// Whether some route lists `domains` (then the names DNS answers give addresses are worth
     /// learning, see [`super::dns_names`]).
     pub fn has_domains(&self) -> bool {
-        self.routes.iter().any(|r| !r.domains.is_empty())
+        self.has_domains
     }
 
     /// Whether some route takes destinations out of the session (`direct` or `block`).
     pub fn diverts(&self) -> bool {
-        self.routes.iter().any(|r| r.action != RouteAction::Server)
+        self.diverts
     }
 
     /// Where `target` goes (an address also matched by `learned`, the name a DNS answer gave
@@ -87,6 +93,18 @@ impl RouteTable {
             RouteAction::Direct => Way::Direct(route.interface.clone()),
             RouteAction::Block => Way::Block,
         }
+    }
+
+    /// [`RouteTable::way`], an address matched also by the name `names` learned for it (looked
+    /// up only when some route lists `domains`).
+    pub fn way_for(&self, target: &Target, names: &LearnedNames, datagram: bool) -> Way {
+        let learned = match target {
+            Target::Addr(a) if self.has_domains => {
+                names.name_of(a.ip(), tokio::time::Instant::now())
+            }
+            _ => None,
+        };
+        self.way(target, learned.as_deref(), datagram)
     }
 
     /// The routes and their counts, for `braid status`.
@@ -222,11 +240,7 @@ async fn udp_router(
         let Ok((target, _)) = socks5::parse_udp_datagram(&datagram) else {
             continue;
         };
-        let learned = match &target {
-            Target::Addr(a) => names.name_of(a.ip(), tokio::time::Instant::now()),
-            Target::Domain { .. } => None,
-        };
-        let mut way = routes.current().way(&target, learned.as_deref(), true);
+        let mut way = routes.current().way_for(&target, &names, true);
         if way == Way::Block {
             continue;
         }

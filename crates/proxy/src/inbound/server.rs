@@ -189,16 +189,8 @@ impl InboundContext {
     /// `block`); otherwise it is a flow of the current session.
     pub async fn open(&self, kind: FlowKind, target: Target) -> Result<FlowHandle, OpenError> {
         if kind == FlowKind::Ping {
-            let learned = match &target {
-                Target::Addr(a) => self.names.name_of(a.ip(), Instant::now()),
-                Target::Domain { .. } => None,
-            };
             // A `ping` run counts as a flow of the route.
-            match self
-                .routes
-                .current()
-                .way(&target, learned.as_deref(), false)
-            {
+            match self.routes.current().way_for(&target, &self.names, false) {
                 Way::Block => return Err(OpenError::Blocked),
                 Way::Direct(device) => {
                     let (inbound, egress) = crate::transport::pipe::pipe();
@@ -232,14 +224,7 @@ impl InboundContext {
     /// no session with a path to take it, is connected directly too.
     pub async fn connect(&self, target: Target) -> Result<(FlowWriter, FlowReader, Bytes), Reply> {
         let deadline = Instant::now() + CONNECT_WAIT;
-        let learned = match &target {
-            Target::Addr(a) => self.names.name_of(a.ip(), Instant::now()),
-            Target::Domain { .. } => None,
-        };
-        let way = self
-            .routes
-            .current()
-            .way(&target, learned.as_deref(), false);
+        let way = self.routes.current().way_for(&target, &self.names, false);
         match way {
             Way::Block => Err(Reply::NotAllowed),
             Way::Direct(device) => direct(target, device, deadline).await,

@@ -559,6 +559,16 @@ mod tests {
     use super::*;
     use crate::config::WhenSpent;
 
+    /// A budget of `bytes` a `period` under `clock`, the link leaving once it is spent.
+    fn budget(bytes: u64, period: BudgetPeriod, clock: BudgetClock) -> LinkBudget {
+        LinkBudget {
+            bytes,
+            period,
+            when_spent: WhenSpent::Leave,
+            clock,
+        }
+    }
+
     fn at(y: i64, m: u32, d: u32, h: u64) -> u64 {
         days_from_civil(y, m, d) as u64 * DAY + h * 3600
     }
@@ -681,12 +691,7 @@ mod tests {
     #[test]
     fn a_count_starts_again_in_a_new_period_but_not_when_the_clock_goes_back() {
         let b = Budgets::in_memory();
-        let budget = LinkBudget {
-            bytes: 1000,
-            period: BudgetPeriod::Day,
-            when_spent: WhenSpent::Leave,
-            clock: BudgetClock::Utc,
-        };
+        let budget = budget(1000, BudgetPeriod::Day, BudgetClock::Utc);
         let day1 = at(2026, 11, 25, 10);
         assert!(!b.add("lte", &budget, 600, day1).spent());
         let state = b.add("lte", &budget, 400, day1 + 60);
@@ -724,12 +729,11 @@ mod tests {
     fn the_ledger_survives_a_restart_and_a_bad_file_starts_at_zero() {
         let dir = std::env::temp_dir().join(format!("braid-budget-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let budget = LinkBudget {
-            bytes: 1 << 20,
-            period: BudgetPeriod::Month { reset_day: 1 },
-            when_spent: WhenSpent::Leave,
-            clock: BudgetClock::Utc,
-        };
+        let budget = budget(
+            1 << 20,
+            BudgetPeriod::Month { reset_day: 1 },
+            BudgetClock::Utc,
+        );
         let now = at(2026, 11, 25, 10);
         let b = Budgets::load(&dir);
         b.add("lte", &budget, 12_345, now);
@@ -763,12 +767,11 @@ mod tests {
     #[test]
     fn a_count_carries_over_to_the_same_period_under_another_clock() {
         let b = Budgets::in_memory();
-        let utc = LinkBudget {
-            bytes: 1 << 30,
-            period: BudgetPeriod::Month { reset_day: 15 },
-            when_spent: WhenSpent::Leave,
-            clock: BudgetClock::Utc,
-        };
+        let utc = budget(
+            1 << 30,
+            BudgetPeriod::Month { reset_day: 15 },
+            BudgetClock::Utc,
+        );
         let now = at(2026, 11, 25, 10);
         // Counted from a local midnight five hours behind UTC (New York's, in winter).
         b.ledger.lock().unwrap().links.insert(
@@ -877,12 +880,7 @@ mod tests {
             (at(2026, 11, 1, 4), at(2026, 12, 1, 5))
         );
         let b = Budgets::in_memory();
-        let budget = LinkBudget {
-            bytes: 1 << 30,
-            period: month,
-            when_spent: WhenSpent::Leave,
-            clock: BudgetClock::Local,
-        };
+        let budget = budget(1 << 30, month, BudgetClock::Local);
         assert_eq!(
             b.state("lte", &budget, at(2026, 11, 20, 0)).to_string(),
             "0.0 KiB of 1.0 GiB used until 2026-12-01 00:00 -05:00"

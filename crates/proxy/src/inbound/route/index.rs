@@ -2,7 +2,8 @@
 //! route's networks as sorted address ranges (a binary search per route), and every route's
 //! names in one map from name to the set of routes listing it (a bit per route: at most 64),
 //! looked up once per suffix of the destination's name. The same answer as
-//! [`crate::config::find_route`] (a test compares them on random tables). The `routes` bench
+//! `config::route::find_route`, the rule read route by route (a test compares them on random
+//! tables). The `routes` bench
 //! (`route/way/*`, a destination no route matches, 25 Nov 2026, load 1.5, two runs): 64 tables
 //! of 256 networks 14.1 µs by the scan, 0.61 µs here; 64 tables of 256 domains 47.6 µs and
 //! 0.105 µs; no routes 10-12 ns, three small tables 14-17 ns either way.
@@ -63,7 +64,7 @@ impl Index {
     }
 
     /// The first of `routes` (the routes this index was made of) that matches `target`, an
-    /// address also by `learned`: as [`crate::config::find_route`].
+    /// address also by `learned`: as `config::route::find_route`.
     pub(super) fn find(
         &self,
         routes: &[Route],
@@ -202,7 +203,8 @@ fn holds<T: Copy + Ord>(ranges: &[(T, T)], x: T) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::config::{DomainPattern, PortRange, RouteAction, find_route};
+    use crate::config::route::find_route;
+    use crate::config::{DomainPattern, PortRange, RouteAction};
 
     /// xorshift64*: a seeded stream.
     struct Rng(u64);
